@@ -1,0 +1,276 @@
+"""Benchmark metrics: per-request records in, one summary record out. Pure numpy, no I/O.
+
+Definitions follow vLLM's own ``vllm bench serve`` (``vllm/benchmarks/serve.py``):
+TTFT is the time to the first streamed chunk with tokens; ITL is the gap between
+consecutive chunks (flattened over requests); TPOT is (E2EL - TTFT) / (output tokens - 1)
+and only requests with more than one output token contribute; throughputs divide by the
+wall time of the measured run. Goodput counts requests meeting every SLO limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One request as the client saw it. Times are seconds on one monotonic clock."""
+
+    prompt_len: int
+    start_s: float
+    success: bool
+    output_tokens: int = 0
+    ttft_s: float = 0.0
+    latency_s: float = 0.0  # end-to-end: request sent to last byte
+    itl_s: tuple[float, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Distribution of one latency metric, in milliseconds."""
+
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    percentiles_ms: Mapping[float, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, values_s: Sequence[float], percentiles: Sequence[float]) -> LatencyStats:
+        """Stats of ``values_s`` (seconds) in ms; an empty input gives zeros as vLLM does."""
+        ms = np.asarray(values_s, dtype=float) * 1000.0
+        if ms.size == 0:
+            ms = np.zeros(1)
+        return cls(
+            mean_ms=float(np.mean(ms)),
+            median_ms=float(np.median(ms)),
+            std_ms=float(np.std(ms)),
+            percentiles_ms={p: float(np.percentile(ms, p)) for p in percentiles},
+        )
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    """Speculative decoding over the run, from deltas of the server's /metrics counters."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Share of proposed tokens that were accepted (0..1)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens emitted per target-model step: 1 + accepted per draft."""
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else 1.0
+
+
+@dataclass(frozen=True)
+class SloLimits:
+    """Goodput limits in ms; None means no limit on that metric."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+    def is_empty(self) -> bool:
+        return self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None
+
+
+@dataclass(frozen=True)
+class BenchmarkSummary:
+    """The result of one measured run of one profile against one server."""
+
+    duration_s: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput_req_s: float
+    output_throughput_tok_s: float
+    total_token_throughput_tok_s: float
+    max_concurrent_requests: int
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2el: LatencyStats
+    goodput_req_s: float | None = None
+    spec_decode: SpecDecodeStats | None = None
+    errors: tuple[str, ...] = ()  # distinct error messages of failed requests
+
+    @property
+    def valid(self) -> bool:
+        """A run is valid only if every request succeeded: failures are never averaged away."""
+        return self.failed == 0 and self.completed > 0
+
+    @property
+    def invalid_reason(self) -> str:
+        if self.valid:
+            return ""
+        if self.completed == 0 and self.failed == 0:
+            return "no request completed"
+        first = self.errors[0] if self.errors else "unknown error"
+        return f"{self.failed} of {self.failed + self.completed} requests failed: {first}"
+
+
+def _tpot_s(result: RequestResult) -> float | None:
+    if result.output_tokens <= 1:
+        return None
+    return (result.latency_s - result.ttft_s) / (result.output_tokens - 1)
+
+
+def max_concurrency(results: Sequence[RequestResult]) -> int:
+    """Most requests in flight at one instant (ends sort before starts at equal times)."""
+    events = sorted(
+        [(r.start_s, 1) for r in results] + [(r.start_s + r.latency_s, -1) for r in results],
+        key=lambda e: (e[0], e[1]),
+    )
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def _meets_slo(result: RequestResult, slo: SloLimits) -> bool:
+    checks = [
+        (slo.ttft_ms, result.ttft_s),
+        (slo.tpot_ms, _tpot_s(result) or 0.0),
+        (slo.e2el_ms, result.latency_s),
+    ]
+    return all(limit is None or value * 1000.0 <= limit for limit, value in checks)
+
+
+def summarize(
+    results: Sequence[RequestResult],
+    duration_s: float,
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    slo: SloLimits | None = None,
+    spec_decode: SpecDecodeStats | None = None,
+) -> BenchmarkSummary:
+    """Summarize the measured requests of one run that took ``duration_s`` of wall time."""
+    ok = [r for r in results if r.success]
+    failed = [r for r in results if not r.success]
+    if duration_s <= 0:
+        raise ValueError(f"duration_s must be > 0, got {duration_s}")
+    output_tokens = sum(r.output_tokens for r in ok)
+    input_tokens = sum(r.prompt_len for r in ok)
+    tpots = [t for t in (_tpot_s(r) for r in ok) if t is not None]
+    itls = [gap for r in ok for gap in r.itl_s]
+    goodput = None
+    if slo is not None and not slo.is_empty():
+        goodput = sum(_meets_slo(r, slo) for r in ok) / duration_s
+    return BenchmarkSummary(
+        duration_s=duration_s,
+        completed=len(ok),
+        failed=len(failed),
+        total_input_tokens=input_tokens,
+        total_output_tokens=output_tokens,
+        request_throughput_req_s=len(ok) / duration_s,
+        output_throughput_tok_s=output_tokens / duration_s,
+        total_token_throughput_tok_s=(input_tokens + output_tokens) / duration_s,
+        max_concurrent_requests=max_concurrency(results),
+        ttft=LatencyStats.of([r.ttft_s for r in ok], percentiles),
+        tpot=LatencyStats.of(tpots, percentiles),
+        itl=LatencyStats.of(itls, percentiles),
+        e2el=LatencyStats.of([r.latency_s for r in ok], percentiles),
+        goodput_req_s=goodput,
+        spec_decode=spec_decode,
+        errors=tuple(dict.fromkeys(r.error for r in failed)),
+    )
+
+
+def _pct_key(p: float) -> str:
+    return str(int(p)) if float(p).is_integer() else str(p)
+
+
+def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
+    """The summary under ``vllm bench serve``'s key names, so existing tooling reads it."""
+    out: dict[str, object] = {
+        "duration": summary.duration_s,
+        "completed": summary.completed,
+        "failed": summary.failed,
+        "total_input_tokens": summary.total_input_tokens,
+        "total_output_tokens": summary.total_output_tokens,
+        "request_throughput": summary.request_throughput_req_s,
+        "request_goodput": summary.goodput_req_s,
+        "output_throughput": summary.output_throughput_tok_s,
+        "total_token_throughput": summary.total_token_throughput_tok_s,
+        "max_concurrent_requests": summary.max_concurrent_requests,
+    }
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        stats: LatencyStats = getattr(summary, name)
+        out[f"mean_{name}_ms"] = stats.mean_ms
+        out[f"median_{name}_ms"] = stats.median_ms
+        out[f"std_{name}_ms"] = stats.std_ms
+        for p, value in stats.percentiles_ms.items():
+            out[f"p{_pct_key(p)}_{name}_ms"] = value
+    if summary.spec_decode is not None:
+        sd = summary.spec_decode
+        out["spec_decode_acceptance_rate"] = sd.acceptance_rate * 100.0
+        out["spec_decode_acceptance_length"] = sd.acceptance_length
+        out["spec_decode_num_drafts"] = sd.drafts
+        out["spec_decode_draft_tokens"] = sd.draft_tokens
+        out["spec_decode_accepted_tokens"] = sd.accepted_tokens
+    out["valid"] = summary.valid
+    out["invalid_reason"] = summary.invalid_reason
+    out["errors"] = list(summary.errors)
+    return out
+
+
+def flat_metrics(summary: BenchmarkSummary) -> dict[str, float]:
+    """Every numeric metric under its vLLM key: what trials store and objectives read."""
+    return {
+        k: float(v)
+        for k, v in to_vllm_json(summary).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def parse_spec_decode_counters(prometheus_text: str) -> SpecDecodeStats | None:
+    """Speculative-decoding counters (summed over labels) from a /metrics page, as vLLM's
+    benchmark reads them; None when the server exposes none (no speculation)."""
+    totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+    found = False
+    for line in prometheus_text.splitlines():
+        line = line.strip()
+        if not line.startswith("vllm:spec_decode"):
+            continue
+        name = line.split(None, 1)[0].split("{")[0]
+        if not name.endswith("_total") or "per_pos" in name:
+            continue
+        for key in totals:
+            if name == f"vllm:spec_decode_{key}_total":
+                found = True
+                try:
+                    totals[key] += int(float(line.rsplit(None, 1)[-1]))
+                except ValueError:
+                    pass
+    if not found:
+        return None
+    return SpecDecodeStats(
+        totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"]
+    )
+
+
+def spec_decode_delta(
+    before: SpecDecodeStats | None, after: SpecDecodeStats | None
+) -> SpecDecodeStats | None:
+    """Counters accumulated between two /metrics reads."""
+    if before is None or after is None or after.draft_tokens == before.draft_tokens:
+        return None
+    return SpecDecodeStats(
+        after.drafts - before.drafts,
+        after.draft_tokens - before.draft_tokens,
+        after.accepted_tokens - before.accepted_tokens,
+    )

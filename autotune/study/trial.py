@@ -1,0 +1,163 @@
+"""One trial: validate flags, deploy, warm up, benchmark every profile R times, tear down.
+
+Returns a ``TrialOutcome`` record whatever happens; deployment and benchmark failures become
+a failure class with vLLM's message and log tail, never an exception. Knows nothing of Optuna.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.core.metrics import SloLimits, flat_metrics, to_vllm_json
+from autotune.core.profiles import WorkloadProfile
+from autotune.core.slots import Slot
+from autotune.errors import DeploymentError, FailureClass, ValidationError
+from autotune.shell.client import Target, run_profile
+from autotune.shell.server import Deployment, DeploymentSpec, Entrypoint
+from autotune.shell.validation import VllmValidator
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """All repeats of one profile on one deployment."""
+
+    profile: str
+    runs: tuple[Mapping[str, float], ...]  # flat vLLM-keyed metrics, one per repeat
+
+    def mean(self, metric: str) -> float:
+        return statistics.fmean(r[metric] for r in self.runs)
+
+    def spread(self, metric: str) -> float:
+        """(max - min) / mean over repeats: the noise a difference must beat."""
+        values = [r[metric] for r in self.runs]
+        mean = statistics.fmean(values)
+        return (max(values) - min(values)) / mean if mean else 0.0
+
+    def means(self) -> dict[str, float]:
+        return {k: self.mean(k) for k in self.runs[0]}
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What a trial produced. ``failure`` is None for a feasible, fully measured trial."""
+
+    failure: FailureClass | None = None
+    message: str = ""
+    log_tail: str = ""
+    startup_s: float = 0.0
+    bench_s: float = 0.0
+    wall_s: float = 0.0
+    results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
+    teardown_clean: bool = True
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """How each deployment is measured."""
+
+    profiles: tuple[WorkloadProfile, ...]
+    vocab_size: int
+    repeats: int = 1
+    seed: int = 0
+    slo: SloLimits | None = None
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """Where and how a trial deploys."""
+
+    model: str
+    workdir: Path  # the trial's own folder: server log, benchmark JSONs
+    slot: Slot | None = None
+    entrypoint: Entrypoint | None = None
+    startup_timeout_s: float = 600.0
+    validator: VllmValidator | None = None
+
+
+Phase = Callable[[str], None]
+
+
+def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
+           files: list[Path]) -> dict[str, ProfileResult]:
+    target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
+    results: dict[str, ProfileResult] = {}
+    for p_index, profile in enumerate(plan.profiles):
+        runs = []
+        for r in range(plan.repeats):
+            label = f"benchmarking {profile.name}"
+            on_phase(label + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
+            # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
+            seed = plan.seed * 1000 + p_index * 100 + r
+            run = run_profile(target, profile, seed=seed, vocab_size=plan.vocab_size,
+                              slo=plan.slo)
+            path = workdir / f"bench-{profile.name}-{r + 1}.json"
+            payload = {"profile": profile.name, "seed": seed, "repeat": r + 1,
+                       **to_vllm_json(run.summary)}
+            path.write_text(json.dumps(payload, indent=2) + "\n")
+            files.append(path)
+            if not run.summary.valid:
+                raise _InvalidRun(f"{profile.name}: {run.summary.invalid_reason}")
+            runs.append(flat_metrics(run.summary))
+        results[profile.name] = ProfileResult(profile.name, tuple(runs))
+    return results
+
+
+class _InvalidRun(Exception):
+    pass
+
+
+def run_trial(
+    options: Sequence[str], plan: BenchPlan, setup: TrialSetup,
+    on_phase: Phase = lambda phase: None,
+) -> TrialOutcome:
+    """Run one configuration end to end; the server is gone when this returns."""
+    t0 = time.monotonic()
+    setup.workdir.mkdir(parents=True, exist_ok=True)
+    if setup.validator is not None:
+        on_phase("validating")
+        try:
+            setup.validator.check(setup.model, options)
+        except ValidationError as exc:
+            return TrialOutcome(FailureClass.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}",
+                                wall_s=time.monotonic() - t0)
+    log_path = setup.workdir / "server.log"
+    spec = DeploymentSpec(
+        model=setup.model, options=tuple(options), slot=setup.slot,
+        entrypoint=setup.entrypoint, startup_timeout_s=setup.startup_timeout_s,
+        log_path=log_path,
+    )
+    dep = Deployment(spec, on_phase=on_phase)
+    files: list[Path] = []
+    failure: FailureClass | None = None
+    message = log_tail = ""
+    results: dict[str, ProfileResult] = {}
+    bench_s = 0.0
+    try:
+        with dep:
+            b0 = time.monotonic()
+            try:
+                results = _bench(dep, plan, setup.workdir, on_phase, files)
+            except _InvalidRun as exc:
+                if not dep.is_serving():
+                    err = dep.diagnose(str(exc))
+                    failure, message, log_tail = err.failure, err.reason, err.log_tail
+                else:
+                    failure, message = FailureClass.BENCHMARK_INVALID, str(exc)
+            bench_s = time.monotonic() - b0
+    except DeploymentError as exc:
+        failure, message, log_tail = exc.failure, exc.reason, exc.log_tail
+    finally:
+        if log_path.exists():
+            files.append(log_path)
+    report = dep.teardown
+    return TrialOutcome(
+        failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
+        bench_s=bench_s, wall_s=time.monotonic() - t0, results=results if not failure else {},
+        files=tuple(files), teardown_clean=report.clean if report else True,
+    )

@@ -1,0 +1,91 @@
+"""Failure classification, device slots, objectives and SLOs: the small pure pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.core.failures import classify_startup_exit, engine_died, vllm_message
+from autotune.core.objectives import infeasible_values, metric_names, objective_values, parse_slo
+from autotune.core.slots import Slot, make_slots, parse_device_list
+from autotune.errors import ConfigError, FailureClass
+
+ARGPARSE_LOG = "usage: api_server.py [-h]\napi_server.py: error: argument --max-num-seqs: invalid int value: 'x'\n"
+PYDANTIC_LOG = (
+    "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig\n"
+    "  Value error, Total number of attention heads (4) must be divisible by tensor parallel size (3).\n"
+)
+WORKER_LOG = (
+    "(Worker_TP0 pid=2955) ERROR 12-02 15:06:52 [multiproc_executor.py:953] AttributeError: "
+    "'Glm4MoeConfig' object has no attribute 'head_dim'\n"
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "log", "expected"),
+    [
+        (2, ARGPARSE_LOG, FailureClass.CONFIG_REJECTED),
+        (1, PYDANTIC_LOG, FailureClass.CONFIG_REJECTED),
+        (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", FailureClass.OUT_OF_MEMORY),
+        (-9, "Loading weights", FailureClass.OUT_OF_MEMORY),
+        (1, WORKER_LOG, FailureClass.STARTUP_CRASH),
+    ],
+    ids=["argparse", "pydantic", "cuda-oom", "sigkill", "worker-crash"],
+)
+def test_startup_exits_are_classified(code, log, expected):
+    assert classify_startup_exit(code, log).failure == expected
+
+
+def test_the_message_is_vllms_root_cause_not_the_generic_wrapper():
+    assert vllm_message(WORKER_LOG) == "AttributeError: 'Glm4MoeConfig' object has no attribute 'head_dim'"
+    assert "must be divisible by tensor parallel size (3)" in vllm_message(PYDANTIC_LOG)
+
+
+def test_engine_death_is_recognised():
+    assert engine_died("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.")
+    assert engine_died("Worker proc VllmWorker-1 died unexpectedly, shutting down executor.")
+    assert not engine_died("INFO Avg prompt throughput: 10 tokens/s")
+
+
+def test_gpu_pairs_from_eight_gpus_and_odd_counts():
+    slots = make_slots("cuda", list(range(8)), 2)
+    assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0,1", "2,3", "4,5", "6,7"]
+    assert [s.devices for s in make_slots("cuda", [0, 1, 2], 2)] == [(0, 1)]
+    assert [s.devices for s in make_slots("cuda", list(range(8)), 4)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_cpu_slots_bind_one_core_range_per_rank():
+    assert Slot("cpu", (0, 1), 2).env()["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert Slot("cpu", (0, 1, 2, 3), 2).env()["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
+    assert [s.env()["VLLM_CPU_OMP_THREADS_BIND"] for s in make_slots("cpu", [0, 1], 1)] == ["0", "1"]
+
+
+def test_too_few_devices_and_bad_lists_are_config_errors():
+    with pytest.raises(ConfigError, match="tensor parallel 2 needs 2 devices per deployment, got 1"):
+        make_slots("cuda", [0], 2)
+    assert parse_device_list("0-3,6", "--gpus") == [0, 1, 2, 3, 6]
+    with pytest.raises(ConfigError, match="--gpus 'a,b'"):
+        parse_device_list("a,b", "--gpus")
+
+
+def test_objectives_are_throughput_and_e2el_per_profile():
+    profiles = ["low-concurrency", "high-concurrency"]
+    assert metric_names(profiles) == [
+        "low-concurrency:output_throughput", "low-concurrency:mean_e2el_ms",
+        "high-concurrency:output_throughput", "high-concurrency:mean_e2el_ms",
+    ]
+    means = {"low-concurrency": {"output_throughput": 10.0, "mean_e2el_ms": 900.0},
+             "high-concurrency": {"output_throughput": 50.0, "mean_e2el_ms": 2000.0}}
+    assert objective_values(means, profiles) == [10.0, 900.0, 50.0, 2000.0]
+    assert infeasible_values(profiles) == [0.0, math.inf, 0.0, math.inf]
+
+
+def test_slo_parsing_and_violation():
+    slo = parse_slo("high-concurrency:p99_ttft_ms<=5000", ["high-concurrency"], ["p99_ttft_ms"])
+    assert slo.violation(4000.0) == -1000.0 and slo.violation(5500.0) == 500.0
+    with pytest.raises(ConfigError, match="expected PROFILE:METRIC<=LIMIT"):
+        parse_slo("p99<5000", ["high-concurrency"], ["p99_ttft_ms"])
+    with pytest.raises(ConfigError, match="profile 'low-concurrency' is not run"):
+        parse_slo("low-concurrency:p99_ttft_ms<=1", ["high-concurrency"], ["p99_ttft_ms"])

@@ -1,0 +1,194 @@
+"""Search spaces and reference configs: loading, model awareness, and the flags they make."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from autotune.core.flags import options_to_config, to_argv, to_options
+from autotune.core.space import (
+    ModelContext,
+    complete,
+    inapplicable,
+    load_references,
+    load_space,
+    resolve_references,
+    sample,
+)
+from autotune.errors import SpaceError
+from tests.conftest import SPACES
+
+YARN = ("--hf-overrides", json.dumps({
+    "max_position_embeddings": 81920,
+    "rope_parameters": {"factor": 2.5, "original_max_position_embeddings": 32768,
+                        "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "rope_type": "yarn"},
+}, separators=(",", ":"), sort_keys=True))
+MTP = ("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')
+FIXED = ("--tensor-parallel-size", "2", "--max-model-len", "81920")
+
+
+def baseline(opt="3", mode="throughput", ep="--enable-expert-parallel", yarn=YARN, mtp=MTP,
+             interleave="1"):
+    return [*FIXED, "--optimization-level", opt, "--performance-mode", mode, ep, *yarn, *mtp,
+            "--cp-kv-cache-interleave-size", interleave]
+
+
+EXPECTED_ARGV = {
+    "opt3-baseline": baseline(),
+    "opt0": baseline(opt="0"),
+    "opt1": baseline(opt="1"),
+    "opt2": baseline(opt="2"),
+    "mode-balanced": baseline(mode="balanced"),
+    "mode-interactivity": baseline(mode="interactivity"),
+    "no-ep": baseline(ep="--no-enable-expert-parallel"),
+    "no-yarn": baseline(yarn=()),
+    "no-mtp": baseline(mtp=()),
+    "cp-interleave-16": baseline(interleave="16"),
+}
+
+
+@pytest.fixture
+def space():
+    return load_space(SPACES / "reference.yaml")
+
+
+@pytest.fixture
+def refs(space):
+    return load_references(SPACES / "references.yaml", space)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_ARGV), ids=list(EXPECTED_ARGV))
+def test_each_reference_config_maps_to_the_expected_argv(space, refs, moe_mtp_info, name):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    resolved = {r.name: r for r in resolve_references(space, ctx, refs.configs)}
+    assert resolved[name].skipped == ""
+    assert to_argv(space, ctx, resolved[name].params) == EXPECTED_ARGV[name]
+
+
+def test_the_baseline_is_opt3(refs):
+    assert refs.baseline == "opt3-baseline" and len(refs.configs) == 10
+
+
+def test_dense_model_drops_moe_and_mtp_parameters_and_the_references_that_only_change_them(
+    space, refs, dense_info
+):
+    ctx = ModelContext(dense_info, 81920)
+    assert set(inapplicable(space, ctx)) == {"expert_parallel", "mtp"}
+    skipped = {r.name: r.skipped for r in resolve_references(space, ctx, refs.configs) if r.skipped}
+    assert skipped == {
+        "no-ep": "does not apply (expert_parallel: the model is not a mixture of experts)",
+        "no-mtp": "does not apply (mtp: the model has no MTP (multi-token prediction) layers)",
+    }
+
+
+def test_yarn_applies_only_beyond_the_native_context(space, moe_mtp_info):
+    assert "yarn" not in inapplicable(space, ModelContext(moe_mtp_info, 81920))
+    assert "yarn" in inapplicable(space, ModelContext(moe_mtp_info, 32768))
+
+
+class FixedTrial:
+    """Suggests the first choice or the low end: a deterministic stand-in for optuna.Trial."""
+
+    def __init__(self, picks=None):
+        self.picks = picks or {}
+        self.asked = []
+
+    def suggest_categorical(self, name, choices):
+        self.asked.append(name)
+        return self.picks.get(name, choices[0])
+
+    def suggest_int(self, name, low, high, *, step=1, log=False):
+        self.asked.append(name)
+        return self.picks.get(name, low)
+
+    def suggest_float(self, name, low, high, *, step=None, log=False):
+        self.asked.append(name)
+        return self.picks.get(name, low)
+
+
+def test_conditional_parameters_are_sampled_only_when_their_condition_holds(moe_mtp_info):
+    space = load_space(SPACES / "extended.yaml")
+    ctx = ModelContext(moe_mtp_info, 81920)
+    off = FixedTrial({"mtp": False, "enable_chunked_prefill": False})
+    sample(space, ctx, off)
+    assert "num_speculative_tokens" not in off.asked and "max_num_batched_tokens" not in off.asked
+    on = FixedTrial({"mtp": True, "num_speculative_tokens": 3, "enable_chunked_prefill": True})
+    params = sample(space, ctx, on)
+    options = to_options(space, ctx, params)
+    assert options["--speculative-config"] == {"method": "mtp", "num_speculative_tokens": 3}
+    assert "--max-num-batched-tokens" in options
+
+
+def test_config_file_mapping_holds_the_same_options_as_argv(space, moe_mtp_info):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    params = complete(space, ctx, {"mtp": True, "expert_parallel": False})
+    config = options_to_config("/models/moe", to_options(space, ctx, params))
+    assert config["model"] == "/models/moe"
+    assert config["enable-expert-parallel"] is False
+    assert config["speculative-config"] == {"method": "mtp", "num_speculative_tokens": 1}
+
+
+# ----------------------------------------------------------------- malformed input
+
+GOOD_PARAM = "  - {name: a, type: categorical, choices: [1, 2], default: 1, flag: --a}\n"
+
+MALFORMED = {
+    "yaml-syntax": ("parameters: [\n  - {name: a", "line 2: YAML syntax error"),
+    "unknown-type": (
+        "parameters:\n  - {name: a, type: list, default: 1, flag: --a}\n",
+        "parameter 'a': unknown type 'list'; valid: categorical, int, float, bool"),
+    "empty-choices": (
+        "parameters:\n  - {name: mtp, type: categorical, choices: [], default: 1, flag: --a}\n",
+        "parameter 'mtp': choices must be a non-empty list"),
+    "low-above-high": (
+        "parameters:\n  - {name: n, type: int, low: 9, high: 2, default: 5, flag: --n}\n",
+        "parameter 'n': low (9) must be <= high (2)"),
+    "unknown-condition": (
+        "parameters:\n" + GOOD_PARAM +
+        "  - {name: b, type: bool, default: false, flag: --b, when: {zzz: 1}}\n",
+        "parameter 'b': condition names unknown parameter 'zzz'"),
+    "default-outside": (
+        "parameters:\n  - {name: a, type: categorical, choices: [1, 2], default: 3, flag: --a}\n",
+        "parameter 'a': default 3 is outside the parameter's domain"),
+    "no-mapping": (
+        "parameters:\n  - {name: a, type: bool, default: false}\n",
+        "parameter 'a': needs exactly one vLLM mapping: 'flag' or 'json'"),
+    "unknown-derived": (
+        "parameters:\n  - {name: y, type: bool, default: false, json: {flag: --hf-overrides, "
+        "set: {f: '${nope}'}}}\n",
+        "parameter 'y': unknown derived value '${nope}'"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED), ids=list(MALFORMED))
+def test_malformed_space_gives_one_line_error_naming_file_and_parameter(tmp_path, case):
+    text, expected = MALFORMED[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and expected in message
+    assert "\n" not in message
+
+
+REF_CASES = {
+    "unknown-parameter": ("configs:\n  - {name: r, params: {zzz: 1}}\n",
+                          "reference 'r': unknown parameter 'zzz'"),
+    "value-outside-space": ("configs:\n  - {name: r, params: {optimization_level: 7}}\n",
+                            "reference 'r': value 7 of 'optimization_level' is outside the space"),
+    "unknown-base": ("configs:\n  - {name: r, base: nope, params: {}}\n",
+                     "reference 'r': base 'nope' is not defined above it"),
+}
+
+
+@pytest.mark.parametrize("case", list(REF_CASES), ids=list(REF_CASES))
+def test_malformed_reference_gives_one_line_error(tmp_path, space, case):
+    text, expected = REF_CASES[case]
+    path = tmp_path / "refs.yaml"
+    path.write_text(textwrap.dedent(text))
+    with pytest.raises(SpaceError, match="^" + str(path).replace(".", r"\.") + ": ") as info:
+        load_references(path, space)
+    assert expected in str(info.value)
