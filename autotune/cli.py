@@ -10,7 +10,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,6 @@ from rich.table import Table
 from autotune.core.flags import to_argv
 from autotune.core.metrics import SloLimits, to_vllm_json
 from autotune.core.model_info import ModelInfo, load_model_info
-
 from autotune.core.profiles import PROFILES, ProfileOverrides, get_profile
 from autotune.core.slots import Slot, make_slots, parse_device_list
 from autotune.core.space import (
@@ -40,6 +38,7 @@ out = Console(highlight=False)
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 DEFAULT_WORKDIR = "studies"
+GENERATED_MODEL = "models/tiny-moe-mtp-seed0"  # under the workdir
 
 
 def _package_file(relative: str) -> str:
@@ -60,7 +59,7 @@ def _model_or_generate(model: str | None, workdir: Path, platform: str) -> Model
         raise ConfigError("--model is required on a GPU machine (a local folder or a cached hub id)")
     from autotune.shell.modelgen import make_model
 
-    path = workdir / "models" / "tiny-moe-mtp-seed0"
+    path = workdir / GENERATED_MODEL
     if (path / "config.json").exists():
         console.print(f"using the generated tiny model {path}")
         return load_model_info(str(path))
@@ -200,7 +199,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
             run = run_profile(target, profile, seed=args.seed, vocab_size=vocab, slo=slo,
-                              on_progress=lambda done, total: bar.update(task, completed=done))
+                              on_progress=lambda done, total, t=task: bar.update(t, completed=done))
         rows[name] = to_vllm_json(run.summary)
         if not run.summary.valid:
             console.print(f"[red]{name}: invalid run: {run.summary.invalid_reason}[/red]")

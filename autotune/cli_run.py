@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rich.table import Table
 from autotune.cli import (
     DEFAULT_REFERENCES,
     DEFAULT_SPACE,
+    GENERATED_MODEL,
     _add_deploy_args,
     _add_profile_overrides,
     _entrypoint,
@@ -27,7 +29,7 @@ from autotune.cli import (
 from autotune.core.metrics import SloLimits
 from autotune.core.objectives import metric_names, parse_slo
 from autotune.core.profiles import PROFILES, get_profile
-from autotune.core.space import ModelContext, load_references, load_space
+from autotune.core.space import load_references, load_space
 from autotune.errors import ConfigError
 
 KNOWN_METRICS = (
@@ -127,7 +129,7 @@ def build_plan(args: argparse.Namespace):
     if model is None:  # dry run without a model: describe the generated one without writing it
         from autotune.core.model_info import ModelInfo
 
-        model = ModelInfo("<generated tiny MoE+MTP model>", "Glm4MoeForCausalLM", True, 4, 1,
+        model = ModelInfo(str(workdir / GENERATED_MODEL), "Glm4MoeForCausalLM", True, 4, 1,
                           32768, 4, 2, 512, {"rope_type": "default", "rope_theta": 10000.0,
                                              "partial_rotary_factor": 0.5})
     tp = args.tp or space.deployment.tensor_parallel_size
@@ -158,12 +160,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autotune.study.runner import dry_run_argv
 
     plan = build_plan(args)
-    ctx = ModelContext(plan.model, plan.max_model_len)
-    del ctx
     if args.dry_run:
         refs = len(plan.references.configs) if plan.references else 0
         for label, argv in dry_run_argv(plan, max(plan.trials, min(refs, plan.trials))):
-            out.print(f"{label}: vllm serve {plan.model.name} {' '.join(argv)}", soft_wrap=True)
+            out.print(f"{label}: {shlex.join(['vllm', 'serve', plan.model.name, *argv])}",
+                      soft_wrap=True, markup=False)
         out.print("dry run: nothing launched, nothing written")
         return 0
     from autotune.shell.validation import VllmValidator, vllm_importable

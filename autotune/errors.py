@@ -16,7 +16,7 @@ Messages say what was expected, what was found, and how to fix it.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
 class AutotuneError(Exception):
@@ -35,7 +35,7 @@ class ValidationError(AutotuneError):
     """Raised when vLLM's own argument parser or engine checks reject a flag set."""
 
 
-class FailureClass(str, Enum):
+class FailureClass(StrEnum):
     """Why a deployment or trial failed; stored with every failed trial."""
 
     CONFIG_REJECTED = "config_rejected"

@@ -49,11 +49,16 @@ def vllm_message(log_text: str) -> str:
     """vLLM's own words for a failure: the last error line that is not a generic wrapper
     ("See root cause above"), without the process/time prefix; else the last line."""
     lines = [_PREFIX.sub("", ln.strip()) for ln in log_text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if _MESSAGE.search(ln)]
-    specific = [ln for ln in errors if not _WRAPPER.search(ln)]
-    for candidates in (specific, errors, lines):
+    errors = [i for i, ln in enumerate(lines) if _MESSAGE.search(ln)]
+    specific = [i for i in errors if not _WRAPPER.search(lines[i])]
+    for candidates in (specific, errors, list(range(len(lines)))):
         if candidates:
-            return candidates[-1][-500:]
+            i = candidates[-1]
+            if "validation error" in lines[i]:  # pydantic: the details follow on their own lines
+                details = [ln for ln in lines[i + 1 : i + 7]
+                           if not ln.startswith(("For further information", "Traceback"))]
+                return " ".join([lines[i], *details])[:500]
+            return lines[i][-500:]
     return "(empty log)"
 
 
@@ -65,6 +70,8 @@ def classify_startup_exit(returncode: int, log_text: str) -> Diagnosis:
         failure = FailureClass.OUT_OF_MEMORY
     else:
         failure = FailureClass.STARTUP_CRASH
+        if engine_died(log_text):  # a worker died while the engine warmed up
+            return Diagnosis(failure, engine_death_message(log_text))
     return Diagnosis(failure, vllm_message(log_text))
 
 

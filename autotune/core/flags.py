@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.core.space import ModelContext, Params, SearchSpace, Value
+from autotune.core.space import ModelContext, Params, SearchSpace
 
 Options = dict[str, Any]
 

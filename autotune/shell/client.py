@@ -137,7 +137,8 @@ def arrival_gaps_s(profile: WorkloadProfile, count: int, seed: int) -> list[floa
 
 async def _fetch_spec_decode(client: httpx.AsyncClient, target: Target) -> SpecDecodeStats | None:
     try:
-        resp = await client.get(target.url.rstrip("/") + "/metrics", headers=target.headers())
+        resp = await client.get(target.url.rstrip("/") + "/metrics", headers=target.headers(),
+                                timeout=10.0)
     except httpx.HTTPError:
         return None
     return parse_spec_decode_counters(resp.text) if resp.status_code == 200 else None

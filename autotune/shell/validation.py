@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +36,15 @@ def _first_problem(exc: BaseException) -> str:
     return " ".join(useful[:3])[:500] or type(exc).__name__
 
 
+def _short(message: str, limit: int = 240) -> str:
+    """vLLM's message cut after the sentence that passes ``limit`` characters."""
+    if len(message) <= limit:
+        return message
+    ends = [m.end() for m in re.finditer(r"\.\s", message)]
+    cut = next((e for e in ends if e >= 80), limit)
+    return message[: min(cut, limit)].strip()
+
+
 class VllmValidator:
     """Runs vLLM's parser and engine-config checks on ``vllm serve`` argv."""
 
@@ -42,6 +53,8 @@ class VllmValidator:
 
     def _get_parser(self) -> Any:
         if self._parser is None:
+            # Config checks log warnings meant for a server console; keep the CLI readable.
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
             from vllm.entrypoints.launchers.cli_args import make_arg_parser
             from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -74,7 +87,7 @@ class VllmValidator:
         try:
             args.create_engine_config()
         except Exception as exc:  # noqa: BLE001 - vLLM raises many types; all mean "rejected"
-            raise ValidationError(_first_problem(exc)) from None
+            raise ValidationError(_short(_first_problem(exc))) from None
         finally:
             vllm_logger.setLevel(level)
 

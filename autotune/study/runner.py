@@ -15,8 +15,7 @@ import os
 import platform
 import shutil
 import subprocess
-
-from collections.abc import Sequence
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -46,6 +45,8 @@ from autotune.errors import FailureClass, StudyError
 from autotune.shell.server import Entrypoint, vllm_version
 from autotune.shell.validation import VllmValidator
 from autotune.study.trial import BenchPlan, TrialOutcome, TrialSetup, run_trial
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
 REFS_ENQUEUED = "references_enqueued"
@@ -129,9 +130,11 @@ def hardware_description() -> str:
 def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     """Multivariate TPE over the conditional, mixed space; sample-efficient for a few dozen
     expensive trials, constraint-aware through ``Trial.set_constraint``, reproducible."""
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
+        )
 
 
 def open_study(plan: StudyPlan, *, create: bool = True) -> optuna.Study:
@@ -235,7 +238,6 @@ class StudyRunner:
 
     def run(self) -> optuna.Study:
         plan = self.plan
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = open_study(plan)
         for note in enqueue_references(study, plan):
             self.progress.message(note)

@@ -1,0 +1,47 @@
+"""vLLM's own benchmark client (``vllm bench serve``), driven in-process, to cross-check ours.
+
+Used by the client tests and ``benchmarks/client_overhead.py``: same server, same lengths,
+request count and concurrency, and the numbers under the same keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from typing import Any
+
+from autotune.core.profiles import WorkloadProfile
+
+
+def run_vllm_bench(
+    url: str, model: str, api_key: str, profile: WorkloadProfile, *, seed: int, quiet: bool = True
+) -> dict[str, Any]:
+    """One ``vllm bench serve`` run with the random dataset; returns its result dict."""
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    argv = [
+        "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", model, "--dataset-name", "random",
+        "--random-input-len", str(profile.input_len), "--random-output-len",
+        str(profile.output_len), "--random-range-ratio", "0",
+        "--num-prompts", str(profile.num_prompts), "--max-concurrency",
+        str(profile.max_concurrency), "--request-rate", str(profile.request_rate),
+        "--ignore-eos", "--seed", str(seed), "--temperature", str(profile.temperature),
+        "--num-warmups", str(profile.warmup_requests), "--disable-tqdm",
+    ]
+    args = parser.parse_args(argv)
+    previous = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = api_key  # how vllm bench serve authenticates
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
+            return main(args)
+    finally:
+        if previous is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        else:
+            os.environ["OPENAI_API_KEY"] = previous

