@@ -23,7 +23,8 @@ name: test
 deployment: {tensor_parallel_size: 2, max_model_len: 4096}
 parameters:
   - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
-  - {name: performance_mode, type: categorical, choices: [throughput, interactivity], default: throughput, flag: --performance-mode}
+  - {name: performance_mode, type: categorical, choices: [throughput, interactivity],
+     default: throughput, flag: --performance-mode}
   - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
 """
 REFERENCES = """
