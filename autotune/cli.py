@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -316,13 +317,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=50, help="random samples to check (default 50)")
     p.add_argument("--seed", type=int, default=0)
 
+    from autotune.cli_results import add_results_parsers
     from autotune.cli_run import add_run_parser
 
     add_run_parser(sub)
+    add_results_parsers(sub)
     return parser
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGTERM is handled like Ctrl-C: the running trial tears its server down and is recorded.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "check-deploy":
@@ -336,9 +345,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "validate":
             return cmd_validate(args)
-        from autotune.cli_run import cmd_run
+        if args.command == "run":
+            from autotune.cli_run import cmd_run
 
-        return cmd_run(args)
+            return cmd_run(args)
+        from autotune.cli_results import COMMANDS
+
+        return COMMANDS[args.command](args)
     except ConfigError as exc:
         console.print(f"autotune: error: {exc}")
         return 2

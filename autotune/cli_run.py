@@ -80,9 +80,11 @@ class ConsoleProgress:
             self.trial_t0 = time.monotonic()
         console.print(f"[{self._stamp()}] trial {number}/{total}: {phase}")
 
-    def trial_done(self, number: int, total: int, trial: FrozenTrial) -> None:
+    def trial_done(self, number: int, total: int, trial: FrozenTrial, front: list[int]) -> None:
         console.print(f"[{self._stamp()}] trial {number}/{total} (#{trial.number}): "
                       f"{describe_result(trial)}")
+        console.print(f"[{self._stamp()}] Pareto front so far: "
+                      f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
 
     def message(self, text: str) -> None:
         console.print(f"[{self._stamp()}] {text}")

@@ -53,15 +53,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--high", type=int, default=32, help="the high concurrency level")
     ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--input-len", type=int, default=256)
+    ap.add_argument("--tp", type=int, default=2, help="2: one core per rank; 1: the server on core "
+                    "0, leaving core 1 to the API server and the client (less contention)")
+    ap.add_argument("--output-len", type=int, default=128)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="client-overhead-"))
     model = make_model(work / "dense", kind="dense").name
-    slot = make_slots("cpu", [0, 1], 2)[0]
-    spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "2",
+    slot = make_slots("cpu", [0, 1], args.tp)[0]
+    spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", str(args.tp),
                           "--max-model-len", "4096"), slot=slot, log_path=work / "server.log")
-    base = WorkloadProfile(name="check", input_len=128, output_len=64,
+    base = WorkloadProfile(name="check", input_len=args.input_len, output_len=args.output_len,
                            num_prompts=args.num_prompts, warmup_requests=2)
-    console = Console()
+    console = Console(width=140)
     with Deployment(spec) as dep:
         target = Target(dep.url, dep.model_name, dep.api_key)
         for concurrency in (2, args.high):
@@ -70,7 +74,8 @@ def main() -> None:
             for r in range(args.repeats):
                 for tool in runs:  # interleaved, so drift hits both tools alike
                     runs[tool].append(measure(tool, target, profile, seed=100 + r))
-            table = Table(title=f"concurrency {concurrency}: 128 in, 64 out, "
+            table = Table(title=f"concurrency {concurrency}: {args.input_len} in, "
+                          f"{args.output_len} out, "
                           f"{args.num_prompts} requests, {args.repeats} runs each")
             table.add_column("client")
             for key in ("client_cpu_s_per_1k_tok", *KEYS):

@@ -104,3 +104,32 @@ def options_to_config(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
 def to_argv(space: SearchSpace, ctx: ModelContext, params: Params) -> list[str]:
     """The vLLM option argv (after ``vllm serve MODEL``) of one configuration."""
     return options_to_argv(to_options(space, ctx, params))
+
+
+def _scalar(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def argv_to_options(argv: list[str]) -> Options:
+    """Inverse of :func:`options_to_argv` for argv it produced (JSON values become dicts)."""
+    options: Options = {}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if has_value:
+            text = argv[i + 1]
+            options[flag] = json.loads(text) if text.startswith("{") else _scalar(text)
+            i += 2
+        elif flag.startswith("--no-"):
+            options["--" + flag[5:]] = False
+            i += 1
+        else:
+            options[flag] = True
+            i += 1
+    return options

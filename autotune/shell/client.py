@@ -93,22 +93,28 @@ async def send_request(
                 body = (await resp.aread()).decode(errors="replace")
                 error = f"HTTP {resp.status_code}: {body[:300]}"
             else:
-                async for line in resp.aiter_lines():
-                    chunk = parse_sse_line(line)
-                    if chunk is None:
-                        continue
-                    if chunk.error:
-                        error = f"error chunk: {chunk.error}"
+                pending = b""
+                async for data in resp.aiter_bytes():
+                    now = time.perf_counter()  # one arrival time for every event in this read
+                    pending += data
+                    *events, pending = pending.split(b"\n\n")
+                    for event in events:
+                        chunk = parse_sse_line(event.decode())
+                        if chunk is None:
+                            continue
+                        if chunk.error:
+                            error = f"error chunk: {chunk.error}"
+                            break
+                        if chunk.has_tokens:
+                            if got_token:
+                                itl.append(now - last)
+                            else:
+                                ttft, got_token = now - start, True
+                            last = now
+                        if chunk.completion_tokens is not None:
+                            tokens = chunk.completion_tokens
+                    if error:
                         break
-                    if chunk.has_tokens:
-                        now = time.perf_counter()
-                        if got_token:
-                            itl.append(now - last)
-                        else:
-                            ttft, got_token = now - start, True
-                        last = now
-                    if chunk.completion_tokens is not None:
-                        tokens = chunk.completion_tokens
     except httpx.TimeoutException:
         error = f"timed out after {target.request_timeout_s:g} s"
     except httpx.HTTPError as exc:

@@ -32,6 +32,7 @@ def run_vllm_bench(
         str(profile.max_concurrency), "--request-rate", str(profile.request_rate),
         "--ignore-eos", "--seed", str(seed), "--temperature", str(profile.temperature),
         "--num-warmups", str(profile.warmup_requests), "--disable-tqdm",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
     ]
     args = parser.parse_args(argv)
     previous = os.environ.get("OPENAI_API_KEY")

@@ -15,6 +15,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ from autotune.shell.validation import VllmValidator
 from autotune.study.trial import BenchPlan, TrialOutcome, TrialSetup, run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
 REFS_ENQUEUED = "references_enqueued"
@@ -84,7 +87,8 @@ class Progress(Protocol):
     """What the runner reports; the CLI prints it."""
 
     def phase(self, number: int, total: int, phase: str) -> None: ...
-    def trial_done(self, number: int, total: int, trial: FrozenTrial) -> None: ...
+    def trial_done(self, number: int, total: int, trial: FrozenTrial, front: list[int]) -> None:
+        ...
     def message(self, text: str) -> None: ...
 
 
@@ -92,7 +96,7 @@ class SilentProgress:
     def phase(self, number: int, total: int, phase: str) -> None:
         pass
 
-    def trial_done(self, number: int, total: int, trial: FrozenTrial) -> None:
+    def trial_done(self, number: int, total: int, trial: FrozenTrial, front: list[int]) -> None:
         pass
 
     def message(self, text: str) -> None:
@@ -130,11 +134,9 @@ def hardware_description() -> str:
 def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     """Multivariate TPE over the conditional, mixed space; sample-efficient for a few dozen
     expensive trials, constraint-aware through ``Trial.set_constraint``, reproducible."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
-        )
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
+    )
 
 
 def open_study(plan: StudyPlan, *, create: bool = True) -> optuna.Study:
@@ -252,8 +254,24 @@ class StudyRunner:
         return study
 
     def _one_trial(self, study: optuna.Study, store: FileSystemArtifactStore, number: int) -> None:
-        plan = self.plan
+        t0 = time.monotonic()
         trial = study.ask()
+        try:
+            self._run_and_tell(study, trial, store, number, t0)
+        except BaseException as exc:
+            # Ctrl-C, or a bug of ours: never leave the trial RUNNING in the storage.
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            failure = FailureClass.INTERRUPTED.value if interrupted else "internal_error"
+            message = ("interrupted by the user (SIGINT)" if interrupted
+                       else f"{type(exc).__name__}: {exc}")
+            trial.set_user_attr("failure_class", failure)
+            trial.set_user_attr("failure_message", message[:2000])
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+
+    def _run_and_tell(self, study: optuna.Study, trial: optuna.Trial,
+                      store: FileSystemArtifactStore, number: int, t0: float) -> None:
+        plan = self.plan
         total = plan.trials
         params = sample(plan.space, plan.ctx, trial)
         argv = to_argv(plan.space, plan.ctx, params)
@@ -266,7 +284,7 @@ class StudyRunner:
         previous = _previous_failure(study, key, trial.number)
         if previous is not None:
             self._copy_failure(study, trial, previous)
-            self.progress.trial_done(number, total, study.trials[trial.number])
+            self._report(study, number, trial.number)
             return
         base = plan.setup_defaults or TrialSetup(model=plan.model.name, workdir=plan.workdir)
         setup = TrialSetup(
@@ -276,17 +294,16 @@ class StudyRunner:
         )
         bench = BenchPlan(profiles=plan.bench.profiles, vocab_size=plan.bench.vocab_size,
                           repeats=plan.bench.repeats, seed=trial.number, slo=plan.bench.slo)
-        try:
-            outcome = run_trial(argv, bench, setup,
-                                on_phase=lambda ph: self.progress.phase(number, total, ph))
-        except KeyboardInterrupt:
-            trial.set_user_attr("failure_class", FailureClass.INTERRUPTED.value)
-            trial.set_user_attr("failure_message", "interrupted by the user (SIGINT)")
-            study.tell(trial, state=TrialState.FAIL)
-            raise
+        outcome = run_trial(argv, bench, setup,
+                            on_phase=lambda ph: self.progress.phase(number, total, ph))
         values = _record_outcome(study, trial, plan, outcome, store)
+        trial.set_user_attr("trial_wall_s", round(time.monotonic() - t0, 3))
         study.tell(trial, values)
-        self.progress.trial_done(number, total, study.trials[trial.number])
+        self._report(study, number, trial.number)
+
+    def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
+        front = sorted(t.number for t in pareto_front(study))
+        self.progress.trial_done(number, self.plan.trials, study.trials[trial_number], front)
 
     def _copy_failure(self, study: optuna.Study, trial: optuna.Trial,
                       previous: FrozenTrial) -> None:
@@ -298,6 +315,11 @@ class StudyRunner:
         for name, value in previous.constraints.items():
             trial.set_constraint(name, value)
         study.tell(trial, list(previous.values))
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """Feasible non-dominated trials over all objectives."""
+    return [t for t in study.best_trials if feasible(t)]
 
 
 def feasible(trial: FrozenTrial) -> bool:

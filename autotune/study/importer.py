@@ -1,0 +1,165 @@
+"""`autotune import-results`: externally measured results as completed trials of a study.
+
+Rows are CSV (``reference`` or parameter columns, ``profile``, then metric columns with
+vLLM's key names) or JSON (a list of such objects). Rows of one configuration are grouped;
+a configuration becomes a trial when every requested profile has both objectives. Output
+throughput missing beside request throughput is derived as req/s x output tokens (fixed
+output length), and the trial says so in ``derived``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from autotune.core.objectives import OBJECTIVES, directions, metric_names
+from autotune.core.profiles import get_profile
+from autotune.core.space import Parameter, ReferenceSet, SearchSpace
+from autotune.errors import ConfigError
+from autotune.study.runner import FEASIBLE, REFS_ENQUEUED
+
+NUMERIC = ("request_throughput", "output_throughput", "total_token_throughput",
+           "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "p99_ttft_ms",
+           "p99_e2el_ms", "median_ttft_ms", "median_e2el_ms")
+
+
+def distribution(p: Parameter) -> BaseDistribution:
+    if p.type == "bool":
+        return CategoricalDistribution([False, True])
+    if p.type == "categorical":
+        return CategoricalDistribution(list(p.choices))
+    assert p.low is not None and p.high is not None
+    if p.type == "int":
+        return IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+    return FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+
+
+def _read_rows(path: Path) -> list[dict]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    if path.suffix == ".json":
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: invalid JSON: {exc}") from exc
+        if not isinstance(rows, list):
+            raise ConfigError(f"{path}: expected a JSON list of rows")
+        return rows
+    if path.suffix == ".csv":
+        return list(csv.DictReader(text.splitlines()))
+    raise ConfigError(f"{path}: expected a .csv or .json file")
+
+
+@dataclass(frozen=True)
+class ImportedConfig:
+    name: str
+    params: dict
+    metrics: dict[str, dict[str, float]]
+    derived: list[str]
+
+
+def _params_for(row: dict, space: SearchSpace, refs: ReferenceSet | None, where: str) -> tuple[str, dict]:
+    by_name = {r.name: r for r in refs.configs} if refs else {}
+    ref = row.get("reference")
+    given: dict = {}
+    if ref:
+        if ref not in by_name:
+            raise ConfigError(f"{where}: reference {ref!r} is not in the references file; "
+                              f"valid: {', '.join(by_name) or 'none (pass --references)'}")
+        given = dict(by_name[ref].params)
+    for p in space.parameters:
+        if p.name in row and row[p.name] not in ("", None):
+            value = row[p.name]
+            if isinstance(value, str) and p.type != "categorical":
+                value = {"true": True, "false": False}.get(value.lower(), value)
+                value = value if isinstance(value, bool) else float(value)
+            elif isinstance(value, str):
+                value = next((c for c in p.choices if str(c) == value), value)
+            if not p.contains(value):
+                raise ConfigError(f"{where}: value {value!r} of {p.name!r} is outside the space")
+            given[p.name] = value
+    params: dict = {}
+    for p in space.parameters:
+        if all(params.get(o) in vs for o, vs in p.when.items()):
+            params[p.name] = given.get(p.name, p.default)
+    return ref or json.dumps(given, sort_keys=True), params
+
+
+def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
+                 profiles: list[str]) -> tuple[list[ImportedConfig], list[str]]:
+    """Configurations with complete objectives, and a message per skipped configuration."""
+    grouped: dict[str, dict] = {}
+    metrics: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for i, row in enumerate(_read_rows(path), start=2):
+        where = f"{path}: row {i}"
+        profile = row.get("profile")
+        if not profile:
+            raise ConfigError(f"{where}: needs a 'profile' column")
+        name, params = _params_for(row, space, refs, where)
+        grouped[name] = params
+        values = {}
+        for key in NUMERIC:
+            raw = row.get(key)
+            if raw not in ("", None):
+                try:
+                    values[key] = float(raw)
+                except ValueError:
+                    raise ConfigError(f"{where}: {key} must be a number, got {raw!r}") from None
+        metrics[name][profile] = values
+    configs, skipped = [], []
+    for name, params in grouped.items():
+        derived, complete = [], True
+        for profile in profiles:
+            m = metrics[name].get(profile, {})
+            if "output_throughput" not in m and "request_throughput" in m:
+                m["output_throughput"] = m["request_throughput"] * get_profile(profile).output_len
+                derived.append(f"{profile}:output_throughput")
+            missing = [f"{profile}:{k}" for k, _ in OBJECTIVES if k not in m]
+            if missing:
+                skipped.append(f"{name}: skipped, {', '.join(missing)} not given")
+                complete = False
+                break
+        if complete:
+            configs.append(ImportedConfig(name, params, {p: metrics[name][p] for p in profiles},
+                                          derived))
+    return configs, skipped
+
+
+def import_results(study_name: str, storage: str, path: Path, space: SearchSpace,
+                   refs: ReferenceSet | None, profiles: list[str]) -> tuple[optuna.Study, list[str]]:
+    """Add the file's configurations as COMPLETE, feasible trials; returns skip messages."""
+    configs, skipped = read_results(path, space, refs, profiles)
+    study = optuna.create_study(study_name=study_name, storage=storage,
+                                directions=directions(profiles), load_if_exists=True)
+    if study.metric_names is None:
+        study.set_metric_names(metric_names(profiles))
+    elif study.metric_names != metric_names(profiles):
+        raise ConfigError(f"--study {study_name!r} has objectives {study.metric_names}; "
+                          f"the import asks for {metric_names(profiles)}")
+    dists = {p.name: distribution(p) for p in space.parameters}
+    for cfg in configs:
+        study.enqueue_trial(cfg.params, user_attrs={"reference": cfg.name, "imported_from": str(path)})
+        trial = study.ask({k: dists[k] for k in cfg.params})
+        trial.set_user_attr("metrics", cfg.metrics)
+        trial.set_user_attr("derived", cfg.derived)
+        trial.set_constraint(FEASIBLE, 0.0)
+        study.tell(trial, [cfg.metrics[p][m] for p in profiles for m, _ in OBJECTIVES])
+    if refs:
+        study.set_user_attr("baseline", refs.baseline)
+        study.set_user_attr(REFS_ENQUEUED, True)
+    study.set_user_attr("space", space.path)
+    study.set_user_attr("model", study.user_attrs.get("model", f"imported from {path.name}"))
+    return study, skipped
