@@ -6,73 +6,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import REPO
+from tests.conftest import REPO, autotune, load, run_args, vllm_processes
 
 pytestmark = pytest.mark.slow
-
-# A small space for the tests: -O0/-O2 and the performance mode on every model, expert parallel
-# on the MoE model (a real crash on the CPU build), at a length that needs no YaRN.
-SPACE = """
-name: test
-deployment: {tensor_parallel_size: 2, max_model_len: 4096}
-parameters:
-  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
-  - {name: performance_mode, type: categorical, choices: [throughput, interactivity],
-     default: throughput, flag: --performance-mode}
-  - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
-"""
-REFERENCES = """
-baseline: o0
-configs:
-  - {name: o0, params: {optimization_level: 0}}
-  - {name: o0-ep, base: o0, params: {expert_parallel: true}}
-"""
-SMALL = ["--num-prompts", "4", "--input-len", "64", "--output-len", "16"]
-PROFILES = ["--profile", "low-concurrency", "--profile", "high-concurrency"]
-
-
-@pytest.fixture(scope="module")
-def study_env(tmp_path_factory, moe_model):
-    root = tmp_path_factory.mktemp("study")
-    (root / "space.yaml").write_text(SPACE)
-    (root / "refs.yaml").write_text(REFERENCES)
-    return root, moe_model
-
-
-def autotune(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", "--workdir", str(root / "studies"), *args],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, **kwargs,
-    )
-
-
-def run_args(root: Path, model: str, study: str, trials: int) -> list[str]:
-    return ["run", *PROFILES, "--model", model, "--space", str(root / "space.yaml"),
-            "--references", str(root / "refs.yaml"), "--seed-references", "--study", study,
-            "--trials", str(trials), "--seed", "1", *SMALL]
-
-
-def load(root: Path, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{root / 'studies' / 'autotune.db'}")
-
-
-def vllm_processes(model: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", model], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "vllm" in line and "pgrep" not in line]
-
-
-@pytest.fixture(scope="module")
-def four_trials(study_env):
-    root, model = study_env
-    result = autotune(root, *run_args(root, model, "s4", 4))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return root, model, result
 
 
 def test_a_four_trial_study_runs_references_first_and_records_both_profiles(four_trials):

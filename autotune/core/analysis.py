@@ -154,25 +154,39 @@ def beyond_noise(t: TrialRecord, baseline: TrialRecord | None, profile: str,
 
 @dataclass(frozen=True)
 class Effect:
-    """Mean objective per value of one parameter at one profile, and the change between the
-    best-known values (sign of the effect of switching from the first value to the last)."""
+    """The effect of one parameter on one metric at one profile.
+
+    ``change_pct`` is the change from the parameter's first value to its last (sorted), taken
+    from matched pairs of trials that differ in this parameter only (as the reference study's
+    one-change-at-a-time configurations do) when there are any, else from group means, which
+    other parameters confound.
+    """
 
     param: str
     profile: str
     metric: str
     means: Mapping[str, float]  # str(value) -> mean over feasible trials
     counts: Mapping[str, int]
+    change_pct: float
+    matched_pairs: int = 0
 
-    @property
-    def change_pct(self) -> float:
-        keys = list(self.means)
-        if len(keys) < 2:
-            return math.nan
-        return delta_pct(self.means[keys[-1]], self.means[keys[0]])
+
+def _matched_change(pool: Sequence[TrialRecord], param: str, profile: str, metric: str,
+                    first: str, last: str) -> tuple[float, int]:
+    changes = []
+    for a in pool:
+        for b in pool:
+            if str(a.params.get(param)) != first or str(b.params.get(param)) != last:
+                continue
+            rest_a = {k: v for k, v in a.params.items() if k != param}
+            rest_b = {k: v for k, v in b.params.items() if k != param}
+            if rest_a == rest_b:
+                changes.append(delta_pct(b.value(profile, metric), a.value(profile, metric)))
+    return (statistics.fmean(changes), len(changes)) if changes else (math.nan, 0)
 
 
 def effects(trials: Sequence[TrialRecord], profiles: Sequence[str], metric: str) -> list[Effect]:
-    """Per parameter and profile: mean ``metric`` grouped by the parameter's value."""
+    """Per parameter and profile: mean ``metric`` by value and the change between values."""
     out = []
     params = sorted({k for t in trials for k in t.params})
     for profile in profiles:
@@ -184,10 +198,13 @@ def effects(trials: Sequence[TrialRecord], profiles: Sequence[str], metric: str)
                     groups[str(t.params[param])].append(t.value(profile, metric))
             if len(groups) < 2:
                 continue
-            ordered = dict(sorted(groups.items()))
-            out.append(Effect(param, profile, metric,
-                              {k: statistics.fmean(v) for k, v in ordered.items()},
-                              {k: len(v) for k, v in ordered.items()}))
+            means = {k: statistics.fmean(v) for k, v in sorted(groups.items())}
+            first, last = list(means)[0], list(means)[-1]
+            change, pairs = _matched_change(pool, param, profile, metric, first, last)
+            if not pairs:
+                change = delta_pct(means[last], means[first])
+            out.append(Effect(param, profile, metric, means,
+                              {k: len(v) for k, v in sorted(groups.items())}, change, pairs))
     return out
 
 

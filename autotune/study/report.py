@@ -166,9 +166,11 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     for e_tp, e_lat in zip(tp_effects, lat_effects, strict=True):
         rows.append([e_tp.param, e_tp.profile,
                      "; ".join(f"{k}: {_fmt(v)} tok/s (n={e_tp.counts[k]})" for k, v in e_tp.means.items()),
-                     f"{_fmt(e_tp.change_pct)}%", f"{_fmt(e_lat.change_pct)}%"])
+                     f"{_fmt(e_tp.change_pct)}%", f"{_fmt(e_lat.change_pct)}%",
+                     f"{e_tp.matched_pairs} matched pairs" if e_tp.matched_pairs else "group means"])
     sec.tables.append((["parameter", "profile", "mean throughput by value",
-                        "throughput change first→last value", "E2EL change first→last value"], rows))
+                        "throughput change first→last value", "E2EL change first→last value",
+                        "from"], rows))
     flips = sign_flips(tp_effects)
     sec.paragraphs.append(
         "Parameters whose throughput effect changes sign between profiles: "

@@ -9,6 +9,7 @@ trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -248,7 +249,8 @@ class StudyRunner:
         store = FileSystemArtifactStore(str(store_dir))
         study.set_user_attr("model", plan.model.name)
         study.set_user_attr("space", plan.space.path)
-        study.set_user_attr("profiles", [p.name for p in plan.bench.profiles])
+        study.set_user_attr("profile_specs", [dataclasses.asdict(p) for p in plan.bench.profiles])
+        study.set_user_attr("vocab_size", plan.bench.vocab_size)
         while (done := finished_count(study)) < plan.trials:
             self._one_trial(study, store, done + 1)
         return study
