@@ -39,7 +39,7 @@ out = Console(highlight=False)
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 DEFAULT_WORKDIR = "studies"
-GENERATED_MODEL = "models/tiny-moe-mtp-seed0"  # under the workdir
+GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
 
 
 def _package_file(relative: str) -> str:
@@ -64,8 +64,9 @@ def _model_or_generate(model: str | None, workdir: Path, platform: str) -> Model
     if (path / "config.json").exists():
         console.print(f"using the generated tiny model {path}")
         return load_model_info(str(path))
-    console.print(f"no --model given and no GPU: generating a tiny MoE+MTP model in {path}")
-    return make_model(path, kind="moe", mtp=True, seed=0)
+    console.print(f"no --model given and no GPU: generating a tiny MoE+MTP model in {path}, "
+                  "trained so that its MTP head predicts (about a minute)")
+    return make_model(path, kind="moe", mtp=True, seed=0, trained=True)
 
 
 def _cpu_slot(tp: int, kv_cache_gib: float) -> Slot:
@@ -123,15 +124,18 @@ def cmd_make_model(args: argparse.Namespace) -> int:
     from autotune.shell.modelgen import make_model
 
     t0 = time.monotonic()
-    info = make_model(args.out, kind=args.kind, mtp=args.mtp, seed=args.seed)
+    info = make_model(args.out, kind=args.kind, mtp=args.mtp, seed=args.seed, trained=args.trained)
     out.print(f"wrote {info.architecture} ({'MoE, ' + str(info.num_experts) + ' experts' if info.is_moe else 'dense'}"
               f"{', MTP layers: ' + str(info.mtp_layers) if info.has_mtp else ''}) to {args.out} "
               f"in {time.monotonic() - t0:.1f} s")
+    report = Path(args.out) / "training.json"
+    if args.trained and report.exists():
+        out.print(f"training: {report.read_text().strip()}", soft_wrap=True)
     return 0
 
 
 def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int:
-    from autotune.shell.server import Deployment, DeploymentSpec, detect_platform
+    from autotune.shell.server import Deployment, DeploymentSpec, detect_platform, session_pids
 
     platform = detect_platform()
     model = _model_or_generate(args.model, Path(args.workdir), platform)
@@ -158,7 +162,9 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
         )
         resp.raise_for_status()
         text = resp.json()["choices"][0]["text"]
-        out.print(f"ready in {dep.startup_s:.1f} s on {spec.slot.describe() if spec.slot else '?'}")
+        out.print(f"ready in {dep.startup_s:.1f} s on {spec.slot.describe() if spec.slot else '?'}; "
+                  f"memory: {dep.rss_bytes() / 2**30:.2f} GiB RSS over "
+                  f"{len(session_pids(dep.pid))} processes")
         out.print(f"completion: {text!r}")
     report = dep.teardown
     assert report is not None
@@ -285,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out")
     p.add_argument("--kind", choices=("dense", "moe"), default="dense")
     p.add_argument("--mtp", action="store_true", help="add one MTP layer (needs --kind moe)")
+    p.add_argument("--trained", action="store_true",
+                   help="train base model and MTP head on a predictable synthetic language "
+                        "(needs --kind moe --mtp; about a minute on CPU)")
     p.add_argument("--seed", type=int, default=0)
 
     p = sub.add_parser("check-deploy", help="deploy once, print readiness and one completion, tear down; "

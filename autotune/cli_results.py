@@ -52,6 +52,8 @@ def add_results_parsers(sub: argparse._SubParsersAction) -> None:
     study_args(p)
     p.add_argument("--out", help="output folder (default <workdir>/reports/<study>)")
 
+    add_dashboard_parser(sub)
+
     p = sub.add_parser("import-results", help="add externally measured results as completed trials")
     p.add_argument("file", help=".csv or .json rows: reference or parameters, profile, metrics")
     study_args(p)
@@ -61,8 +63,16 @@ def add_results_parsers(sub: argparse._SubParsersAction) -> None:
                    help="profiles to import (default both); configurations lacking one are skipped")
 
 
+def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dashboard", help="optuna-dashboard on the study storage (127.0.0.1)")
+    p.add_argument("--study", help="open this study's page")
+    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<workdir>/autotune.db)")
+    p.add_argument("--port", type=int, default=8080)
+
+
 def cmd_pareto(args: argparse.Namespace) -> int:
-    from autotune.study.results import baseline_of, load_existing, profiles_of, records
+    from autotune.study.records import baseline_of, profiles_of, records
+    from autotune.study.results import load_existing
 
     study = load_existing(args.study, _storage(args))
     recs = records(study)
@@ -83,7 +93,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from autotune.study.results import baseline_of, load_existing, profiles_of, records
+    from autotune.study.records import baseline_of, profiles_of, records
+    from autotune.study.results import load_existing
 
     study = load_existing(args.study, _storage(args))
     recs = records(study)
@@ -169,5 +180,29 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """optuna-dashboard on the study storage with the artifact store, on 127.0.0.1 only."""
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna_dashboard import run_server
+
+    storage = _storage(args)
+    artifacts = Path(args.workdir) / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{args.port}/dashboard"
+    if args.study:
+        from autotune.study.results import load_existing
+
+        study = load_existing(args.study, storage)
+        url += f"/studies/{study._study_id}"
+    console.print(f"optuna-dashboard for {storage} (artifacts: {artifacts})")
+    out.print(url, soft_wrap=True)
+    run_server(storage, host="127.0.0.1", port=args.port,
+               artifact_store=FileSystemArtifactStore(str(artifacts)))
+    return 0
+
+
 COMMANDS = {"pareto": cmd_pareto, "recommend": cmd_recommend, "export": cmd_export,
-            "report": cmd_report, "import-results": cmd_import}
+            "report": cmd_report, "import-results": cmd_import, "dashboard": cmd_dashboard}

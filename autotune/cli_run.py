@@ -26,7 +26,6 @@ from autotune.cli import (
     console,
     out,
 )
-from autotune.core.metrics import SloLimits
 from autotune.core.objectives import metric_names, parse_slo
 from autotune.core.profiles import PROFILES, get_profile
 from autotune.core.space import load_references, load_space
@@ -145,7 +144,6 @@ def build_plan(args: argparse.Namespace):
     bench = BenchPlan(
         profiles=tuple(get_profile(p, overrides) for p in profiles),
         vocab_size=model.vocab_size, repeats=args.repeats, seed=args.seed or 0,
-        slo=None if not slos else SloLimits(),
     )
     storage = args.storage or f"sqlite:///{workdir / 'autotune.db'}"
     name = args.study or _study_name(model.name, space.name, profiles)
@@ -184,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def trials_table(trials: list[FrozenTrial], profiles: list[str]) -> Table:
-    from autotune.study.runner import feasible
+    from autotune.study.records import feasible
 
     table = Table(title="trials")
     table.add_column("#", justify="right")

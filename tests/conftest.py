@@ -28,6 +28,14 @@ LLAMA_CONFIG = {
 }
 
 
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    """Screenshots kept with the test output (test-artifacts/, git-ignored) to look at."""
+    path = REPO / "test-artifacts" / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @pytest.fixture
 def moe_mtp_info() -> ModelInfo:
     return parse_config("/models/moe", GLM_MOE_MTP_CONFIG)
@@ -60,6 +68,14 @@ def moe_model(models_dir) -> str:
     return make_model(models_dir / "moe-mtp", kind="moe", mtp=True, seed=0).name
 
 
+@pytest.fixture(scope="session")
+def trained_model(models_dir) -> str:
+    """The trained MoE+MTP model (shell.predictable), generated once per session."""
+    from autotune.shell.modelgen import make_model
+
+    return make_model(models_dir / "moe-mtp-trained", kind="moe", mtp=True, trained=True).name
+
+
 def cpu_slot(tp: int = 2):
     from autotune.core.slots import make_slots
 
@@ -69,13 +85,16 @@ def cpu_slot(tp: int = 2):
 
 @pytest.fixture(scope="session")
 def dense_server(dense_model, tmp_path_factory):
-    """One real TP=2 vLLM server on the tiny dense model, shared by the tests that only read."""
+    """One real vLLM server on the tiny dense model for measurement tests, shared. TP=1 on core
+    0 leaves core 1 to the API server and the client: with TP=2 on two cores the API server is
+    starved and run-to-run spreads reach 40-80% (benchmarks/client_overhead.py)."""
+    from autotune.core.slots import Slot
     from autotune.shell.server import Deployment, DeploymentSpec
 
     log = tmp_path_factory.mktemp("dense-server") / "server.log"
     spec = DeploymentSpec(
-        model=dense_model, options=("--tensor-parallel-size", "2", "--max-model-len", "4096"),
-        slot=cpu_slot(2), log_path=log, startup_timeout_s=600,
+        model=dense_model, options=("--tensor-parallel-size", "1", "--max-model-len", "4096"),
+        slot=Slot("cpu", (0,), 1), log_path=log, startup_timeout_s=600,
     )
     with Deployment(spec) as dep:
         yield dep

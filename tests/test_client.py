@@ -98,24 +98,29 @@ def test_poisson_arrivals_have_the_requested_mean_rate():
 
 @pytest.mark.slow
 def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server):
-    """Interleaved runs (ours, theirs, x3) on one real TP=2 server, 128 in / 64 out, 24 requests,
-    concurrency 2. Noise measured first with benchmarks/client_overhead.py on this machine
-    (3 runs each, spread = (max-min)/mean): output throughput ours 9.6% / vLLM's 11.2%,
-    mean TPOT 7.5% / 9.9%, mean E2EL 9.3% / 10.6%, mean TTFT 38% / 45% (prefill of a
-    few ms is dominated by scheduling jitter). The medians must agree within 20% (about twice
-    the spread) for throughput, TPOT and E2EL, and within 60% for TTFT."""
+    """Interleaved runs (ours, theirs, x4) on one real server (TP=1 on core 0), 256 in / 128
+    out, 32 requests, concurrency 2. Noise measured first with
+    `benchmarks/client_overhead.py --tp 1` on this machine (3 runs of 16 requests each,
+    spread = (max-min)/mean, ours / vLLM's): output throughput 36% / 30%, mean TPOT 33% / 69%,
+    mean E2EL 29% / 29%, mean TTFT 55% / 219% (one 298 ms outlier among ~30 ms runs); medians
+    of the two tools were within 5% (throughput) to 12% (E2EL). Medians of 4 runs must agree
+    within 30% for throughput, TPOT and E2EL (about the measured spread) and within a factor
+    of two for TTFT; a wrong definition (TTFT from the first byte instead of the first token,
+    TPOT including the first token, throughput over a wrong duration) moves a metric further."""
     from autotune.shell.reference_bench import run_vllm_bench
 
-    profile = WorkloadProfile(name="check", input_len=128, output_len=64, num_prompts=24,
+    profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=32,
                               max_concurrency=2, warmup_requests=2)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
     ours, theirs = [], []
-    for r in range(3):
+    for r in range(4):
         ours.append(to_vllm_json(run_profile(target, profile, seed=10 + r, vocab_size=512).summary))
         theirs.append(run_vllm_bench(target.url, target.model, target.api_key, profile, seed=10 + r))
-    assert all(o["failed"] == 0 for o in ours) and all(t["completed"] == 24 for t in theirs)
-    tolerances = {"output_throughput": 0.20, "mean_tpot_ms": 0.20, "mean_e2el_ms": 0.20,
-                  "mean_ttft_ms": 0.60}
+    assert all(o["failed"] == 0 for o in ours) and all(t["completed"] == 32 for t in theirs)
+    assert all(o["total_output_tokens"] == t["total_output_tokens"] == 32 * 128
+               for o, t in zip(ours, theirs, strict=True))
+    tolerances = {"output_throughput": 0.30, "mean_tpot_ms": 0.30, "mean_e2el_ms": 0.30,
+                  "mean_ttft_ms": 1.0}
     for key, tol in tolerances.items():
         a = statistics.median(o[key] for o in ours)
         b = statistics.median(t[key] for t in theirs)

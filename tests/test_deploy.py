@@ -105,7 +105,7 @@ def test_expert_parallel_on_the_moe_model_is_classified_or_works(moe_model, tmp_
     except DeploymentError as exc:
         outcome = exc.failure.value
         assert exc.failure in (FailureClass.ENGINE_DIED, FailureClass.STARTUP_CRASH), exc
-        assert "died unexpectedly (exit code: -11)" in exc.reason
+        assert "died unexpectedly" in exc.reason  # exit code -11 or None, as seen here
     record_property("expert_parallel_outcome", outcome)
     print(f"expert parallel on the MoE model: {outcome}")
     assert dep.teardown is not None and dep.teardown.clean

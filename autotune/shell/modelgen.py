@@ -108,13 +108,19 @@ def _unfuse_experts(state: dict) -> dict:
 
 def make_model(
     out: str | Path, *, kind: str = "dense", mtp: bool = False, seed: int = 0,
-    shape: ModelShape = ModelShape(),
+    trained: bool = False, shape: ModelShape = ModelShape(),
 ) -> ModelInfo:
-    """Write a tiny random-weight checkpoint with tokenizer to ``out``; same seed, same bytes."""
+    """Write a tiny checkpoint with tokenizer to ``out``; same seed, same bytes.
+
+    Random weights, or with ``trained`` a MoE+MTP model trained on a predictable synthetic
+    language (``shell.predictable``) so that MTP speculation is accepted most of the time.
+    """
     if kind not in KINDS:
         raise ConfigError(f"--kind {kind!r}: valid kinds are {', '.join(KINDS)}")
     if mtp and kind != "moe":
         raise ConfigError("--mtp needs --kind moe (the MTP layer is GLM-4-MoE's)")
+    if trained and not mtp:
+        raise ConfigError("--trained needs --kind moe --mtp (it trains the MTP head)")
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
@@ -123,7 +129,20 @@ def make_model(
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     config = _config(kind, shape, mtp)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32 if trained else
+                                             torch.bfloat16)
+    trained_mtp: dict = {}
+    if trained:
+        from autotune.shell.predictable import train
+
+        trained_mtp, report = train(model, config, seed=seed)
+        model = model.to(torch.bfloat16)
+        (path / "training.json").write_text(json.dumps({
+            "language": "token after x is f(x), f a seeded random permutation",
+            "seed": seed, "steps": report.steps,
+            "base_accuracy": round(report.base_accuracy, 4),
+            "mtp_accuracy": round(report.mtp_accuracy, 4),
+        }, indent=2) + "\n")
     model.save_pretrained(path, safe_serialization=True)
     _write_tokenizer(path, shape.vocab_size)
     cfg_path = path / "config.json"
@@ -131,7 +150,9 @@ def make_model(
     cfg["head_dim"] = shape.hidden_size // shape.num_heads  # vLLM's GLM-4-MoE reads it
     if kind == "moe":
         state = {k: v.contiguous() for k, v in model.state_dict().items()}
-        if mtp:
+        if trained:
+            state.update(trained_mtp)
+        elif mtp:
             gen = torch.Generator().manual_seed(seed + 1)
             state.update(_mtp_tensors(state, shape, gen))
             cfg["num_nextn_predict_layers"] = 1

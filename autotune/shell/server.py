@@ -320,6 +320,18 @@ class Deployment:
             self.log_text()
         )
 
+    def rss_bytes(self) -> int:
+        """Resident memory of every process of the deployment, summed (Linux /proc)."""
+        total = 0
+        for pid in session_pids(self.pid):
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        return total
+
     def stop(self) -> TeardownReport:
         """Kill the process group and verify nothing is left; idempotent."""
         if self.teardown is not None:

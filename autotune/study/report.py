@@ -31,7 +31,7 @@ from autotune.core.analysis import (
 )
 from autotune.core.objectives import UNITS
 from autotune.errors import ConfigError
-from autotune.study.results import baseline_of, profiles_of, records
+from autotune.study.records import baseline_of, profiles_of, records
 
 
 @dataclass

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import optuna
 import yaml
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from autotune.core.analysis import TrialRecord, recommend
+from autotune.core.analysis import recommend
 from autotune.core.flags import argv_to_options, options_to_config
 from autotune.errors import ConfigError, StudyError
-from autotune.study.runner import feasible
+from autotune.study.records import baseline_of, profiles_of, records
 
 FORMATS = ("shell", "yaml", "json")
 
@@ -31,36 +31,6 @@ def load_existing(study_name: str, storage: str) -> optuna.Study:
         raise ConfigError(f"--study {study_name!r}: no such study in {storage}; "
                           f"studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=study_name, storage=storage)
-
-
-def profiles_of(study: optuna.Study) -> list[str]:
-    names = study.metric_names or []
-    return list(dict.fromkeys(n.split(":", 1)[0] for n in names))
-
-
-def to_record(t: FrozenTrial) -> TrialRecord:
-    ok = feasible(t)
-    return TrialRecord(
-        number=t.number, params=dict(t.params),
-        metrics=t.user_attrs.get("metrics", {}) if ok else {},
-        spread=t.user_attrs.get("spread", {}), feasible=ok,
-        reference=t.user_attrs.get("reference", ""),
-        failure_class=t.user_attrs.get("failure_class", "" if ok else (
-            "slo_violated" if t.state == TrialState.COMPLETE else "")),
-        failure_message=t.user_attrs.get("failure_message", ""),
-    )
-
-
-def records(study: optuna.Study) -> list[TrialRecord]:
-    """Every finished trial (COMPLETE, and FAIL for the failure table)."""
-    return [to_record(t) for t in study.get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))]
-
-
-def baseline_of(study: optuna.Study, recs: list[TrialRecord]) -> TrialRecord | None:
-    """The trial of the study's baseline reference, if it ran."""
-    name = study.user_attrs.get("baseline")
-    return next((r for r in recs if name and r.reference == name), None)
 
 
 @dataclass(frozen=True)

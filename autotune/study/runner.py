@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import platform
 import shutil
@@ -25,6 +24,7 @@ from typing import Protocol
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import FrozenTrial, TrialState
+from optuna_dashboard import save_note
 
 from autotune.core.flags import to_argv
 from autotune.core.model_info import ModelInfo
@@ -46,6 +46,8 @@ from autotune.core.space import (
 from autotune.errors import FailureClass, StudyError
 from autotune.shell.server import Entrypoint, vllm_version
 from autotune.shell.validation import VllmValidator
+from autotune.study.notes import mirror_constraints, study_note, trial_note
+from autotune.study.records import baseline_of, feasible, records, to_record
 from autotune.study.trial import BenchPlan, TrialOutcome, TrialSetup, run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -209,9 +211,11 @@ def _record_outcome(study: optuna.Study, trial: optuna.Trial, plan: StudyPlan,
         trial.set_user_attr("failure_class", outcome.failure.value)
         trial.set_user_attr("failure_message", outcome.message[:2000])
         trial.set_user_attr("log_tail", outcome.log_tail[-4000:])
+        constraints = [1.0] * (1 + len(plan.slos))
         trial.set_constraint(FEASIBLE, 1.0)
         for slo in plan.slos:
             trial.set_constraint(slo.key, 1.0)
+        mirror_constraints(trial, constraints)
         return infeasible_values(profiles)
     means = {name: r.means() for name, r in outcome.results.items()}
     trial.set_user_attr("metrics", means)
@@ -222,12 +226,15 @@ def _record_outcome(study: optuna.Study, trial: optuna.Trial, plan: StudyPlan,
     )
     trial.set_user_attr("repeats", {name: list(map(dict, r.runs))
                                     for name, r in outcome.results.items()})
+    constraints = [0.0]
     trial.set_constraint(FEASIBLE, 0.0)
     for slo in plan.slos:
         violation = slo.violation(means[slo.profile][slo.metric])
         trial.set_constraint(slo.key, violation)
+        constraints.append(violation)
         if violation > 0:
             trial.set_user_attr("slo_violated", True)
+    mirror_constraints(trial, constraints)
     return objective_values(means, profiles)
 
 
@@ -304,8 +311,21 @@ class StudyRunner:
         self._report(study, number, trial.number)
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
+        self._write_notes(study, trial_number)
         front = sorted(t.number for t in pareto_front(study))
         self.progress.trial_done(number, self.plan.trials, study.trials[trial_number], front)
+
+    def _write_notes(self, study: optuna.Study, trial_number: int) -> None:
+        """The trial's note and the study's Pareto summary, as optuna-dashboard shows them."""
+        frozen = study.trials[trial_number]
+        recs = records(study)
+        base = baseline_of(study, recs)
+        profiles = self.plan.profile_names
+        save_note(optuna.Trial(study, frozen._trial_id),
+                  trial_note(to_record(frozen), frozen.user_attrs.get("argv", []), profiles,
+                             base, frozen.user_attrs))
+        argv_of = {t.number: t.user_attrs.get("argv", []) for t in study.trials}
+        save_note(study, study_note(study.study_name, recs, profiles, base, argv_of))
 
     def _copy_failure(self, study: optuna.Study, trial: optuna.Trial,
                       previous: FrozenTrial) -> None:
@@ -316,18 +336,13 @@ class StudyRunner:
                 trial.set_user_attr(attr, previous.user_attrs[attr])
         for name, value in previous.constraints.items():
             trial.set_constraint(name, value)
+        mirror_constraints(trial, list(previous.constraints.values()))
         study.tell(trial, list(previous.values))
 
 
 def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
     """Feasible non-dominated trials over all objectives."""
     return [t for t in study.best_trials if feasible(t)]
-
-
-def feasible(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.COMPLETE and all(
-        v <= 0 for v in trial.constraints.values()
-    ) and all(math.isfinite(v) for v in trial.values)
 
 
 def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
