@@ -89,3 +89,14 @@ def test_slo_parsing_and_violation():
         parse_slo("p99<5000", ["high-concurrency"], ["p99_ttft_ms"])
     with pytest.raises(ConfigError, match="profile 'low-concurrency' is not run"):
         parse_slo("low-concurrency:p99_ttft_ms<=1", ["high-concurrency"], ["p99_ttft_ms"])
+
+
+def test_gpu_memory_counts_as_released_within_the_tolerance_and_waits_for_it():
+    from autotune.shell.gpu import released, wait_released
+
+    baseline = {0: 1000, 1: 1000}
+    assert released(baseline, {0: 1200, 1: 1000}, tolerance_mib=512)
+    assert not released(baseline, {0: 40_000, 1: 1000}, tolerance_mib=512)
+    readings = iter([{0: 40_000, 1: 1000}, {0: 9_000, 1: 1000}, {0: 1100, 1: 1000}])
+    ok, last = wait_released(baseline, read=lambda ids: next(readings), poll_s=0.0)
+    assert ok and last == {0: 1100, 1: 1000}

@@ -149,15 +149,18 @@ class DeploymentSpec:
 
 @dataclass(frozen=True)
 class TeardownReport:
-    """What was left after teardown: both must be empty/true for a clean teardown."""
+    """What was left after teardown: no process, a free port, and (GPU slots read through
+    NVML) the GPUs' memory back at its pre-launch level."""
 
     leftover_pids: tuple[int, ...]
     port_free: bool
     seconds: float
+    gpu_memory_released: bool | None = None  # None: not a GPU slot, or NVML unavailable
+    gpu_used_mib: tuple[tuple[int, int], ...] = ()  # (GPU index, MiB used) after teardown
 
     @property
     def clean(self) -> bool:
-        return not self.leftover_pids and self.port_free
+        return not self.leftover_pids and self.port_free and self.gpu_memory_released is not False
 
 
 @dataclass
@@ -172,6 +175,7 @@ class Deployment:
     argv: list[str] = field(default_factory=list)
     teardown: TeardownReport | None = None
     _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _gpu_baseline: dict[int, int] | None = field(default=None, repr=False)
     _log_file: object = field(default=None, repr=False)
 
     @property
@@ -238,6 +242,11 @@ class Deployment:
         options += ["--host", HOST, "--port", str(self.port)]
         self.argv = entry.command(spec.model, options)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if spec.slot is not None and spec.slot.kind == "cuda":
+            from autotune.shell.gpu import nvml_available, nvml_used_mib
+
+            if nvml_available():
+                self._gpu_baseline = nvml_used_mib(spec.slot.devices)
         self._log_file = open(spec.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.on_phase("launching")
         self._t0 = time.monotonic()
@@ -356,8 +365,14 @@ class Deployment:
             time.sleep(0.2)
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
+        gpu_ok, gpu_now = None, {}
+        if self._gpu_baseline is not None:
+            from autotune.shell.gpu import wait_released
+
+            gpu_ok, gpu_now = wait_released(self._gpu_baseline)
         self.teardown = TeardownReport(
-            tuple(session_pids(sid)), port_is_free(self.port), time.monotonic() - t0
+            tuple(session_pids(sid)), port_is_free(self.port), time.monotonic() - t0,
+            gpu_ok, tuple(sorted(gpu_now.items())),
         )
         return self.teardown
 
