@@ -87,6 +87,8 @@ def _overrides(args: argparse.Namespace) -> ProfileOverrides:
         num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
         max_concurrency=getattr(args, "max_concurrency", None),
         request_rate=getattr(args, "request_rate", None),
+        burstiness=getattr(args, "burstiness", None),
+        timeout_s=getattr(args, "time_limit", None),
     )
 
 
@@ -198,7 +200,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if vocab is None:
         vocab = load_model_info(args.model).vocab_size
     api_key = os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
-    target = Target(url=args.url, model=args.model, api_key=api_key)
+    target = Target(url=args.url, model=args.model, api_key=api_key, endpoint=args.endpoint,
+                    request_timeout_s=args.request_timeout)
+    text_prompt = None
+    if args.endpoint == "chat":  # chat takes text: decode the random ids with the tokenizer
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        text_prompt = tokenizer.decode
     slo = SloLimits(args.goodput_ttft_ms, args.goodput_tpot_ms, args.goodput_e2el_ms)
     rows = {}
     for name in args.profile:
@@ -206,6 +215,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
             run = run_profile(target, profile, seed=args.seed, vocab_size=vocab, slo=slo,
+                              text_prompt=text_prompt,
                               on_progress=lambda done, total, t=task: bar.update(t, completed=done))
         rows[name] = to_vllm_json(run.summary)
         if not run.summary.valid:
@@ -312,6 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=int, help="default: from the model's config.json")
     p.add_argument("--max-concurrency", type=int)
     p.add_argument("--request-rate", type=float, help="requests/s (default: inf)")
+    p.add_argument("--burstiness", type=float, help="gamma shape of arrivals (1.0: Poisson)")
+    p.add_argument("--time-limit", type=float, help="seconds for the whole measured run")
+    p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
+                   help="chat sends the prompts as text, decoded with the model's tokenizer "
+                        "(their token count is then approximate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="write the results as JSON with vllm bench serve's keys")
     for name in ("ttft", "tpot", "e2el"):

@@ -68,15 +68,12 @@ class ConsoleProgress:
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
-        self.trial_t0 = self.t0
 
     def _stamp(self) -> str:
         s = int(time.monotonic() - self.t0)
         return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
     def phase(self, number: int, total: int, phase: str) -> None:
-        if phase == "validating":
-            self.trial_t0 = time.monotonic()
         console.print(f"[{self._stamp()}] trial {number}/{total}: {phase}")
 
     def trial_done(self, number: int, total: int, trial: FrozenTrial, front: list[int]) -> None:

@@ -5,6 +5,7 @@ hung request). Agreement with `vllm bench serve` is checked on a real server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 
 import httpx
@@ -45,7 +46,6 @@ def test_a_good_stream_counts_tokens_from_usage_and_sends_the_reference_payload(
     seen = []
 
     def body_for(request):
-        import json
         seen.append(json.loads(request.content))
         assert request.headers["authorization"] == "Bearer k"
         return httpx.Response(200, content=GOOD)
@@ -125,3 +125,27 @@ def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server
         a = statistics.median(o[key] for o in ours)
         b = statistics.median(t[key] for t in theirs)
         assert a == pytest.approx(b, rel=tol), f"{key}: ours {a:.2f}, vllm bench serve {b:.2f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_the_bench_command_writes_vllm_keyed_json(dense_server, tmp_path, endpoint):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "autotune", "bench", "--url", dense_server.url, "--model",
+         dense_server.model_name, "--profile", "low-concurrency", "--num-prompts", "4",
+         "--input-len", "32", "--output-len", "8", "--endpoint", endpoint, "--output", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "VLLM_API_KEY": dense_server.api_key},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["completed"] == 4 and data["failed"] == 0 and data["total_output_tokens"] == 32
+    assert data["output_throughput"] > 0 and "p99_e2el_ms" in data
+    assert "output_throughput" in result.stdout  # the summary table

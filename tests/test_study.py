@@ -25,14 +25,14 @@ def test_a_four_trial_study_runs_references_first_and_records_both_profiles(four
     assert study.metric_names == ["low-concurrency:output_throughput", "low-concurrency:mean_e2el_ms",
                                   "high-concurrency:output_throughput", "high-concurrency:mean_e2el_ms"]
     good = trials[0]
-    assert good.constraints == {"served": 0.0}
+    assert good.constraints["served"] == 0.0 and all(v <= 0 for v in good.constraints.values())
     assert len(good.values) == 4 and good.values[0] > 0 and 0 < good.values[1] < float("inf")
     assert set(good.user_attrs["metrics"]) == {"low-concurrency", "high-concurrency"}
     assert good.user_attrs["metrics"]["low-concurrency"]["output_throughput"] == good.values[0]
     assert good.user_attrs["startup_s"] > 0 and good.user_attrs["teardown_clean"] is True
     assert "--optimization-level" in good.user_attrs["argv"]
     assert good.user_attrs["vllm_version"].startswith("vllm")
-    names = sorted(a["filename"] for a in optuna.artifacts.get_all_artifact_meta(good, storage=study._storage))
+    names = sorted(a.filename for a in optuna.artifacts.get_all_artifact_meta(good, storage=study._storage))
     assert names == ["bench-high-concurrency-1.json", "bench-low-concurrency-1.json", "server.log"]
     assert "trial 4/4" in result.stderr and "benchmarking high-concurrency" in result.stderr
 

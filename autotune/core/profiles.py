@@ -62,7 +62,9 @@ class ProfileOverrides:
     output_len: int | None = None
     max_concurrency: int | None = None
     request_rate: float | None = None
+    burstiness: float | None = None
     warmup_requests: int | None = None
+    timeout_s: float | None = None
 
 
 def get_profile(name: str, overrides: ProfileOverrides | None = None) -> WorkloadProfile:

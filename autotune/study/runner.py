@@ -44,7 +44,7 @@ from autotune.core.space import (
     sample,
 )
 from autotune.errors import FailureClass, StudyError
-from autotune.shell.server import Entrypoint, vllm_version
+from autotune.shell.server import vllm_version
 from autotune.shell.validation import VllmValidator
 from autotune.study.notes import mirror_constraints, study_note, trial_note
 from autotune.study.records import baseline_of, feasible, records, to_record
@@ -75,7 +75,6 @@ class StudyPlan:
     seed: int | None = None
     slos: tuple[Slo, ...] = ()
     setup_defaults: TrialSetup | None = None  # slot, entrypoint, timeout; model/workdir set per trial
-    entrypoint: Entrypoint | None = None
 
     @property
     def profile_names(self) -> list[str]:
@@ -142,13 +141,10 @@ def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     )
 
 
-def open_study(plan: StudyPlan, *, create: bool = True) -> optuna.Study:
+def open_study(plan: StudyPlan) -> optuna.Study:
     """Create or load the study; refuses a study whose objectives differ from the plan's."""
     sampler = make_sampler(plan.seed)
     try:
-        if not create:
-            return optuna.load_study(study_name=plan.study_name, storage=plan.storage,
-                                     sampler=sampler)
         study = optuna.create_study(
             study_name=plan.study_name, storage=plan.storage, sampler=sampler,
             directions=directions(plan.profile_names), load_if_exists=True,
@@ -334,9 +330,10 @@ class StudyRunner:
         for attr in ("failure_class", "failure_message", "log_tail"):
             if attr in previous.user_attrs:
                 trial.set_user_attr(attr, previous.user_attrs[attr])
-        for name, value in previous.constraints.items():
+        named = {k: v for k, v in previous.constraints.items() if not k.isdigit()}  # not the mirror
+        for name, value in named.items():
             trial.set_constraint(name, value)
-        mirror_constraints(trial, list(previous.constraints.values()))
+        mirror_constraints(trial, list(named.values()))
         study.tell(trial, list(previous.values))
 
 
