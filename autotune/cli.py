@@ -355,7 +355,9 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # SIGTERM is handled like Ctrl-C: the running trial tears its server down and is recorded.
+    # Ctrl-C must reach a running trial even when autotune was started with SIGINT ignored
+    # (as background jobs are); SIGTERM is handled alike. The trial tears its server down.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
@@ -49,10 +50,10 @@ def app(four_trials):
 
 def study_detail(app, name: str) -> dict:
     status, body = wsgi_get(app, "/api/studies")
-    listed = {s["study_name"]: s["study_id"] for s in json.loads(body)["studies"]}
+    listed = {s["study_name"]: s["study_id"] for s in json.loads(body)["study_summaries"]}
     status, body = wsgi_get(app, f"/api/studies/{listed[name]}", "after=0")
     assert status.startswith("200")
-    return json.loads(body)
+    return {"id": listed[name], **json.loads(body)}
 
 
 def test_the_dashboard_serves_metric_names_notes_attributes_and_feasibility(app):
@@ -75,8 +76,8 @@ def test_the_dashboard_lists_and_serves_a_trials_artifacts(app):
     names = sorted(a["filename"] for a in trial["artifacts"])
     assert names == ["bench-high-concurrency-1.json", "bench-low-concurrency-1.json", "server.log"]
     bench = next(a for a in trial["artifacts"] if a["filename"] == "bench-low-concurrency-1.json")
-    status, body = wsgi_get(app, f"/artifacts/{detail['id'] if 'id' in detail else 1}/"
-                                 f"{trial['trial_id']}/{bench['artifact_id']}")
+    status, body = wsgi_get(app, f"/artifacts/{detail['id']}/{trial['trial_id']}/"
+                                 f"{bench['artifact_id']}")
     assert status.startswith("200")
     assert json.loads(body)["completed"] == 4
 
@@ -94,7 +95,7 @@ def chromium(url: str, out: Path, *, dom: bool) -> str:
         pytest.fail("chromium is not installed (.ci/run installs the Debian package)")
     args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={out.parent / ('chrome-' + out.stem)}", "--window-size=1400,1000",
+            f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}", "--window-size=1400,1000",
             "--virtual-time-budget=15000"]
     args += ["--dump-dom", url] if dom else [f"--screenshot={out}", url]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)

@@ -46,6 +46,8 @@ def _write_tokenizer(out: Path, vocab_size: int) -> None:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
+    # A plain template so that /v1/chat/completions works too: the messages' text, in order.
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     fast.save_pretrained(out)
 
 
