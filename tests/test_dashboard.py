@@ -58,7 +58,7 @@ def study_detail(app, name: str) -> dict:
 
 def test_the_dashboard_serves_metric_names_notes_attributes_and_feasibility(app):
     detail = study_detail(app, "s4")
-    assert detail["metric_names"] == METRICS
+    assert detail["objective_names"] == METRICS
     assert "**interactive**" in detail["note"]["body"] and "vllm serve MODEL" in detail["note"]["body"]
     good, crashed = detail["trials"][0], detail["trials"][1]
     assert good["constraints"] == [0.0] and crashed["constraints"] == [1.0]
