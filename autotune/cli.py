@@ -11,6 +11,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +34,8 @@ from autotune.core.space import (
 )
 from autotune.errors import AutotuneError, ConfigError
 
-console = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
@@ -380,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return COMMANDS[args.command](args)
     except ConfigError as exc:
-        console.print(f"autotune: error: {exc}")
+        print(f"autotune: error: {exc}", file=sys.stderr)  # one line, never wrapped or styled
         return 2
     except AutotuneError as exc:
         console.print(f"autotune: {type(exc).__name__}: {exc}")
