@@ -297,9 +297,9 @@ class StudyRunner:
             f"trial-{trial.number:04d}", slot=base.slot, entrypoint=base.entrypoint,
             startup_timeout_s=base.startup_timeout_s, validator=self.validator,
         )
-        bench = BenchPlan(profiles=plan.bench.profiles, vocab_size=plan.bench.vocab_size,
-                          repeats=plan.bench.repeats, seed=trial.number, slo=plan.bench.slo)
-        outcome = run_trial(argv, bench, setup,
+        # Every trial gets the same prompts (a new server has an empty prefix cache), so
+        # configurations are compared on identical work; repeats within a trial differ.
+        outcome = run_trial(argv, plan.bench, setup,
                             on_phase=lambda ph: self.progress.phase(number, total, ph))
         values = _record_outcome(study, trial, plan, outcome, store)
         trial.set_user_attr("trial_wall_s", round(time.monotonic() - t0, 3))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.core.metrics import SloLimits, flat_metrics, to_vllm_json
+from autotune.core.metrics import flat_metrics, to_vllm_json
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import Slot
 from autotune.errors import DeploymentError, FailureClass, ValidationError
@@ -65,7 +65,6 @@ class BenchPlan:
     vocab_size: int
     repeats: int = 1
     seed: int = 0
-    slo: SloLimits | None = None
 
 
 @dataclass(frozen=True)
@@ -94,8 +93,7 @@ def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
             on_phase(label + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
             # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
             seed = plan.seed * 1000 + p_index * 100 + r
-            run = run_profile(target, profile, seed=seed, vocab_size=plan.vocab_size,
-                              slo=plan.slo)
+            run = run_profile(target, profile, seed=seed, vocab_size=plan.vocab_size)
             path = workdir / f"bench-{profile.name}-{r + 1}.json"
             payload = {"profile": profile.name, "seed": seed, "repeat": r + 1,
                        **to_vllm_json(run.summary)}
