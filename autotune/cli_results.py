@@ -122,7 +122,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.cli import _cpu_slot, _entrypoint
+    from autotune.cli import _cpu_slot
     from autotune.core.profiles import WorkloadProfile
     from autotune.shell.server import detect_platform
     from autotune.study.trial import BenchPlan, TrialSetup, run_trial
@@ -132,9 +132,9 @@ def _verify(args, study, trial, export) -> int:
         raise ConfigError(f"study {study.study_name!r} does not record its profiles; cannot verify")
     if detect_platform() != "cpu":
         raise ConfigError("--verify runs on the CPU build here; on GPUs relaunch with 'autotune run'")
+    tp = int(export.argv[export.argv.index("--tensor-parallel-size") + 1])
     setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
-                       slot=_cpu_slot(int(export.argv[export.argv.index("--tensor-parallel-size") + 1]), 1.0),
-                       entrypoint=_entrypoint(argparse.Namespace(entrypoint=None)))
+                       slot=_cpu_slot(tp, 1.0))  # entrypoint None: resolved as for any deployment
     vocab = int(study.user_attrs.get("vocab_size", 0))
     outcome = run_trial(export.argv, BenchPlan(profiles=profiles, vocab_size=vocab, seed=10_000),
                         setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
