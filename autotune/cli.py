@@ -76,11 +76,27 @@ def _cpu_slot(tp: int, kv_cache_gib: float) -> Slot:
     return make_slots("cpu", cores, tp, per_rank=per_rank, kv_cache_gib=kv_cache_gib)[0]
 
 
-def _slot(args: argparse.Namespace, tp: int, platform: str) -> Slot:
+def _slots(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
+    """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
+    first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
+    gpus, cores = getattr(args, "gpus", None), getattr(args, "cores", None)
     if platform == "cuda":
-        gpus = parse_device_list(args.gpus, "--gpus") if args.gpus else list(range(tp))
-        return make_slots("cuda", gpus, tp)[0]
-    return _cpu_slot(tp, args.kv_cache_gib)
+        if cores:
+            raise ConfigError("--cores is for vLLM's CPU build; on GPUs use --gpus 0,1,...")
+        return make_slots("cuda", parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
+    if gpus:
+        raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
+    if not cores:
+        return [_cpu_slot(tp, args.kv_cache_gib)]
+    ids = parse_device_list(cores, "--cores")
+    allowed = sorted(os.sched_getaffinity(0))
+    if not set(ids) <= set(allowed):
+        raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
+    return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
+
+
+def _slot(args: argparse.Namespace, tp: int, platform: str) -> Slot:
+    return _slots(args, tp, platform)[0]
 
 
 def _overrides(args: argparse.Namespace) -> ProfileOverrides:
@@ -102,7 +118,11 @@ def _add_profile_overrides(p: argparse.ArgumentParser) -> None:
 
 def _add_deploy_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("deployment")
-    g.add_argument("--gpus", help="GPU ids for the deployment, e.g. 0,1 (GPU build)")
+    g.add_argument("--gpus", help="GPU build: GPU ids, e.g. 0,1; `run` with more GPUs than one "
+                   "deployment needs runs one trial per slot of --tp GPUs at once (0-7: 4 slots)")
+    g.add_argument("--cores", help="CPU build: core ids, split into slots of --tp ranks x "
+                   "--cores-per-rank cores, one trial per slot at once (default: one slot, all cores)")
+    g.add_argument("--cores-per-rank", type=int, default=1, help="CPU build, with --cores (default 1)")
     g.add_argument("--kv-cache-gib", type=float, default=1.0,
                    help="CPU build only: VLLM_CPU_KVCACHE_SPACE (default 1)")
     g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
@@ -373,10 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "validate":
             return cmd_validate(args)
-        if args.command == "run":
-            from autotune.cli_run import cmd_run
+        if args.command in ("run", "worker"):
+            from autotune.cli_run import cmd_run, cmd_worker
 
-            return cmd_run(args)
+            return cmd_run(args) if args.command == "run" else cmd_worker(args)
         from autotune.cli_results import COMMANDS
 
         return COMMANDS[args.command](args)

@@ -23,13 +23,15 @@ from autotune.errors import ConfigError
 
 
 def _storage(args: argparse.Namespace) -> str:
-    return args.storage or f"sqlite:///{Path(args.workdir) / 'autotune.db'}"
+    from autotune.study.storage import storage_url
+
+    return storage_url(args.storage, f"sqlite:///{Path(args.workdir) / 'autotune.db'}")
 
 
 def add_results_parsers(sub: argparse._SubParsersAction) -> None:
     def study_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--study", required=True)
-        p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<workdir>/autotune.db)")
+        p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else sqlite:///<workdir>/autotune.db)")
 
     p = sub.add_parser("pareto", help="the feasible non-dominated trials per profile")
     study_args(p)
@@ -66,7 +68,7 @@ def add_results_parsers(sub: argparse._SubParsersAction) -> None:
 def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dashboard", help="optuna-dashboard on the study storage (127.0.0.1)")
     p.add_argument("--study", help="open this study's page")
-    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///<workdir>/autotune.db)")
+    p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else sqlite:///<workdir>/autotune.db)")
     p.add_argument("--port", type=int, default=8080)
 
 
@@ -181,12 +183,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 
-
-
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """optuna-dashboard on the study storage with the artifact store, on 127.0.0.1 only."""
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
+
+    from autotune.study.storage import redact
 
     storage = _storage(args)
     artifacts = Path(args.workdir) / "artifacts"
@@ -197,7 +199,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
         study = load_existing(args.study, storage)
         url += f"/studies/{study._study_id}"
-    console.print(f"optuna-dashboard for {storage} (artifacts: {artifacts})")
+    console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts})")
     out.print(url, soft_wrap=True)
     run_server(storage, host="127.0.0.1", port=args.port,
                artifact_store=FileSystemArtifactStore(str(artifacts)))

@@ -161,3 +161,26 @@ def four_trials(study_env):
     return root, model, result
 
 
+
+
+# ------------------------------------------------------------------ PostgreSQL for workers
+
+POSTGRES_DEFAULT = "postgresql://autotune:autotune@127.0.0.1:5432/autotune_test"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test database `./setup.sh --with-postgres` creates (or $AUTOTUNE_TEST_POSTGRES).
+    Studies get unique names, so the database may hold earlier runs' studies."""
+    import sqlalchemy
+
+    from autotune.study.storage import storage_url
+
+    url = storage_url(os.environ.get("AUTOTUNE_TEST_POSTGRES") or POSTGRES_DEFAULT, "")
+    try:
+        with sqlalchemy.create_engine(url, connect_args={"connect_timeout": 5}).connect():
+            pass
+    except sqlalchemy.exc.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is not reachable ({str(exc.orig).splitlines()[0]}): run "
+                    "./setup.sh --with-postgres, or set AUTOTUNE_TEST_POSTGRES to a database URL")
+    return url

@@ -20,6 +20,12 @@ OBJECTIVES: tuple[tuple[str, str], ...] = (
     ("mean_e2el_ms", "minimize"),
 )
 UNITS = {"output_throughput": "tok/s", "mean_e2el_ms": "ms"}
+# Metrics an SLO may name: the benchmark's keys, as vLLM's `bench serve` writes them.
+KNOWN_METRICS = (
+    "output_throughput", "request_throughput", "total_token_throughput",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+      for s in ("mean", "median", "std", "p50", "p90", "p99")),
+)
 
 
 def metric_names(profiles: Sequence[str]) -> list[str]:

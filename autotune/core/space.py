@@ -114,6 +114,7 @@ class SearchSpace:
     deployment: Deployment
     parameters: tuple[Parameter, ...]
     description: str = ""
+    text: str = field(default="", repr=False, compare=False)  # the YAML it was parsed from
 
     def parameter(self, name: str) -> Parameter:
         for p in self.parameters:
@@ -178,6 +179,10 @@ def _read_yaml(path: Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return _parse_yaml(str(path), text)
+
+
+def _parse_yaml(path: str, text: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -317,9 +322,16 @@ def _parse_deployment(path: str, raw: Any) -> Deployment:
 
 def load_space(path: str | Path) -> SearchSpace:
     """Load and validate a search-space YAML file; raises SpaceError naming file and field."""
-    p = Path(path)
-    raw = _read_yaml(p)
-    where = str(p)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_space(text, str(path))
+
+
+def parse_space(text: str, where: str) -> SearchSpace:
+    """Validate a search space given as YAML text; ``where`` names it in errors (its file)."""
+    raw = _parse_yaml(where, text)
     if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), list):
         raise _fail(where, "top level", "expected a mapping with a 'parameters' list")
     unknown = set(raw) - {"name", "description", "deployment", "parameters"}
@@ -333,8 +345,9 @@ def load_space(path: str | Path) -> SearchSpace:
     if not params:
         raise _fail(where, "parameters", "must list at least one parameter")
     return SearchSpace(
-        name=str(raw.get("name") or p.stem),
+        name=str(raw.get("name") or Path(where).stem),
         path=where,
+        text=text,
         deployment=_parse_deployment(where, raw.get("deployment")),
         parameters=tuple(params.values()),
         description=str(raw.get("description", "")),

@@ -10,6 +10,7 @@ grace period) and checks that no process of the session is left and the port is 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.metadata
 import os
@@ -19,8 +20,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -124,7 +126,40 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
-def _die_with_parent() -> None:
+def marked_processes(variable: str) -> dict[str, list[int]]:
+    """Live processes of this user whose environment sets ``variable``, by its value.
+
+    Every trial's server carries ``AUTOTUNE_TRIAL=<study uid>:<trial number>`` and its
+    children inherit it, so the servers of a worker that was killed can be found and reaped
+    by another worker on the same host (Linux /proc)."""
+    prefix = f"{variable}=".encode()
+    found: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(prefix):
+                found.setdefault(item[len(prefix):].decode(errors="replace"), []).append(
+                    int(entry.name))
+                break
+    return found
+
+
+def kill_processes(pids: Sequence[int]) -> None:
+    """SIGKILL each process and its process group (a server's group is its session)."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _kill(pid)
+
+
+def die_with_parent() -> None:
     """Child-side: get SIGTERM if autotune dies, so a killed tuner leaves no server behind."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -257,7 +292,7 @@ class Deployment:
             stderr=subprocess.STDOUT,
             env=self._env(),
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
         )
 
     def _fail(self, failure: FailureClass, message: str) -> DeploymentError:
@@ -342,9 +377,14 @@ class Deployment:
         return total
 
     def stop(self) -> TeardownReport:
-        """Kill the process group and verify nothing is left; idempotent."""
+        """Kill the process group and verify nothing is left; idempotent. A second Ctrl-C or
+        a SIGTERM during teardown waits until the server is gone."""
         if self.teardown is not None:
             return self.teardown
+        with _signals_held():
+            return self._stop()
+
+    def _stop(self) -> TeardownReport:
         if self._proc is None:
             self.teardown = TeardownReport((), True, 0.0)
             return self.teardown
@@ -382,6 +422,21 @@ class Deployment:
             os.killpg(self._proc.pid, sig)
         except ProcessLookupError:
             pass
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM (main thread only: Python handles signals there) and deliver
+    them afterwards, so an impatient second Ctrl-C cannot abandon a half-killed server."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _kill(pid: int) -> None:

@@ -17,6 +17,7 @@ from autotune.core.analysis import recommend
 from autotune.core.flags import argv_to_options, options_to_config
 from autotune.errors import ConfigError, StudyError
 from autotune.study.records import baseline_of, profiles_of, records
+from autotune.study.storage import redact
 
 FORMATS = ("shell", "yaml", "json")
 
@@ -26,9 +27,9 @@ def load_existing(study_name: str, storage: str) -> optuna.Study:
     try:
         names = optuna.get_all_study_names(storage)
     except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL or file
-        raise StudyError(f"--storage {storage!r}: cannot open: {exc}") from exc
+        raise StudyError(f"--storage {redact(storage)!r}: cannot open: {exc}") from exc
     if study_name not in names:
-        raise ConfigError(f"--study {study_name!r}: no such study in {storage}; "
+        raise ConfigError(f"--study {study_name!r}: no such study in {redact(storage)}; "
                           f"studies there: {', '.join(names) or 'none'}")
     return optuna.load_study(study_name=study_name, storage=storage)
 

@@ -1,10 +1,17 @@
 """The study runner: an Optuna multi-objective study whose trials are real deployments.
 
-Ask/tell loop over ``study.trial.run_trial``. Reference configs are enqueued once per study;
-a failed or infeasible trial is stored as COMPLETE with constraint ``served > 0`` violated
-(so the sampler learns to avoid the region) and values (0 tok/s, inf ms); a parameter set
-identical to an infeasible one is not relaunched; SIGINT tears the server down and marks the
-trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
+``prepare_study`` creates (or joins) the study once: objectives, the stored plan, the
+reference configs enqueued once for the study. ``StudyRunner.work`` is one worker: an ask/tell
+loop over ``study.trial.run_trial`` on one slot, any number of which may share a study (slots
+of one node, nodes sharing PostgreSQL). The budget is study-wide (``core.scheduling``); every
+running trial sends heartbeats, and a worker that looks for work first fails the trials of dead
+workers (Optuna re-enqueues them) and kills what is left of their servers on its own host.
+
+A failed or infeasible trial is stored as COMPLETE with constraint ``served > 0`` violated (so
+the sampler learns to avoid the region) and values (0 tok/s, inf ms); a parameter set identical
+to an infeasible one is not relaunched; one identical to a running or measured one is resampled
+(the skipped trial is stored as FAIL with ``skipped``); SIGINT tears the server down and marks
+the trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
 """
 
 from __future__ import annotations
@@ -16,39 +23,39 @@ import platform
 import shutil
 import subprocess
 import time
+import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.storages import RDBStorage
+from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
+from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.core.flags import to_argv
-from autotune.core.model_info import ModelInfo
 from autotune.core.objectives import (
-    Slo,
     directions,
     infeasible_values,
     metric_names,
     objective_values,
 )
-from autotune.core.space import (
-    ModelContext,
-    Params,
-    ReferenceSet,
-    SearchSpace,
-    resolve_references,
-    sample,
-)
+from autotune.core.scheduling import Claim, Counts, Step, duplicate_of, next_step, over_budget, position, worker_seed
+from autotune.core.space import Params, resolve_references, sample
 from autotune.errors import FailureClass, StudyError
-from autotune.shell.server import vllm_version
+from autotune.shell.server import kill_processes, marked_processes, vllm_version
 from autotune.shell.validation import VllmValidator
 from autotune.study.notes import mirror_constraints, study_note, trial_note
+from autotune.study.plans import StudyPlan, store_plan
 from autotune.study.records import baseline_of, feasible, records, to_record
-from autotune.study.trial import BenchPlan, TrialOutcome, TrialSetup, run_trial
+from autotune.study.storage import Heartbeat, hostname, open_storage, refuse_shared_sqlite
+from autotune.study.trial import TrialOutcome, TrialSetup, run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
@@ -56,37 +63,14 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
 REFS_ENQUEUED = "references_enqueued"
-
-
-@dataclass(frozen=True)
-class StudyPlan:
-    """Everything `autotune run` decided before the first trial."""
-
-    model: ModelInfo
-    space: SearchSpace
-    bench: BenchPlan
-    trials: int  # study-wide budget of finished trials
-    study_name: str
-    storage: str
-    workdir: Path  # artifacts and per-trial folders
-    max_model_len: int
-    references: ReferenceSet | None = None
-    seed_references: bool = False
-    seed: int | None = None
-    slos: tuple[Slo, ...] = ()
-    setup_defaults: TrialSetup | None = None  # slot, entrypoint, timeout; model/workdir set per trial
-
-    @property
-    def profile_names(self) -> list[str]:
-        return [p.name for p in self.bench.profiles]
-
-    @property
-    def ctx(self) -> ModelContext:
-        return ModelContext(self.model, self.max_model_len)
+UID = "uid"  # random id of the study, in the trial marker of every server it starts
+TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
+MAX_RESAMPLES = 10  # consecutive duplicate samples before a duplicate is measured again
 
 
 class Progress(Protocol):
-    """What the runner reports; the CLI prints it."""
+    """What the runner reports; the CLI prints it. ``number`` is the trial's place in the
+    study-wide budget of ``total``."""
 
     def phase(self, number: int, total: int, phase: str) -> None: ...
     def trial_done(self, number: int, total: int, trial: FrozenTrial, front: list[int]) -> None:
@@ -135,23 +119,14 @@ def hardware_description() -> str:
 
 def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
     """Multivariate TPE over the conditional, mixed space; sample-efficient for a few dozen
-    expensive trials, constraint-aware through ``Trial.set_constraint``, reproducible."""
+    expensive trials, constraint-aware through ``Trial.set_constraint``, reproducible. The
+    constant liar counts running trials (of every worker) as bad, so parallel workers spread."""
     return optuna.samplers.TPESampler(
         seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
     )
 
 
-def open_study(plan: StudyPlan) -> optuna.Study:
-    """Create or load the study; refuses a study whose objectives differ from the plan's."""
-    sampler = make_sampler(plan.seed)
-    try:
-        study = optuna.create_study(
-            study_name=plan.study_name, storage=plan.storage, sampler=sampler,
-            directions=directions(plan.profile_names), load_if_exists=True,
-        )
-    except (KeyError, ValueError) as exc:
-        raise StudyError(f"--storage {plan.storage!r}: cannot open study "
-                         f"{plan.study_name!r}: {exc}") from exc
+def _check_objectives(study: optuna.Study, plan: StudyPlan) -> None:
     names = metric_names(plan.profile_names)
     if study.metric_names is None:
         study.set_metric_names(names)
@@ -160,14 +135,40 @@ def open_study(plan: StudyPlan) -> optuna.Study:
             f"study {plan.study_name!r} has objectives {study.metric_names}, this run asks for "
             f"{names}; use the same --profile list or another --study name"
         )
-    return study
 
 
-def enqueue_references(study: optuna.Study, plan: StudyPlan) -> list[str]:
-    """Enqueue the applicable references once per study; returns messages for skipped ones."""
+def prepare_study(plan: StudyPlan, heartbeat: Heartbeat) -> tuple[optuna.Study, list[str], bool]:
+    """Create the study, or join it when it exists; store the plan; enqueue the references
+    once for the study (by whichever `run` created it). Returns the study, messages for the
+    user, and whether this call created it."""
+    storage = open_storage(plan.storage, heartbeat)
+    try:
+        study = optuna.create_study(study_name=plan.study_name, storage=storage,
+                                    directions=directions(plan.profile_names))
+        created = True
+    except DuplicatedStudyError:
+        study = optuna.load_study(study_name=plan.study_name, storage=storage)
+        created = False
+    if len(study.directions) != len(plan.profile_names) * 2:
+        raise StudyError(f"study {plan.study_name!r} has {len(study.directions)} objectives, "
+                         f"this run asks for {len(plan.profile_names) * 2}; use another --study name")
+    _check_objectives(study, plan)
+    store_plan(study, plan)
+    if created:
+        study.set_user_attr(UID, uuid.uuid4().hex)
+    study.set_user_attr("model", plan.model.name)
+    study.set_user_attr("space", plan.space.path)
+    study.set_user_attr("profile_specs", [dataclasses.asdict(p) for p in plan.bench.profiles])
+    study.set_user_attr("vocab_size", plan.bench.vocab_size)
+    return study, enqueue_references(study, plan, created), created
+
+
+def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = True) -> list[str]:
+    """Enqueue the applicable references once per study: by the `run` that created it, or
+    into a study that has none and no trials yet. Returns messages for skipped ones."""
     if not (plan.seed_references and plan.references):
         return []
-    if study.user_attrs.get(REFS_ENQUEUED):
+    if study.user_attrs.get(REFS_ENQUEUED) or not (created or not study.trials):
         return []
     notes = []
     for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
@@ -180,17 +181,42 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan) -> list[str]:
     return notes
 
 
-def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> None:
+    """Fail the trials of workers that stopped sending heartbeats (Optuna's retry callback
+    re-enqueues them), then kill this host's server processes of trials of this study that
+    are no longer running (a dead worker's server normally dies with it: PR_SET_PDEATHSIG)."""
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False)
+    for number in sorted(running):
+        attrs = trials[number].user_attrs
+        if trials[number].state == TrialState.FAIL and not (attrs.get("failure_class")
+                                                            or attrs.get("skipped")):
+            message(f"trial #{number}: its worker stopped sending heartbeats; failed and "
+                    "re-enqueued for a live worker")
+    uid = study.user_attrs.get(UID)
+    for marker, pids in marked_processes(TRIAL_ENV).items():
+        study_uid, _, number = marker.partition(":")
+        if study_uid == uid and number.isdigit() and int(number) < len(trials) and \
+                trials[int(number)].state != TrialState.RUNNING:
+            kill_processes(pids)
+            message(f"trial #{number}: killed {len(pids)} leftover server process(es) of its "
+                    "dead worker")
 
 
-def _previous_failure(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.number != number and t.user_attrs.get("params_key") == key and t.user_attrs.get(
-            "failure_class"
-        ):
-            return t
-    return None
+def counts(study: optuna.Study) -> Counts:
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    return Counts(finished=sum(t.state == TrialState.COMPLETE for t in trials),
+                  running=[t.number for t in trials if t.state == TrialState.RUNNING])
+
+
+def _claims(study: optuna.Study) -> list[Claim]:
+    return [
+        Claim(t.number, t.user_attrs["params_key"], t.state == TrialState.RUNNING,
+              bool(t.user_attrs.get("failure_class")))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        if "params_key" in t.user_attrs
+    ]
 
 
 def _record_outcome(study: optuna.Study, trial: optuna.Trial, plan: StudyPlan,
@@ -236,66 +262,118 @@ def _record_outcome(study: optuna.Study, trial: optuna.Trial, plan: StudyPlan,
 
 @dataclass
 class StudyRunner:
-    """Runs trials until the study holds ``plan.trials`` finished ones."""
+    """One worker: runs trials on its slot until the study holds ``plan.trials`` finished
+    ones. ``label`` names the worker among several ("" for the only one)."""
 
     plan: StudyPlan
     progress: Progress = field(default_factory=SilentProgress)
     validator: VllmValidator | None = None
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
+    label: str = ""
+    poll_s: float = 5.0
+    _resamples: int = 0
 
-    def run(self) -> optuna.Study:
+    def work(self) -> optuna.Study:
         plan = self.plan
-        study = open_study(plan)
-        for note in enqueue_references(study, plan):
-            self.progress.message(note)
+        storage = open_storage(plan.storage, self.heartbeat)
+        seed = worker_seed(plan.seed, self.label) if self.label else plan.seed
+        try:
+            study = optuna.load_study(study_name=plan.study_name, storage=storage,
+                                      sampler=make_sampler(seed))
+        except KeyError:
+            raise StudyError(f"no study {plan.study_name!r} in this storage; create it with "
+                             "`autotune run --storage ... --study NAME`") from None
+        refuse_shared_sqlite(plan.storage, {
+            t.user_attrs.get("worker", {}).get("host", hostname())
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))})
         store_dir = plan.workdir / "artifacts"
         store_dir.mkdir(parents=True, exist_ok=True)
         store = FileSystemArtifactStore(str(store_dir))
-        study.set_user_attr("model", plan.model.name)
-        study.set_user_attr("space", plan.space.path)
-        study.set_user_attr("profile_specs", [dataclasses.asdict(p) for p in plan.bench.profiles])
-        study.set_user_attr("vocab_size", plan.bench.vocab_size)
-        while (done := finished_count(study)) < plan.trials:
-            self._one_trial(study, store, done + 1)
-        return study
+        waiting_said = False
+        while True:
+            reap_dead_workers(study, self.progress.message)
+            now = counts(study)
+            step = next_step(now, plan.trials)
+            if step is Step.STOP:
+                return study
+            if step is Step.WAIT:
+                if not waiting_said:
+                    self.progress.message(
+                        f"budget claimed: waiting for {len(now.running)} running trial(s) of other "
+                        "workers (a dead worker's trial is retried here after the grace period)")
+                    waiting_said = True
+                time.sleep(self.poll_s)
+                continue
+            waiting_said = False
+            self._one_trial(study, storage, store)
 
-    def _one_trial(self, study: optuna.Study, store: FileSystemArtifactStore, number: int) -> None:
+    def _one_trial(self, study: optuna.Study, storage: RDBStorage,
+                   store: FileSystemArtifactStore) -> None:
         t0 = time.monotonic()
         trial = study.ask()
         try:
-            self._run_and_tell(study, trial, store, number, t0)
+            with get_heartbeat_thread(trial._trial_id, storage):
+                self._run_and_tell(study, trial, store, t0)
+        except UpdateFinishedTrialError:
+            self.progress.message(f"trial #{trial.number} was failed by another worker (its "
+                                  "heartbeats were late); its result is discarded")
         except BaseException as exc:
             # Ctrl-C, or a bug of ours: never leave the trial RUNNING in the storage.
             interrupted = isinstance(exc, KeyboardInterrupt)
             failure = FailureClass.INTERRUPTED.value if interrupted else "internal_error"
             message = ("interrupted by the user (SIGINT)" if interrupted
                        else f"{type(exc).__name__}: {exc}")
-            trial.set_user_attr("failure_class", failure)
-            trial.set_user_attr("failure_message", message[:2000])
-            study.tell(trial, state=TrialState.FAIL)
+            try:
+                trial.set_user_attr("failure_class", failure)
+                trial.set_user_attr("failure_message", message[:2000])
+                study.tell(trial, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                pass
             raise
 
+    def _skip(self, study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
+        """Give a claimed trial back without deploying: FAIL, which samplers ignore."""
+        trial.set_user_attr("skipped", reason)
+        study.tell(trial, state=TrialState.FAIL)
+
     def _run_and_tell(self, study: optuna.Study, trial: optuna.Trial,
-                      store: FileSystemArtifactStore, number: int, t0: float) -> None:
+                      store: FileSystemArtifactStore, t0: float) -> None:
         plan = self.plan
         total = plan.trials
+        now = counts(study)
+        if over_budget(trial.number, now, total):
+            self._skip(study, trial, "over budget: other workers claimed the last trials")
+            return
+        number = position(trial.number, now)
         params = sample(plan.space, plan.ctx, trial)
-        argv = to_argv(plan.space, plan.ctx, params)
         key = params_key(params)
+        same = duplicate_of(trial.number, key, _claims(study))
+        frozen = study._storage.get_trial(trial._trial_id)
+        enqueued = "fixed_params" in frozen.system_attrs or "failed_trial" in frozen.system_attrs
+        if same is not None and not same.failed and not enqueued and self._resamples < MAX_RESAMPLES:
+            self._resamples += 1
+            self._skip(study, trial, f"same parameters as #{same.number}; resampled")
+            return
+        self._resamples = 0
+        argv = to_argv(plan.space, plan.ctx, params)
         trial.set_user_attr("params_key", key)
         trial.set_user_attr("argv", argv)
         trial.set_user_attr("vllm_version", vllm_version())
         trial.set_user_attr("hardware", hardware_description())
         trial.set_user_attr("model", plan.model.name)
-        previous = _previous_failure(study, key, trial.number)
-        if previous is not None:
-            self._copy_failure(study, trial, previous)
+        base = plan.setup_defaults or TrialSetup(model=plan.model.name, workdir=plan.workdir)
+        trial.set_user_attr("worker", {"host": hostname(), "pid": os.getpid(), "label": self.label,
+                                       "slot": base.slot.describe() if base.slot else ""})
+        if same is not None and same.failed:
+            self._copy_failure(study, trial, study.trials[same.number])
             self._report(study, number, trial.number)
             return
-        base = plan.setup_defaults or TrialSetup(model=plan.model.name, workdir=plan.workdir)
-        setup = TrialSetup(
-            model=plan.model.name, workdir=plan.workdir / "trials" / plan.study_name /
-            f"trial-{trial.number:04d}", slot=base.slot, entrypoint=base.entrypoint,
-            startup_timeout_s=base.startup_timeout_s, validator=self.validator,
+        if same is not None:
+            trial.set_user_attr("duplicate_of", same.number)
+        setup = dataclasses.replace(
+            base, model=plan.model.name, validator=self.validator,
+            workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
+            extra_env=((TRIAL_ENV, f"{study.user_attrs.get(UID, '')}:{trial.number}"),),
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
@@ -307,7 +385,10 @@ class StudyRunner:
         self._report(study, number, trial.number)
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
-        self._write_notes(study, trial_number)
+        try:
+            self._write_notes(study, trial_number)
+        except SQLAlchemyError as exc:  # another worker wrote the note at the same moment
+            self.progress.message(f"dashboard note not updated: {type(exc).__name__}")
         front = sorted(t.number for t in pareto_front(study))
         self.progress.trial_done(number, self.plan.trials, study.trials[trial_number], front)
 

@@ -77,6 +77,7 @@ class TrialSetup:
     entrypoint: Entrypoint | None = None
     startup_timeout_s: float = 600.0
     validator: VllmValidator | None = None
+    extra_env: tuple[tuple[str, str], ...] = ()  # e.g. the trial marker the reaper looks for
 
 
 Phase = Callable[[str], None]
@@ -128,7 +129,7 @@ def run_trial(
     spec = DeploymentSpec(
         model=setup.model, options=tuple(options), slot=setup.slot,
         entrypoint=setup.entrypoint, startup_timeout_s=setup.startup_timeout_s,
-        log_path=log_path,
+        log_path=log_path, extra_env=setup.extra_env,
     )
     dep = Deployment(spec, on_phase=on_phase)
     files: list[Path] = []

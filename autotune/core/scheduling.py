@@ -1,0 +1,74 @@
+"""Which trial a worker runs next when several workers share one study. Pure.
+
+Workers (slots on one node, or processes on several nodes) coordinate only through the
+study's storage. The budget counts finished trials study-wide; a worker asks for a new trial
+while finished + running trials leave room, waits while running trials could still fail and
+need a retry, and stops once the budget is met. Two workers can ask at the same moment; the
+trial numbers the storage hands out decide which one is over the budget and backs out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Step(StrEnum):
+    ASK = "ask"  # room in the budget: claim a trial
+    WAIT = "wait"  # the budget is claimed by running trials; one may still fail and be retried
+    STOP = "stop"  # enough finished trials
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The study's trials as a worker sees them."""
+
+    finished: int  # COMPLETE: measured, or infeasible with a failure class
+    running: Sequence[int]  # numbers of RUNNING trials, this worker's included
+
+
+def next_step(counts: Counts, budget: int) -> Step:
+    if counts.finished >= budget:
+        return Step.STOP
+    if counts.finished + len(counts.running) >= budget:
+        return Step.WAIT
+    return Step.ASK
+
+
+def position(number: int, counts: Counts) -> int:
+    """1-based place of a running trial in the budget: finished trials first, then running
+    trials by number (the order the storage created them)."""
+    return counts.finished + sorted(counts.running).index(number) + 1
+
+
+def over_budget(number: int, counts: Counts, budget: int) -> bool:
+    """True for a just-claimed trial that lies past the budget: of simultaneous claims the
+    ones with the highest numbers back out, which every worker computes alike."""
+    return position(number, counts) > budget
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A trial that holds a parameter set: running, or finished."""
+
+    number: int
+    key: str  # canonical JSON of the parameters
+    running: bool
+    failed: bool  # finished with a failure class (infeasible)
+
+
+def duplicate_of(number: int, key: str, claims: Iterable[Claim]) -> Claim | None:
+    """The earliest other trial holding the same parameters, if any."""
+    same = [c for c in claims if c.key == key and c.number != number]
+    return min(same, key=lambda c: c.number) if same else None
+
+
+def worker_seed(seed: int | None, worker: str) -> int | None:
+    """A sampler seed per worker: reproducible for a given seed and worker label, and
+    different between workers, so that their random start-up trials do not coincide."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}:{worker}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF

@@ -1,0 +1,129 @@
+"""Opening the study storage: SQLite for one machine, PostgreSQL for workers on several.
+
+Every worker opens the storage with heartbeats on, so that the trial of a worker that died
+(SIGKILL, power, network) is failed after the grace period by whichever live worker looks
+next, and re-enqueued by Optuna's retry callback. SQLite is made safe for several worker
+processes of one machine (a 60 s busy timeout and the write-ahead log, so readers such as
+the dashboard never block a worker); it is refused for workers of several machines, because
+its file locks do not hold over network filesystems.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import warnings
+from dataclasses import dataclass
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from autotune.errors import ConfigError, StudyError
+
+STORAGE_ENV = "AUTOTUNE_STORAGE"  # keeps a password out of argv (ps) and shell history
+SQLITE_BUSY_TIMEOUT_S = 60
+
+# Heartbeats with ask/tell are what we want; Optuna warns because it expects optimize().
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """How a dead worker is noticed: its RUNNING trial misses heartbeats for ``grace_s``."""
+
+    interval_s: int = 30
+    grace_s: int = 120
+    max_retry: int = 2  # a trial whose workers keep dying is given up after this many retries
+
+    def __post_init__(self) -> None:
+        if self.interval_s < 1 or self.grace_s <= self.interval_s or self.max_retry < 0:
+            raise ConfigError(
+                f"--heartbeat-interval {self.interval_s} / --grace-period {self.grace_s} / "
+                f"--max-retry {self.max_retry}: need interval >= 1 s, grace period > interval, "
+                "retries >= 0"
+            )
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ***, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable storage URL>"
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def storage_url(flag_value: str | None, default: str) -> str:
+    """``--storage``, else $AUTOTUNE_STORAGE, else ``default``; a bare ``postgresql://`` gets
+    the psycopg (3) driver that autotune installs, whatever SQLAlchemy's default is."""
+    url = flag_value or os.environ.get(STORAGE_ENV) or default
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return "postgresql+psycopg://" + url[len(bare):]
+    return url
+
+
+def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
+    """An RDB storage with heartbeats and retries; a one-line error naming --storage."""
+    try:
+        dialect = make_url(url).get_backend_name()
+    except ArgumentError:
+        raise ConfigError(f"--storage {redact(url)!r}: not a database URL; expected "
+                          "sqlite:///path/to/file.db or postgresql://user@host/db") from None
+    if dialect not in ("sqlite", "postgresql"):
+        raise ConfigError(f"--storage {redact(url)}: {dialect!r} is not supported; use "
+                          "sqlite:///path/to/file.db (one machine) or postgresql://user@host/db")
+    engine_kwargs: dict = {}
+    if dialect == "sqlite":
+        _enable_wal(url)
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    else:
+        engine_kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                url, engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat.interval_s, grace_period=heartbeat.grace_s,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                    max_retry=heartbeat.max_retry),
+            )
+    except (OperationalError, ImportError) as exc:
+        cause = exc.__cause__ if isinstance(exc, ImportError) and exc.__cause__ else exc
+        reason = str(getattr(cause, "orig", cause)).strip().splitlines()[0]
+        raise StudyError(f"--storage {redact(url)}: cannot open it: {reason}") from None
+
+
+def _enable_wal(url: str) -> None:
+    """Switch the SQLite file to the write-ahead log (a setting stored in the file)."""
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        return
+    try:
+        with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error as exc:
+        raise StudyError(f"--storage {url}: cannot open the SQLite file: {exc}") from None
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def refuse_shared_sqlite(url: str, running_hosts: set[str]) -> None:
+    """SQLite cannot be shared between machines: refuse to join a study whose running
+    trials belong to workers on another host."""
+    others = sorted(running_hosts - {hostname()})
+    if is_sqlite(url) and others:
+        raise ConfigError(
+            f"--storage {url}: trials of this study are running on {', '.join(others)}; SQLite "
+            "cannot be shared between machines (its locks fail over network filesystems): use "
+            "--storage postgresql://user@host/db for workers on several nodes"
+        )

@@ -1,0 +1,229 @@
+"""Scale-out without processes: the budget arithmetic, duplicates, seeds, slots from flags,
+storage URLs and the plan a study carries. Real workers are in test_workers.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import time
+
+import optuna
+import pytest
+
+from autotune.cli import _slots
+from autotune.core.scheduling import (
+    Claim,
+    Counts,
+    Step,
+    duplicate_of,
+    next_step,
+    over_budget,
+    position,
+    worker_seed,
+)
+from autotune.core.slots import Slot
+from autotune.errors import ConfigError, StudyError
+from autotune.study.pool import worker_argv
+from autotune.study.storage import (
+    Heartbeat,
+    open_storage,
+    redact,
+    refuse_shared_sqlite,
+    storage_url,
+)
+from tests.conftest import LLAMA_CONFIG
+
+# ------------------------------------------------------------------ the study-wide budget
+
+
+def test_a_worker_asks_while_the_budget_has_room_waits_while_running_trials_may_fail_then_stops():
+    assert next_step(Counts(finished=2, running=[5]), budget=4) is Step.ASK
+    assert next_step(Counts(finished=2, running=[5, 6]), budget=4) is Step.WAIT
+    assert next_step(Counts(finished=4, running=[]), budget=4) is Step.STOP
+    assert next_step(Counts(finished=4, running=[9]), budget=4) is Step.STOP
+
+
+def test_of_two_simultaneous_claims_on_the_last_place_only_the_later_backs_out():
+    seen = Counts(finished=3, running=[7, 8])  # both workers read this after their ask
+    assert not over_budget(7, seen, budget=4)
+    assert over_budget(8, seen, budget=4)
+    assert position(7, seen) == 4 and position(8, seen) == 5
+    # The earlier claimant may not see the later one yet: it still stays.
+    assert not over_budget(7, Counts(finished=3, running=[7]), budget=4)
+
+
+def test_duplicates_are_found_among_running_and_finished_trials_but_not_the_trial_itself():
+    claims = [Claim(0, "a", running=False, failed=True), Claim(2, "a", running=True, failed=False),
+              Claim(3, "b", running=True, failed=False)]
+    assert duplicate_of(5, "a", claims).number == 0
+    assert duplicate_of(3, "b", claims) is None
+    assert duplicate_of(5, "c", claims) is None
+
+
+def test_worker_seeds_are_reproducible_and_differ_between_workers():
+    assert worker_seed(1, "slot0") == worker_seed(1, "slot0")
+    seeds = {worker_seed(1, f"slot{i}") for i in range(8)} | {worker_seed(1, "nodeB/slot0")}
+    assert len(seeds) == 9 and all(0 <= s < 2**31 for s in seeds)
+    assert worker_seed(None, "slot0") is None
+
+
+# ------------------------------------------------------------------ slots from the flags
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {"gpus": None, "cores": None, "cores_per_rank": 1, "kv_cache_gib": 1.0}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_eight_gpus_with_tensor_parallel_2_are_four_slots_each_pinned_to_its_pair():
+    slots = _slots(_args(gpus="0-7"), 2, "cuda")
+    assert [s.env() for s in slots] == [{"CUDA_VISIBLE_DEVICES": p} for p in ("0,1", "2,3", "4,5", "6,7")]
+    assert len(_slots(_args(gpus="0,1,2"), 2, "cuda")) == 1  # the odd GPU stays idle
+    assert [s.devices for s in _slots(_args(gpus="0-7"), 4, "cuda")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert _slots(_args(), 2, "cuda")[0].devices == (0, 1)
+
+
+def test_cores_make_cpu_slots_and_the_wrong_device_flag_is_a_one_line_error():
+    slots = _slots(_args(cores="0,1"), 1, "cpu")
+    assert [s.env()["VLLM_CPU_OMP_THREADS_BIND"] for s in slots] == ["0", "1"]
+    with pytest.raises(ConfigError, match="--gpus 0,1: this is vLLM's CPU build"):
+        _slots(_args(gpus="0,1"), 2, "cpu")
+    with pytest.raises(ConfigError, match="--cores is for vLLM's CPU build"):
+        _slots(_args(cores="0"), 1, "cuda")
+    with pytest.raises(ConfigError, match="--cores 0,4096: this process may use cores"):
+        _slots(_args(cores="0,4096"), 1, "cpu")
+
+
+def test_a_slot_worker_gets_its_devices_in_argv_and_never_the_storage_url(tmp_path):
+    argv = worker_argv(tmp_path, "s", Slot("cuda", (2, 3), 2), "slot1", ["--model", "m"])
+    assert argv[argv.index("--gpus") + 1] == "2,3" and argv[argv.index("--worker-label") + 1] == "slot1"
+    assert not any("postgresql" in a or "sqlite" in a for a in argv)
+    cpu = worker_argv(tmp_path, "s", Slot("cpu", (0, 1), 1), "slot0", [])
+    assert cpu[cpu.index("--cores") + 1] == "0,1" and cpu[cpu.index("--cores-per-rank") + 1] == "2"
+
+
+# ------------------------------------------------------------------ storage
+
+
+def test_storage_urls_hide_passwords_and_get_the_installed_postgres_driver(monkeypatch):
+    assert redact("postgresql+psycopg://u:s3cret@db:5432/x") == "postgresql+psycopg://u:***@db:5432/x"
+    assert storage_url("postgresql://u:p@h/db", "x") == "postgresql+psycopg://u:p@h/db"
+    monkeypatch.setenv("AUTOTUNE_STORAGE", "postgres://u@h/db")
+    assert storage_url(None, "sqlite:///d.db") == "postgresql+psycopg://u@h/db"
+    monkeypatch.delenv("AUTOTUNE_STORAGE")
+    assert storage_url(None, "sqlite:///d.db") == "sqlite:///d.db"
+
+
+def test_unsupported_or_unreachable_storages_are_clear_errors_without_the_password():
+    with pytest.raises(ConfigError, match="'mysql' is not supported"):
+        open_storage("mysql://u:pw@h/db", Heartbeat())
+    with pytest.raises(StudyError) as err:
+        open_storage("postgresql+psycopg://u:topsecret@127.0.0.1:1/db", Heartbeat())
+    assert "topsecret" not in str(err.value) and "cannot open it" in str(err.value)
+    with pytest.raises(ConfigError, match="grace period > interval"):
+        Heartbeat(interval_s=10, grace_s=5)
+
+
+def test_sqlite_is_opened_with_the_write_ahead_log_and_refused_across_machines(tmp_path):
+    db = tmp_path / "s.db"
+    open_storage(f"sqlite:///{db}", Heartbeat())
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    refuse_shared_sqlite(f"sqlite:///{db}", set())  # nothing running elsewhere
+    with pytest.raises(ConfigError, match="running on other-node; SQLite cannot be shared"):
+        refuse_shared_sqlite(f"sqlite:///{db}", {"other-node"})
+    refuse_shared_sqlite("postgresql+psycopg://h/db", {"other-node"})
+
+
+# ------------------------------------------------------------------ the plan a study carries
+
+
+def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
+    from autotune.core.model_info import load_model_info
+    from autotune.core.objectives import Slo
+    from autotune.core.profiles import get_profile
+    from autotune.core.space import load_space
+    from autotune.study.plans import StudyPlan, load_plan, store_plan
+    from autotune.study.trial import BenchPlan, TrialSetup
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (tmp_path / "space.yaml").write_text(
+        "name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
+        "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
+    model = load_model_info(str(tmp_path / "model"))
+    plan = StudyPlan(
+        model=model, space=load_space(tmp_path / "space.yaml"),
+        bench=BenchPlan((get_profile("high-concurrency"),), vocab_size=512, repeats=2, seed=3),
+        trials=7, study_name="p", storage="sqlite://", workdir=tmp_path, max_model_len=4096,
+        slos=(Slo("high-concurrency", "p99_ttft_ms", "<=", 500.0),), seed=11,
+    )
+    study = optuna.create_study(study_name="p")
+    store_plan(study, plan)
+    setup = TrialSetup(model="", workdir=tmp_path / "w", slot=Slot("cpu", (1,), 1))
+    again = load_plan(study, "sqlite://", model=None, workdir=tmp_path / "w", trials=None, setup=setup)
+    assert again.space.parameters == plan.space.parameters and again.space.deployment == plan.space.deployment
+    assert (again.bench, again.trials, again.max_model_len, again.slos, again.seed) == (
+        plan.bench, 7, 4096, plan.slos, 11)
+    assert again.setup_defaults.model == model.name and again.setup_defaults.slot.devices == (1,)
+    assert load_plan(study, "sqlite://", model=None, workdir=tmp_path, trials=9, setup=setup).trials == 9
+    assert study.user_attrs["budget"] == 9
+    import dataclasses
+
+    other = dataclasses.replace(plan, max_model_len=8192)
+    with pytest.raises(ConfigError, match="created with other settings \\(max_model_len differ"):
+        store_plan(study, other)
+
+
+# ------------------------------------------------------------------ a dead worker's leftovers
+
+
+def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_ones_kept(tmp_path):
+    """Fault injection: `sleep` processes stand in for servers whose worker died without
+    taking them along (what PR_SET_PDEATHSIG normally prevents); the marker is real."""
+    import subprocess
+
+    from autotune.study.runner import TRIAL_ENV, UID, reap_dead_workers
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'r.db'}", Heartbeat()))
+    study.set_user_attr(UID, "u1")
+    dead = study.ask()
+    study.tell(dead, state=optuna.trial.TrialState.FAIL)
+    alive = study.ask()  # RUNNING, its worker alive: its server must stay
+    procs = {
+        name: subprocess.Popen(["sleep", "300"], env={**os.environ, TRIAL_ENV: marker},
+                               start_new_session=True)
+        for name, marker in (("dead", f"u1:{dead.number}"), ("alive", f"u1:{alive.number}"),
+                             ("other study", f"u2:{dead.number}"))
+    }
+    said = []
+    try:
+        reap_dead_workers(study, said.append)
+        assert procs["dead"].wait(timeout=10) == -9
+        time.sleep(0.5)
+        assert procs["alive"].poll() is None and procs["other study"].poll() is None
+        assert said == [f"trial #{dead.number}: killed 1 leftover server process(es) of its dead worker"]
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enqueued(tmp_path):
+    from autotune.study.runner import reap_dead_workers
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", Heartbeat(interval_s=1, grace_s=2))
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    trial.suggest_int("max_num_seqs", 4, 64)
+    storage.record_heartbeat(trial._trial_id)  # then its worker dies
+    said = []
+    reap_dead_workers(study, said.append)
+    assert study.trials[0].state == optuna.trial.TrialState.RUNNING and said == []  # not yet
+    time.sleep(3)
+    reap_dead_workers(study, said.append)
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    retry = study.trials[1]
+    assert retry.state == optuna.trial.TrialState.WAITING and retry.params == study.trials[0].params
+    assert said == ["trial #0: its worker stopped sending heartbeats; failed and re-enqueued for a live worker"]
