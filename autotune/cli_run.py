@@ -222,7 +222,7 @@ def _finish(plan, code: int) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.study.runner import dry_run_argv, prepare_study
-    from autotune.study.storage import redact
+    from autotune.study.storage import hostname, redact
 
     plan, slots = build_plan(args)
     if args.dry_run:
@@ -241,8 +241,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(note)
     # The `run` that created the study samples with --seed itself; one that joins varies it.
-    from autotune.study.storage import hostname
-
     return _finish(plan, _work(plan, slots, args, "" if created else hostname()))
 
 
@@ -286,12 +284,15 @@ def trials_table(trials: list[FrozenTrial], profiles: list[str]) -> Table:
     table.add_column("result")
     for name in metric_names(profiles):
         table.add_column(name, justify="right")
+    retried_as = {n: t.number for t in trials for n in t.system_attrs.get("retry_history", [])}
     for t in trials:
-        if t.state not in (TrialState.COMPLETE, TrialState.FAIL):
-            continue
+        if t.state not in (TrialState.COMPLETE, TrialState.FAIL) or t.user_attrs.get("skipped"):
+            continue  # skipped: a duplicate or over-budget claim, given back before deploying
         ok = feasible(t)
         result = "ok" if ok else t.user_attrs.get("failure_class") or (
-            "slo violated" if t.user_attrs.get("slo_violated") else t.state.name.lower())
+            "slo violated" if t.user_attrs.get("slo_violated") else
+            f"worker lost, retried as #{retried_as[t.number]}" if t.number in retried_as else
+            t.state.name.lower())
         values = [_fmt(v, 1) if ok else "-" for v in (t.values or [math.nan] * 2 * len(profiles))]
         table.add_row(str(t.number), t.user_attrs.get("reference", ""), result, *values)
     return table

@@ -1,6 +1,6 @@
-"""The benchmark client. Fault injection uses httpx.MockTransport: a stand-in server for faults
-the real one cannot produce on demand (an error chunk mid-stream, a stream with no token, a
-hung request). Agreement with `vllm bench serve` is checked on a real server."""
+"""The benchmark client. Fault injection uses a stand-in aiohttp server on 127.0.0.1: it
+produces faults the real one cannot on demand (an error chunk mid-stream, a stream with no
+token, a hung request). Agreement with `vllm bench serve` is checked on a real server."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import asyncio
 import json
 import statistics
 
-import httpx
 import pytest
+from aiohttp import web
 
 from autotune.core.metrics import to_vllm_json
 from autotune.core.profiles import WorkloadProfile
@@ -28,32 +28,49 @@ GOOD = stream('{"choices":[{"text":" a"}]}', '{"choices":[{"text":" b"}]}',
               '{"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":3}}', "[DONE]")
 
 
-def transport(body_for) -> httpx.MockTransport:
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/metrics":
-            return httpx.Response(200, text="")
-        return body_for(request)
-    return httpx.MockTransport(handler)
+async def _bench_against(handler, profile: WorkloadProfile, api_key: str):
+    async def route(request: web.Request) -> web.Response:
+        if request.path == "/metrics":
+            return web.Response(text="")
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", route)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        return await run_profile_async(Target(f"http://127.0.0.1:{port}", "m", api_key=api_key),
+                                       profile, seed=0, vocab_size=100)
+    finally:
+        await runner.cleanup()
 
 
-def bench(body_for, profile=PROFILE):
-    return asyncio.run(run_profile_async(
-        Target("http://stand-in", "m", api_key="k"), profile, seed=0, vocab_size=100,
-        transport=transport(body_for)))
+def bench(handler, profile=PROFILE, api_key="k"):
+    return asyncio.run(_bench_against(handler, profile, api_key))
+
+
+def reply(status: int, body: bytes | str):
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=status, body=body.encode() if isinstance(body, str) else body)
+    return handler
 
 
 def test_a_good_stream_counts_tokens_from_usage_and_sends_the_reference_payload():
     seen = []
 
-    def body_for(request):
-        seen.append(json.loads(request.content))
-        assert request.headers["authorization"] == "Bearer k"
-        return httpx.Response(200, content=GOOD)
+    async def handler(request):
+        seen.append((await request.json(), request.headers.get("Authorization")))
+        return web.Response(body=GOOD, content_type="text/event-stream")
 
-    run = bench(body_for)
+    run = bench(handler)
     assert run.summary.valid and run.summary.completed == 4
     assert run.summary.total_output_tokens == 12
-    body = seen[0]
+    body, auth = seen[0]
+    assert auth == "Bearer k"
     assert len(body["prompt"]) == 8 and body["ignore_eos"] and body["temperature"] == 0.0
     assert body["max_tokens"] == body["min_tokens"] == 3 and body["stream"]
     assert body["stream_options"] == {"include_usage": True}
@@ -61,31 +78,27 @@ def test_a_good_stream_counts_tokens_from_usage_and_sends_the_reference_payload(
 
 def test_an_error_chunk_mid_stream_fails_the_request_and_invalidates_the_run():
     bad = stream('{"choices":[{"text":" a"}]}', '{"error":{"message":"EngineCore encountered an issue"}}')
-    run = bench(lambda r: httpx.Response(200, content=bad))
+    run = bench(reply(200, bad))
     assert not run.summary.valid and run.summary.failed == 4
     assert run.summary.errors == ("error chunk: EngineCore encountered an issue",)
 
 
 def test_http_errors_and_empty_streams_are_failed_requests_not_exceptions():
-    run = bench(lambda r: httpx.Response(500, text="Internal Server Error"))
+    run = bench(reply(500, "Internal Server Error"))
     assert run.summary.errors == ("HTTP 500: Internal Server Error",)
-    run = bench(lambda r: httpx.Response(200, content=stream("[DONE]")))
+    run = bench(reply(200, stream("[DONE]")))
     assert run.summary.errors == ("stream ended without any token",)
     assert run.summary.invalid_reason == "4 of 4 requests failed: stream ended without any token"
 
 
 def test_requests_still_open_at_the_run_time_limit_are_failed():
     async def hang(request):
-        if request.url.path == "/metrics":
-            return httpx.Response(404)
-        await asyncio.sleep(30)
-        return httpx.Response(200, content=GOOD)
+        await asyncio.sleep(3)  # past the run's 0.5 s limit
+        return web.Response(body=GOOD)
 
     profile = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=2,
                               max_concurrency=2, warmup_requests=0, timeout_s=0.5)
-    run = asyncio.run(run_profile_async(
-        Target("http://stand-in", "m"), profile, seed=0, vocab_size=100,
-        transport=httpx.MockTransport(hang)))
+    run = bench(hang, profile, api_key="")
     assert run.summary.failed == 2 and "run time limit of 0.5 s reached" in run.summary.errors[0]
 
 

@@ -227,3 +227,76 @@ def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enque
     retry = study.trials[1]
     assert retry.state == optuna.trial.TrialState.WAITING and retry.params == study.trials[0].params
     assert said == ["trial #0: its worker stopped sending heartbeats; failed and re-enqueued for a live worker"]
+
+
+class DroppingRelay:
+    """Fault injection: a TCP relay in front of the real PostgreSQL that can drop every
+    connection and refuse new ones, as a database restart does (the shared test server itself
+    cannot be restarted under the other tests)."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import threading
+
+        self.target, self.up, self.conns = port, True, []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            client, _ = self.listener.accept()
+            if not self.up:
+                client.close()
+                continue
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            s.close()
+
+    def drop(self) -> None:
+        import socket
+
+        self.up = False
+        for s in self.conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.conns = []
+
+
+def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(postgres_url):
+    import threading
+    import uuid
+
+    from sqlalchemy.engine import make_url
+
+    from autotune.study.runner import look
+
+    real = make_url(postgres_url)
+    relay = DroppingRelay(real.port or 5432)
+    url = real.set(host="127.0.0.1", port=relay.port).render_as_string(hide_password=False)
+    study = optuna.create_study(storage=open_storage(url, Heartbeat()), study_name=f"outage-{uuid.uuid4().hex[:8]}")
+    study.enqueue_trial({"x": 1})
+    relay.drop()
+    said = []
+    threading.Timer(1.5, lambda: setattr(relay, "up", True)).start()  # the database is back
+    assert look(study, said.append, retries=10, retry_s=0.5).finished == 0
+    assert said and all(m.startswith("storage unavailable (") for m in said)
+    relay.drop()
+    with pytest.raises(StudyError, match="lost the study storage"):
+        look(study, said.append, retries=2, retry_s=0.1)

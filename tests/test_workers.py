@@ -32,11 +32,15 @@ HEARTBEAT = ["--heartbeat-interval", "2", "--grace-period", "10"]
 
 
 @pytest.fixture(scope="module")
-def scale_env(tmp_path_factory, dense_model, postgres_url):
+def scale_env(tmp_path_factory, postgres_url):
+    from autotune.shell.modelgen import make_model
+
     root = tmp_path_factory.mktemp("scale")
     (root / "space.yaml").write_text(SPACE)
+    # A model of its own: the session's shared dense server must not count as a leftover.
+    model = make_model(root / "dense", kind="dense", seed=1).name
     env = {**os.environ, "AUTOTUNE_STORAGE": postgres_url}  # as a user keeps the password off argv
-    return root, dense_model, postgres_url, env, uuid.uuid4().hex[:8]
+    return root, model, postgres_url, env, uuid.uuid4().hex[:8]
 
 
 def autotune_argv(root, *args: str) -> list[str]:

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
-from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.exceptions import DuplicatedStudyError, StorageInternalError, UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
@@ -54,7 +54,7 @@ from autotune.shell.validation import VllmValidator
 from autotune.study.notes import mirror_constraints, study_note, trial_note
 from autotune.study.plans import StudyPlan, store_plan
 from autotune.study.records import baseline_of, feasible, records, to_record
-from autotune.study.storage import Heartbeat, hostname, open_storage, refuse_shared_sqlite
+from autotune.study.storage import Heartbeat, error_reason, hostname, open_storage, refuse_shared_sqlite
 from autotune.study.trial import TrialOutcome, TrialSetup, run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -154,7 +154,7 @@ def prepare_study(plan: StudyPlan, heartbeat: Heartbeat) -> tuple[optuna.Study, 
                          f"this run asks for {len(plan.profile_names) * 2}; use another --study name")
     _check_objectives(study, plan)
     store_plan(study, plan)
-    if created:
+    if UID not in study.user_attrs:
         study.set_user_attr(UID, uuid.uuid4().hex)
     study.set_user_attr("model", plan.model.name)
     study.set_user_attr("space", plan.space.path)
@@ -202,6 +202,22 @@ def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> No
             kill_processes(pids)
             message(f"trial #{number}: killed {len(pids)} leftover server process(es) of its "
                     "dead worker")
+
+
+def look(study: optuna.Study, message: Callable[[str], None], retries: int,
+         retry_s: float) -> Counts:
+    """Reap dead workers and count the study's trials; rides out a storage outage (a database
+    restart) of ``retries`` x ``retry_s``, then gives up with a clear error."""
+    for attempt in range(retries + 1):
+        try:
+            reap_dead_workers(study, message)
+            return counts(study)
+        except (SQLAlchemyError, StorageInternalError) as exc:
+            if attempt == retries:
+                raise StudyError(f"lost the study storage: {error_reason(exc)}") from None
+            message(f"storage unavailable ({error_reason(exc)}); retrying in {retry_s:g} s")
+            time.sleep(retry_s)
+    raise AssertionError("unreachable")
 
 
 def counts(study: optuna.Study) -> Counts:
@@ -271,6 +287,8 @@ class StudyRunner:
     heartbeat: Heartbeat = field(default_factory=Heartbeat)
     label: str = ""
     poll_s: float = 5.0
+    storage_retries: int = 12  # between trials, ride out two minutes of database outage
+    storage_retry_s: float = 10.0
     _resamples: int = 0
 
     def work(self) -> optuna.Study:
@@ -291,8 +309,7 @@ class StudyRunner:
         store = FileSystemArtifactStore(str(store_dir))
         waiting_said = False
         while True:
-            reap_dead_workers(study, self.progress.message)
-            now = counts(study)
+            now = look(study, self.progress.message, self.storage_retries, self.storage_retry_s)
             step = next_step(now, plan.trials)
             if step is Step.STOP:
                 return study
@@ -317,6 +334,10 @@ class StudyRunner:
         except UpdateFinishedTrialError:
             self.progress.message(f"trial #{trial.number} was failed by another worker (its "
                                   "heartbeats were late); its result is discarded")
+        except (SQLAlchemyError, StorageInternalError) as exc:
+            raise StudyError(f"lost the study storage during trial #{trial.number} "
+                             f"({error_reason(exc)}); its heartbeats stop, so a live worker retries "
+                             "it after the grace period") from None
         except BaseException as exc:
             # Ctrl-C, or a bug of ours: never leave the trial RUNNING in the storage.
             interrupted = isinstance(exc, KeyboardInterrupt)

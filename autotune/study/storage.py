@@ -96,9 +96,14 @@ def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
                     max_retry=heartbeat.max_retry),
             )
     except (OperationalError, ImportError) as exc:
-        cause = exc.__cause__ if isinstance(exc, ImportError) and exc.__cause__ else exc
-        reason = str(getattr(cause, "orig", cause)).strip().splitlines()[0]
-        raise StudyError(f"--storage {redact(url)}: cannot open it: {reason}") from None
+        raise StudyError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
+
+
+def error_reason(exc: BaseException) -> str:
+    """The first line of the database's own message behind a storage exception (Optuna and
+    SQLAlchemy wrap it)."""
+    cause = exc.__cause__ or exc
+    return str(getattr(cause, "orig", cause)).strip().splitlines()[0]
 
 
 def _enable_wal(url: str) -> None:
