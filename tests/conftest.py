@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import optuna
@@ -165,22 +168,60 @@ def four_trials(study_env):
 
 # ------------------------------------------------------------------ PostgreSQL for workers
 
-POSTGRES_DEFAULT = "postgresql://autotune:autotune@127.0.0.1:5432/autotune_test"
+POSTGRES_BIN = Path("/usr/lib/postgresql")  # Debian's packages (`./setup.sh --with-postgres`)
+POSTGRES_PASSWORD = "pg-test-secret"  # must never show in autotune's output
+
+
+def _postgres_bin() -> Path:
+    versions = sorted(POSTGRES_BIN.glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    if not versions:
+        pytest.fail("PostgreSQL is not installed: run ./setup.sh --with-postgres (Debian packages), "
+                    "or set AUTOTUNE_TEST_POSTGRES to a database URL")
+    return versions[-1].parent
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """The test database `./setup.sh --with-postgres` creates (or $AUTOTUNE_TEST_POSTGRES).
-    Studies get unique names, so the database may hold earlier runs' studies."""
-    import sqlalchemy
-
+def postgres_url():
+    """A private PostgreSQL server for this test session, on a free 127.0.0.1 port, with a
+    password; stopped (and checked gone) when the session ends. $AUTOTUNE_TEST_POSTGRES points
+    the tests at an existing database instead."""
+    from autotune.shell.server import die_with_parent, free_port
     from autotune.study.storage import storage_url
 
-    url = storage_url(os.environ.get("AUTOTUNE_TEST_POSTGRES") or POSTGRES_DEFAULT, "")
+    if os.environ.get("AUTOTUNE_TEST_POSTGRES"):
+        yield storage_url(os.environ["AUTOTUNE_TEST_POSTGRES"], "")
+        return
+    bindir = _postgres_bin()
+    # Not under pytest's tmp dir: that is private to root, and the server may run as postgres.
+    root = Path(tempfile.mkdtemp(prefix="autotune-test-pg-"))
+    data, pwfile = root / "data", root / "pw"
+    pwfile.write_text(POSTGRES_PASSWORD + "\n")
+    # initdb refuses to run as root: run the server as Debian's postgres user then.
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        subprocess.run(["chown", "-R", "postgres:postgres", str(root)], check=True)
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "autotune",
+                    f"--pwfile={pwfile}", "--auth-host=scram-sha-256", "--auth-local=trust"],
+                   check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+         "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={root}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,  # a killed pytest takes the server along (runuser passes it on)
+    )
     try:
-        with sqlalchemy.create_engine(url, connect_args={"connect_timeout": 5}).connect():
-            pass
-    except sqlalchemy.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL is not reachable ({str(exc.orig).splitlines()[0]}): run "
-                    "./setup.sh --with-postgres, or set AUTOTUNE_TEST_POSTGRES to a database URL")
-    return url
+        for _ in range(60):
+            if subprocess.run([str(bindir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)]
+                              ).returncode == 0:
+                break
+            time.sleep(0.5)
+        subprocess.run([*as_user, str(bindir / "createdb"), "-h", str(root), "-p", str(port),
+                        "-U", "autotune", "autotune_test"], check=True, capture_output=True)
+        yield storage_url(f"postgresql://autotune:{POSTGRES_PASSWORD}@127.0.0.1:{port}/autotune_test", "")
+    finally:
+        # pg_ctl's fast shutdown waits until the postmaster and all its children are gone.
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                       capture_output=True)
+        server.wait(timeout=60)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,5 +1,5 @@
 """Scale-out for real: worker processes with TP=1 vLLM deployments on their own cores, sharing
-one study in a real PostgreSQL server (started by `./setup.sh --with-postgres`)."""
+one study in a real PostgreSQL server (the session's own, see conftest.postgres_url)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import REPO, vllm_processes
+from tests.conftest import POSTGRES_PASSWORD, REPO, vllm_processes
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def test_two_slots_run_a_four_trial_postgres_study_in_parallel_without_duplicate
     spans = [(t.datetime_start, t.datetime_complete, t.user_attrs["worker"]["label"]) for t in done]
     assert any(a[2] != b[2] and a[0] < b[1] and b[0] < a[1] for a in spans for b in spans)
     assert "[slot0]" in result.stderr and "[slot1]" in result.stderr
-    assert ":autotune@" not in result.stderr + result.stdout  # the password never shows
+    assert POSTGRES_PASSWORD not in result.stderr + result.stdout  # the password never shows
     assert vllm_processes(model) == []
 
 
@@ -110,4 +110,5 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_retried_by_another_wo
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 2
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
     assert f"trial #{killed[0].number}: its worker stopped sending heartbeats" in err
+    assert POSTGRES_PASSWORD not in err + out
     assert vllm_processes(model) == []  # nothing of the killed worker's deployment survives
