@@ -109,12 +109,17 @@ def port_is_free(port: int, host: str = HOST) -> bool:
         return True
 
 
+def _live_processes() -> Iterator[Path]:
+    """/proc entries of live processes (Linux)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            yield entry
+
+
 def session_pids(sid: int) -> list[int]:
     """Live processes whose session id is ``sid`` (Linux /proc)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for entry in _live_processes():
         try:
             stat = (entry / "stat").read_text()
         except OSError:
@@ -134,9 +139,7 @@ def marked_processes(variable: str) -> dict[str, list[int]]:
     by another worker on the same host (Linux /proc)."""
     prefix = f"{variable}=".encode()
     found: dict[str, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for entry in _live_processes():
         try:
             environ = (entry / "environ").read_bytes()
         except OSError:

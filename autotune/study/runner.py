@@ -168,7 +168,7 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = Tru
     into a study that has none and no trials yet. Returns messages for skipped ones."""
     if not (plan.seed_references and plan.references):
         return []
-    if study.user_attrs.get(REFS_ENQUEUED) or not (created or not study.trials):
+    if study.user_attrs.get(REFS_ENQUEUED) or (study.trials and not created):
         return []
     notes = []
     for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
