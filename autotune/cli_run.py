@@ -100,19 +100,19 @@ class ConsoleProgress:
 
     def _stamp(self) -> str:
         s = int(time.monotonic() - self.t0)
-        return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}]{self.label}"
+        return f"[{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}]{self.label}"
 
     def phase(self, number: int, total: int, phase: str) -> None:
-        console.print(f"[{self._stamp()} trial {number}/{total}: {phase}")
+        console.print(f"{self._stamp()} trial {number}/{total}: {phase}")
 
     def trial_done(self, number: int, total: int, trial: FrozenTrial, front: list[int]) -> None:
-        console.print(f"[{self._stamp()} trial {number}/{total} (#{trial.number}): "
+        console.print(f"{self._stamp()} trial {number}/{total} (#{trial.number}): "
                       f"{describe_result(trial)}")
-        console.print(f"[{self._stamp()} Pareto front so far: "
+        console.print(f"{self._stamp()} Pareto front so far: "
                       f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
 
     def message(self, text: str) -> None:
-        console.print(f"[{self._stamp()} {text}")
+        console.print(f"{self._stamp()} {text}")
 
 
 def describe_result(trial: FrozenTrial) -> str:
