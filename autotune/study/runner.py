@@ -408,7 +408,7 @@ class StudyRunner:
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
         try:
             self._write_notes(study, trial_number)
-        except SQLAlchemyError as exc:  # another worker wrote the note at the same moment
+        except (SQLAlchemyError, StorageInternalError) as exc:  # another worker wrote it too
             self.progress.message(f"dashboard note not updated: {type(exc).__name__}")
         front = sorted(t.number for t in pareto_front(study))
         self.progress.trial_done(number, self.plan.trials, study.trials[trial_number], front)
