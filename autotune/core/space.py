@@ -174,12 +174,15 @@ def _fail(path: str, where: str, problem: str) -> SpaceError:
     return SpaceError(f"{path}: {where}: {problem}")
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_text(path: str | Path) -> str:
     try:
-        text = path.read_text()
+        return Path(path).read_text()
     except OSError as exc:
         raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return _parse_yaml(str(path), text)
+
+
+def _read_yaml(path: Path) -> Any:
+    return _parse_yaml(str(path), _read_text(path))
 
 
 def _parse_yaml(path: str, text: str) -> Any:
@@ -322,11 +325,7 @@ def _parse_deployment(path: str, raw: Any) -> Deployment:
 
 def load_space(path: str | Path) -> SearchSpace:
     """Load and validate a search-space YAML file; raises SpaceError naming file and field."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_space(text, str(path))
+    return parse_space(_read_text(path), str(path))
 
 
 def parse_space(text: str, where: str) -> SearchSpace:

@@ -41,8 +41,8 @@ def run_workers(workdir: Path, study: str, storage: str, slots: Sequence[Slot], 
     Workers are labelled ``<label>/slot<i>`` (their sampler seeds differ by label)."""
     env = {**os.environ, STORAGE_ENV: storage}
     procs: list[subprocess.Popen] = []
-    for i, slot in enumerate(slots):
-        name = f"{label}/slot{i}" if label else f"slot{i}"
+    names = [f"{label}/slot{i}" if label else f"slot{i}" for i in range(len(slots))]
+    for name, slot in zip(names, slots, strict=True):
         argv = worker_argv(workdir, study, slot, name, options)
         procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                       preexec_fn=die_with_parent))  # noqa: PLW1509
@@ -54,7 +54,7 @@ def run_workers(workdir: Path, study: str, storage: str, slots: Sequence[Slot], 
         return 130
     failed = [i for i, code in enumerate(codes) if code != 0]
     for i in failed:
-        message(f"worker slot{i} exited with {codes[i]}")
+        message(f"worker {names[i]} exited with {codes[i]}")
     return 130 if any(c == 130 for c in codes) else (1 if failed else 0)
 
 
