@@ -44,8 +44,9 @@ class FailureClass(StrEnum):
     OUT_OF_MEMORY = "out_of_memory"
     ENGINE_DIED = "engine_died"
     BENCHMARK_INVALID = "benchmark_invalid"
-    SLO_VIOLATED = "slo_violated"
+    SLO_VIOLATED = "slo_violated"  # served and measured, but past an SLO limit
     INTERRUPTED = "interrupted"
+    INTERNAL_ERROR = "internal_error"  # a bug of autotune's; the trial is failed, not lost
 
 
 class DeploymentError(AutotuneError):

@@ -144,7 +144,7 @@ def autotune(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
 def run_args(root: Path, model: str, study: str, trials: int) -> list[str]:
     return ["run", *PROFILES, "--model", model, "--space", str(root / "space.yaml"),
             "--references", str(root / "refs.yaml"), "--seed-references", "--study", study,
-            "--trials", str(trials), "--seed", "1", *SMALL]
+            "--trials", str(trials), "--seed", "1", "--confirm", "0", *SMALL]
 
 
 def load(root: Path, name: str) -> optuna.Study:

@@ -12,7 +12,7 @@ import time
 import optuna
 import pytest
 
-from autotune.cli import _slots
+from autotune.cli.common import slots_of
 from autotune.core.scheduling import (
     Claim,
     Counts,
@@ -78,22 +78,22 @@ def _args(**kw) -> argparse.Namespace:
 
 
 def test_eight_gpus_with_tensor_parallel_2_are_four_slots_each_pinned_to_its_pair():
-    slots = _slots(_args(gpus="0-7"), 2, "cuda")
+    slots = slots_of(_args(gpus="0-7"), 2, "cuda")
     assert [s.env() for s in slots] == [{"CUDA_VISIBLE_DEVICES": p} for p in ("0,1", "2,3", "4,5", "6,7")]
-    assert len(_slots(_args(gpus="0,1,2"), 2, "cuda")) == 1  # the odd GPU stays idle
-    assert [s.devices for s in _slots(_args(gpus="0-7"), 4, "cuda")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
-    assert _slots(_args(), 2, "cuda")[0].devices == (0, 1)
+    assert len(slots_of(_args(gpus="0,1,2"), 2, "cuda")) == 1  # the odd GPU stays idle
+    assert [s.devices for s in slots_of(_args(gpus="0-7"), 4, "cuda")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert slots_of(_args(), 2, "cuda")[0].devices == (0, 1)
 
 
 def test_cores_make_cpu_slots_and_the_wrong_device_flag_is_a_one_line_error():
-    slots = _slots(_args(cores="0,1"), 1, "cpu")
+    slots = slots_of(_args(cores="0,1"), 1, "cpu")
     assert [s.env()["VLLM_CPU_OMP_THREADS_BIND"] for s in slots] == ["0", "1"]
     with pytest.raises(ConfigError, match="--gpus 0,1: this is vLLM's CPU build"):
-        _slots(_args(gpus="0,1"), 2, "cpu")
+        slots_of(_args(gpus="0,1"), 2, "cpu")
     with pytest.raises(ConfigError, match="--cores is for vLLM's CPU build"):
-        _slots(_args(cores="0"), 1, "cuda")
+        slots_of(_args(cores="0"), 1, "cuda")
     with pytest.raises(ConfigError, match="--cores 0,4096: this process may use cores"):
-        _slots(_args(cores="0,4096"), 1, "cpu")
+        slots_of(_args(cores="0,4096"), 1, "cpu")
 
 
 def test_a_slot_worker_gets_its_devices_in_argv_and_never_the_storage_url(tmp_path):
@@ -140,35 +140,30 @@ def test_sqlite_is_opened_with_the_write_ahead_log_and_refused_across_machines(t
 
 
 def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
-    from autotune.core.model_info import load_model_info
-    from autotune.core.objectives import Slo
     from autotune.core.profiles import get_profile
-    from autotune.core.space import load_space
-    from autotune.study.plans import StudyPlan, load_plan, store_plan
-    from autotune.study.trial import BenchPlan, TrialSetup
+    from autotune.study.plans import PlanRequest, build_plan, store_plan, stored_request
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     (tmp_path / "space.yaml").write_text(
         "name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
         "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
-    model = load_model_info(str(tmp_path / "model"))
-    plan = StudyPlan(
-        model=model, space=load_space(tmp_path / "space.yaml"),
-        bench=BenchPlan((get_profile("high-concurrency"),), vocab_size=512, repeats=2, seed=3),
-        trials=7, study_name="p", storage="sqlite://", workdir=tmp_path, max_model_len=4096,
-        slos=(Slo("high-concurrency", "p99_ttft_ms", "<=", 500.0),), seed=11,
-    )
+    request = PlanRequest(
+        workdir=tmp_path, profiles=(get_profile("high-concurrency"),), model=str(tmp_path / "model"),
+        space_path=str(tmp_path / "space.yaml"), trials=7, repeats=2, seed=11, study_name="p",
+        storage="sqlite://", slos=("high-concurrency:p99_ttft_ms<=500",), tp=1, max_model_len=4096,
+        objectives=("high-concurrency:p99_ttft_ms",))
+    plan = build_plan(request)
     study = optuna.create_study(study_name="p")
     store_plan(study, plan)
-    setup = TrialSetup(model="", workdir=tmp_path / "w", slot=Slot("cpu", (1,), 1))
-    again = load_plan(study, "sqlite://", model=None, workdir=tmp_path / "w", trials=None, setup=setup)
+    again = build_plan(stored_request(study, storage="sqlite://", workdir=tmp_path / "w", model=None,
+                                      trials=None))
     assert again.space.parameters == plan.space.parameters and again.space.deployment == plan.space.deployment
-    assert (again.bench, again.trials, again.max_model_len, again.slos, again.seed) == (
-        plan.bench, 7, 4096, plan.slos, 11)
-    assert again.setup_defaults.model == model.name and again.setup_defaults.slot.devices == (1,)
-    assert load_plan(study, "sqlite://", model=None, workdir=tmp_path, trials=9, setup=setup).trials == 9
-    assert study.user_attrs["budget"] == 9
+    assert again.space.deployment.tensor_parallel_size == 1
+    assert (again.bench, again.trials, again.max_model_len, again.slos, again.seed, again.objectives) == (
+        plan.bench, 7, 4096, plan.slos, 11, plan.objectives)
+    assert again.model == plan.model and again.workdir == tmp_path / "w"
+    assert stored_request(study, storage="sqlite://", workdir=tmp_path, model=None, trials=9).trials == 9
     import dataclasses
 
     other = dataclasses.replace(plan, max_model_len=8192)

@@ -12,12 +12,11 @@ from autotune.core.space import (
     ModelContext,
     complete,
     inapplicable,
-    load_references,
-    load_space,
     resolve_references,
     sample,
 )
 from autotune.errors import SpaceError
+from autotune.shell.files import read_references, read_space
 from tests.conftest import SPACES
 
 YARN = ("--hf-overrides", json.dumps({
@@ -51,12 +50,12 @@ EXPECTED_ARGV = {
 
 @pytest.fixture
 def space():
-    return load_space(SPACES / "reference.yaml")
+    return read_space(SPACES / "reference.yaml")
 
 
 @pytest.fixture
 def refs(space):
-    return load_references(SPACES / "references.yaml", space)
+    return read_references(SPACES / "references.yaml", space)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED_ARGV), ids=list(EXPECTED_ARGV))
@@ -109,7 +108,7 @@ class FixedTrial:
 
 
 def test_conditional_parameters_are_sampled_only_when_their_condition_holds(moe_mtp_info):
-    space = load_space(SPACES / "extended.yaml")
+    space = read_space(SPACES / "extended.yaml")
     ctx = ModelContext(moe_mtp_info, 81920)
     off = FixedTrial({"mtp": False, "enable_chunked_prefill": False})
     sample(space, ctx, off)
@@ -168,7 +167,7 @@ def test_malformed_space_gives_one_line_error_naming_file_and_parameter(tmp_path
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(SpaceError) as info:
-        load_space(path)
+        read_space(path)
     message = str(info.value)
     assert message.startswith(f"{path}: ") and expected in message
     assert "\n" not in message
@@ -190,7 +189,7 @@ def test_malformed_reference_gives_one_line_error(tmp_path, space, case):
     path = tmp_path / "refs.yaml"
     path.write_text(textwrap.dedent(text))
     with pytest.raises(SpaceError, match="^" + str(path).replace(".", r"\.") + ": ") as info:
-        load_references(path, space)
+        read_references(path, space)
     assert expected in str(info.value)
 
 

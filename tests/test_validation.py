@@ -10,15 +10,13 @@ import optuna
 import pytest
 
 from autotune.core.flags import options_to_config, to_argv, to_options
-from autotune.core.model_info import load_model_info
 from autotune.core.space import (
     ModelContext,
-    load_references,
-    load_space,
     resolve_references,
     sample,
 )
 from autotune.errors import ValidationError
+from autotune.shell.files import read_model_info, read_references, read_space
 from autotune.shell.validation import VllmValidator
 from tests.conftest import SPACES
 
@@ -31,9 +29,9 @@ def validator():
 
 
 def test_all_ten_references_are_accepted_for_a_moe_model_with_mtp_except_no_yarn(validator, moe_model):
-    space = load_space(SPACES / "reference.yaml")
-    ctx = ModelContext(load_model_info(moe_model), 81920)
-    refs = resolve_references(space, ctx, load_references(SPACES / "references.yaml", space).configs)
+    space = read_space(SPACES / "reference.yaml")
+    ctx = ModelContext(read_model_info(moe_model), 81920)
+    refs = resolve_references(space, ctx, read_references(SPACES / "references.yaml", space).configs)
     assert [r.skipped for r in refs] == [""] * 10
     for ref in refs:
         argv = to_argv(space, ctx, ref.params)
@@ -45,9 +43,9 @@ def test_all_ten_references_are_accepted_for_a_moe_model_with_mtp_except_no_yarn
 
 
 def test_dense_model_keeps_eight_references_and_vllm_accepts_them_at_its_native_length(validator, dense_model):
-    space = load_space(SPACES / "reference.yaml")
-    ctx = ModelContext(load_model_info(dense_model), 32768)
-    refs = resolve_references(space, ctx, load_references(SPACES / "references.yaml", space).configs)
+    space = read_space(SPACES / "reference.yaml")
+    ctx = ModelContext(read_model_info(dense_model), 32768)
+    refs = resolve_references(space, ctx, read_references(SPACES / "references.yaml", space).configs)
     kept = [r for r in refs if not r.skipped]
     # At the native length YaRN does not apply either, so no-yarn repeats the baseline.
     assert {r.name for r in refs if r.skipped} == {"no-ep", "no-mtp", "no-yarn"}
@@ -59,8 +57,8 @@ def test_dense_model_keeps_eight_references_and_vllm_accepts_them_at_its_native_
 def test_200_random_samples_parse_and_only_yarn_less_long_contexts_are_rejected(
     validator, moe_model, space_file
 ):
-    space = load_space(SPACES / space_file)
-    ctx = ModelContext(load_model_info(moe_model), 81920)
+    space = read_space(SPACES / space_file)
+    ctx = ModelContext(read_model_info(moe_model), 81920)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=7))
     for _ in range(200):
         trial = study.ask()
@@ -94,8 +92,8 @@ def test_invalid_flags_are_rejected_with_vllms_message(validator, dense_model, f
 def test_argv_and_config_file_round_trip_to_the_same_engine_arguments(validator, moe_model, tmp_path):
     import yaml
 
-    space = load_space(SPACES / "extended.yaml")
-    ctx = ModelContext(load_model_info(moe_model), 81920)
+    space = read_space(SPACES / "extended.yaml")
+    ctx = ModelContext(read_model_info(moe_model), 81920)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     for _ in range(10):
         trial = study.ask()

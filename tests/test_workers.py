@@ -3,6 +3,7 @@ one study in a real PostgreSQL server (the session's own, see conftest.postgres_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,7 +28,8 @@ parameters:
   - {name: performance_mode, type: categorical, choices: [throughput, interactivity],
      default: throughput, flag: --performance-mode}
 """
-SMALL = ["--profile", "low-concurrency", "--num-prompts", "4", "--input-len", "64", "--output-len", "16"]
+SMALL = ["--profile", "low-concurrency", "--num-prompts", "4", "--input-len", "64", "--output-len", "16",
+         "--repeats", "1", "--confirm", "0"]
 HEARTBEAT = ["--heartbeat-interval", "2", "--grace-period", "10"]
 
 
@@ -62,7 +64,7 @@ def test_two_slots_run_a_four_trial_postgres_study_in_parallel_without_duplicate
     assert len(done) == 4
     assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
     assert all(t.user_attrs.get("skipped") for t in study.get_trials(states=(TrialState.FAIL,)))
-    assert len({t.user_attrs["params_key"] for t in done}) == 4
+    assert len({json.dumps(t.params, sort_keys=True) for t in done}) == 4
     assert all(not t.user_attrs.get("failure_class") and t.values[0] > 0 for t in done)
     workers = {t.user_attrs["worker"]["label"]: t.user_attrs["worker"]["slot"] for t in done}
     assert workers == {"slot0": "cores 0", "slot1": "cores 1"}

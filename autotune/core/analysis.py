@@ -1,139 +1,92 @@
-"""Analysis of finished trials: Pareto fronts per profile, recommendations, deltas, effects.
+"""Analysis of a study's trials: the front, recommendations with ties, effects and sign flips,
+each with its interval. Pure: takes ``StudyData`` (built by the study layer) and returns records;
+rendering happens elsewhere.
 
-Pure: takes ``TrialRecord`` values (built from Optuna trials by the study layer) and returns
-records; rendering (tables, plots, reports) happens elsewhere.
+Rules that keep claims honest:
+- a difference whose interval contains zero is a tie: ``recommend`` lists the tied trials and
+  prefers the one that changes fewest flags from vLLM's defaults;
+- a parameter's effect comes from matched pairs of trials that differ in that parameter only
+  (as the reference configs do) where they exist, otherwise from a linear model of the log
+  metric over all feasible trials; with too few trials to separate it, it is withheld;
+- a sign flip is claimed only when two profiles' intervals both exclude zero with opposite signs.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autotune.errors import ConfigError
+import numpy as np
 
-THROUGHPUT, E2EL = "output_throughput", "mean_e2el_ms"
+from autotune.core.objectives import Objective
+from autotune.core.outcome import TrialOutcome, Value
+from autotune.core.pareto import knee, pareto_front
+from autotune.core.stats import Change, Estimate, NoiseModel, compare, mean_log_change, pooled_noise
+
 USES = ("interactive", "throughput", "balanced")
 
 
 @dataclass(frozen=True)
-class TrialRecord:
-    """What analysis needs of one finished trial."""
+class StudyData:
+    """What analysis needs of a study."""
 
-    number: int
-    params: Mapping[str, object]
-    metrics: Mapping[str, Mapping[str, float]]  # profile -> metric -> mean (empty if failed)
-    spread: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    feasible: bool = True
-    reference: str = ""
-    failure_class: str = ""
-    failure_message: str = ""
+    outcomes: tuple[TrialOutcome, ...]
+    objectives: tuple[Objective, ...]
+    noise: NoiseModel
+    baseline: TrialOutcome | None = None
+    defaults: Mapping[str, Value] = field(default_factory=dict)  # vLLM's value per parameter
 
-    def value(self, profile: str, metric: str) -> float:
-        return self.metrics[profile][metric]
+    @property
+    def profiles(self) -> list[str]:
+        seen = dict.fromkeys(o.profile for o in self.objectives)
+        for t in self.outcomes:
+            seen.update(dict.fromkeys(t.results))
+        return list(seen)
 
+    @property
+    def feasible(self) -> list[TrialOutcome]:
+        return [t for t in self.outcomes if t.feasible
+                and all(t.has(o.profile, o.metric) for o in self.objectives)]
 
-def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
-    """``a`` is at least as good everywhere and better somewhere (all objectives minimized)."""
-    return all(x <= y for x, y in zip(a, b, strict=True)) and any(
-        x < y for x, y in zip(a, b, strict=True))
+    def estimate(self, t: TrialOutcome, profile: str, metric: str) -> Estimate:
+        return t.estimate(profile, metric, self.noise.of(f"{profile}:{metric}"))
 
+    def objective_estimate(self, t: TrialOutcome, o: Objective) -> Estimate:
+        return self.estimate(t, o.profile, o.metric)
 
-def _point(t: TrialRecord, profile: str) -> tuple[float, float]:
-    return (-t.value(profile, THROUGHPUT), t.value(profile, E2EL))
+    def costs(self, t: TrialOutcome) -> tuple[float, ...]:
+        return tuple(o.cost(t.value(o.profile, o.metric)) for o in self.objectives)
 
+    def front(self) -> list[TrialOutcome]:
+        """Feasible non-dominated trials, ordered by the first objective, best first."""
+        return sorted(pareto_front(self.feasible, self.costs), key=self.costs)
 
-def pareto_front(trials: Sequence[TrialRecord], profile: str) -> list[TrialRecord]:
-    """Feasible trials not dominated in (throughput up, E2EL down) at ``profile``,
-    sorted by throughput, highest first."""
-    pool = [t for t in trials if t.feasible and profile in t.metrics]
-    front = [t for t in pool if not any(dominates(_point(o, profile), _point(t, profile))
-                                        for o in pool if o is not t)]
-    return sorted(front, key=lambda t: -t.value(profile, THROUGHPUT))
+    def changes_from_defaults(self, t: TrialOutcome) -> dict[str, Value]:
+        return {k: v for k, v in sorted(t.params.items())
+                if k in self.defaults and self.defaults[k] != v}
 
-
-def knee(front: Sequence[TrialRecord], profile: str) -> TrialRecord:
-    """The front point closest to the ideal corner after scaling both objectives to [0, 1]."""
-    if not front:
-        raise ValueError("empty front")
-    tps = [t.value(profile, THROUGHPUT) for t in front]
-    lats = [t.value(profile, E2EL) for t in front]
-
-    def scaled(v: float, lo: float, hi: float) -> float:
-        return 0.0 if hi == lo else (v - lo) / (hi - lo)
-
-    def distance(t: TrialRecord) -> float:
-        tp = 1.0 - scaled(t.value(profile, THROUGHPUT), min(tps), max(tps))
-        lat = scaled(t.value(profile, E2EL), min(lats), max(lats))
-        return math.hypot(tp, lat)
-
-    return min(front, key=distance)
+    def versus_baseline(self, t: TrialOutcome, profile: str, metric: str) -> Change | None:
+        b = self.baseline
+        if b is None or not b.feasible or not b.has(profile, metric) or b.number == t.number:
+            return None
+        return compare(self.estimate(t, profile, metric), self.estimate(b, profile, metric))
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """The trial picked for a use, and why in one paragraph."""
-
-    use: str
-    trial: TrialRecord
-    profile: str
-    reason: str
-
-
-def _profile_for(use: str, profiles: Sequence[str]) -> str:
-    wanted = {"interactive": "low-concurrency", "throughput": "high-concurrency"}.get(use)
-    if wanted in profiles:
-        return wanted  # type: ignore[return-value]
-    return profiles[0] if use != "throughput" else profiles[-1]
+def noise_of(outcomes: Sequence[TrialOutcome]) -> NoiseModel:
+    """Pooled noise per ``profile:metric`` from the repeats of every feasible trial."""
+    groups: dict[str, list[list[float]]] = defaultdict(list)
+    for t in outcomes:
+        if not t.feasible:
+            continue
+        for profile, result in t.results.items():
+            for metric in (result.runs[0] if result.runs else {}):
+                groups[f"{profile}:{metric}"].append(result.values(metric))
+    return pooled_noise(groups)
 
 
-def recommend(trials: Sequence[TrialRecord], profiles: Sequence[str], use: str,
-              baseline: TrialRecord | None = None) -> Recommendation:
-    """interactive: lowest mean E2EL at low concurrency; throughput: highest output
-    throughput at high concurrency; balanced: the knee of the front of the first profile."""
-    if use not in USES:
-        raise ConfigError(f"--for {use!r}: valid: {', '.join(USES)}")
-    profile = _profile_for(use, profiles)
-    front = pareto_front(trials, profile)
-    if not front:
-        raise ConfigError("no feasible trial in the study yet: run more trials first")
-    if use == "interactive":
-        pick = min(front, key=lambda t: t.value(profile, E2EL))
-        why = f"the lowest mean end-to-end latency at {profile}"
-    elif use == "throughput":
-        pick = max(front, key=lambda t: t.value(profile, THROUGHPUT))
-        why = f"the highest output throughput at {profile}"
-    else:
-        pick = knee(front, profile)
-        why = (f"the knee of the {profile} Pareto front ({len(front)} trials): closest to the "
-               "ideal of both objectives once each is scaled to the front's range")
-    tp, lat = pick.value(profile, THROUGHPUT), pick.value(profile, E2EL)
-    text = (f"Trial #{pick.number}{' (' + pick.reference + ')' if pick.reference else ''} has "
-            f"{why}: {tp:,.1f} tok/s output throughput and {lat:,.0f} ms mean E2EL.")
-    if baseline is not None and baseline.feasible and profile in baseline.metrics \
-            and baseline.number != pick.number:
-        d_tp = delta_pct(tp, baseline.value(profile, THROUGHPUT))
-        d_lat = delta_pct(lat, baseline.value(profile, E2EL))
-        noise = max(pick.spread.get(profile, {}).get(THROUGHPUT, 0.0),
-                    baseline.spread.get(profile, {}).get(THROUGHPUT, 0.0))
-        text += (f" Against the baseline #{baseline.number} that is {d_tp:+.1f}% throughput and "
-                 f"{d_lat:+.1f}% latency")
-        text += (f" (measured spread between repeats: {noise * 100:.1f}%)." if noise
-                 else " (single measurements: differences under ~10% are within this machine's "
-                      "noise).")
-    others = [f"#{t.number}" for t in front if t.number != pick.number]
-    if others:
-        text += f" Other trials on this front: {', '.join(others)}."
-    return Recommendation(use, pick, profile, text)
-
-
-def delta_pct(value: float, base: float) -> float:
-    return (value - base) / base * 100.0 if base else math.nan
-
-
-def differing_params(t: TrialRecord, baseline: TrialRecord | None) -> dict[str, object]:
+def differing_params(t: TrialOutcome, baseline: TrialOutcome | None) -> dict[str, Value]:
     """Parameters whose value differs from the baseline's (all of them without a baseline)."""
     if baseline is None:
         return dict(t.params)
@@ -141,86 +94,246 @@ def differing_params(t: TrialRecord, baseline: TrialRecord | None) -> dict[str, 
     return {k: t.params.get(k) for k in sorted(keys) if t.params.get(k) != baseline.params.get(k)}
 
 
-def beyond_noise(t: TrialRecord, baseline: TrialRecord | None, profile: str,
-                 metric: str, default_noise: float = 0.10) -> bool | None:
-    """Whether the difference to the baseline exceeds the larger measured spread of the two
-    (or ``default_noise``, this machine's typical 6-12%, without repeats)."""
-    if baseline is None or not baseline.feasible or profile not in baseline.metrics:
-        return None
-    noise = max(t.spread.get(profile, {}).get(metric, 0.0),
-                baseline.spread.get(profile, {}).get(metric, 0.0)) or default_noise
-    return abs(delta_pct(t.value(profile, metric), baseline.value(profile, metric))) / 100 > noise
+def describe_params(params: Mapping[str, Value]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+# --------------------------------------------------------------------------- recommendations
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The trial picked for a use, the trials the noise cannot separate from it, and why."""
+
+    use: str
+    trial: TrialOutcome
+    tied: tuple[TrialOutcome, ...]
+    reason: str
+
+
+class NoFeasibleTrial(Exception):
+    """No trial of the study can be recommended yet."""
+
+
+def _tied(data: StudyData, best: TrialOutcome, pool: Sequence[TrialOutcome],
+          objectives: Sequence[Objective]) -> list[TrialOutcome]:
+    """Members of ``pool`` whose difference to ``best`` is within the noise on every one of
+    ``objectives`` (``best`` included)."""
+    return [t for t in pool if t.number == best.number or not any(
+        compare(data.objective_estimate(t, o), data.objective_estimate(best, o)).significant
+        for o in objectives)]
+
+
+def recommend(data: StudyData, use: str) -> Recommendation:
+    """interactive: best on the first objective (default: mean E2EL at low concurrency);
+    throughput: best on the last (default: output throughput at high concurrency); balanced:
+    the knee of the front. Among trials the noise cannot separate from that pick, the one with
+    the fewest changes from vLLM's defaults is recommended."""
+    pool = data.feasible
+    if not pool:
+        raise NoFeasibleTrial("no feasible trial in the study yet: run more trials first")
+    if use == "balanced":
+        front = data.front()
+        best = knee(front, data.costs)
+        objectives: Sequence[Objective] = data.objectives
+        tied = _tied(data, best, front, objectives)
+        why = (f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
+               f"{' and '.join(o.label for o in objectives)} once each is scaled to the front")
+    else:
+        o = data.objectives[0] if use == "interactive" else data.objectives[-1]
+        best = min(pool, key=lambda t: o.cost(t.value(o.profile, o.metric)))
+        objectives = (o,)
+        tied = _tied(data, best, pool, objectives)
+        why = f"the {'lowest' if o.minimize else 'highest'} {o.label}"
+    pick = min(tied, key=lambda t: (len(data.changes_from_defaults(t)), data.costs(t)))
+    values = "; ".join(f"{o.label}: {data.objective_estimate(pick, o).text}" for o in data.objectives)
+    text = f"Trial {pick.label} for {use} use: {values} (mean [95% interval])."
+    others = [t for t in tied if t.number != pick.number]
+    if others:
+        text += (f" It is tied within the noise with {', '.join(t.label for t in others)} for "
+                 f"{why}; of these it changes the fewest flags from vLLM's defaults "
+                 f"({len(data.changes_from_defaults(pick))}).")
+    else:
+        text += f" It has {why}, beyond the noise."
+    changes = data.changes_from_defaults(pick)
+    text += f" Changes from vLLM's defaults: {describe_params(changes) or 'none'}."
+    text += baseline_sentence(data, pick)
+    return Recommendation(use, pick, tuple(others), text)
+
+
+def baseline_sentence(data: StudyData, t: TrialOutcome) -> str:
+    parts = []
+    for o in data.objectives:
+        change = data.versus_baseline(t, o.profile, o.metric)
+        if change is not None:
+            verdict = "beyond the noise" if change.significant else "a tie"
+            parts.append(f"{o.label} {change.text} ({verdict})")
+    if not parts:
+        return ""
+    assert data.baseline is not None
+    return f" Against the baseline {data.baseline.label}: " + "; ".join(parts) + "."
+
+
+# --------------------------------------------------------------------------- effects
 
 
 @dataclass(frozen=True)
 class Effect:
-    """The effect of one parameter on one metric at one profile.
-
-    ``change_pct`` is the change from the parameter's first value to its last (sorted), taken
-    from matched pairs of trials that differ in this parameter only (as the reference study's
-    one-change-at-a-time configurations do) when there are any, else from group means, which
-    other parameters confound.
-    """
+    """The effect of setting ``param`` to ``value`` instead of ``base`` on one metric at one
+    profile, with its interval, or withheld with the reason."""
 
     param: str
+    value: str
+    base: str
     profile: str
     metric: str
-    means: Mapping[str, float]  # str(value) -> mean over feasible trials
-    counts: Mapping[str, int]
-    change_pct: float
-    matched_pairs: int = 0
+    change: Change | None
+    method: str = ""  # "2 matched pairs" | "model over 9 trials"
+    withheld: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.change is None:
+            return f"withheld: {self.withheld}"
+        if not self.change.significant:
+            return f"no effect detected ({self.change.text})"
+        return self.change.text
 
 
-def _matched_change(pool: Sequence[TrialRecord], param: str, profile: str, metric: str,
-                    first: str, last: str) -> tuple[float, int]:
-    changes = []
-    for a in pool:
-        for b in pool:
-            if str(a.params.get(param)) != first or str(b.params.get(param)) != last:
-                continue
-            rest_a = {k: v for k, v in a.params.items() if k != param}
-            rest_b = {k: v for k, v in b.params.items() if k != param}
-            if rest_a == rest_b:
-                changes.append(delta_pct(b.value(profile, metric), a.value(profile, metric)))
-    return (statistics.fmean(changes), len(changes)) if changes else (math.nan, 0)
+def _base_value(data: StudyData, param: str, values: Sequence[str]) -> str:
+    for source in ((data.baseline.params if data.baseline else {}), data.defaults):
+        if param in source and str(source[param]) in values:
+            return str(source[param])
+    return sorted(values)[0]
 
 
-def effects(trials: Sequence[TrialRecord], profiles: Sequence[str], metric: str) -> list[Effect]:
-    """Per parameter and profile: mean ``metric`` by value and the change between values."""
+def _matched_diffs(pool: Sequence[TrialOutcome], param: str, base: str, value: str,
+                   profile: str, metric: str) -> list[float]:
     out = []
-    params = sorted({k for t in trials for k in t.params})
-    for profile in profiles:
-        pool = [t for t in trials if t.feasible and profile in t.metrics]
-        for param in params:
-            groups: dict[str, list[float]] = defaultdict(list)
-            for t in pool:
-                if param in t.params:
-                    groups[str(t.params[param])].append(t.value(profile, metric))
-            if len(groups) < 2:
-                continue
-            means = {k: statistics.fmean(v) for k, v in sorted(groups.items())}
-            first, last = list(means)[0], list(means)[-1]
-            change, pairs = _matched_change(pool, param, profile, metric, first, last)
-            if not pairs:
-                change = delta_pct(means[last], means[first])
-            out.append(Effect(param, profile, metric, means,
-                              {k: len(v) for k, v in sorted(groups.items())}, change, pairs))
+    for a in pool:
+        if str(a.params.get(param)) != base:
+            continue
+        rest = {k: v for k, v in a.params.items() if k != param}
+        for b in pool:
+            if str(b.params.get(param)) == value and rest == {
+                    k: v for k, v in b.params.items() if k != param}:
+                out.append(math.log(b.value(profile, metric) / a.value(profile, metric)))
     return out
 
 
-def sign_flips(effects_: Sequence[Effect]) -> list[str]:
-    """Parameters whose effect on the metric has opposite signs at different profiles."""
-    by_param: dict[str, list[float]] = defaultdict(list)
+def _design(pool: Sequence[TrialOutcome], levels: Mapping[str, tuple[str, list[str]]]
+            ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """One-hot columns (reference coding against each parameter's base value) and an
+    intercept."""
+    columns = [(p, v) for p, (_, others) in levels.items() for v in others]
+    x = np.ones((len(pool), len(columns) + 1))
+    for i, t in enumerate(pool):
+        for j, (p, v) in enumerate(columns):
+            x[i, j + 1] = float(str(t.params.get(p)) == v)
+    return x, columns
+
+
+def _model_changes(data: StudyData, pool: Sequence[TrialOutcome], profile: str, metric: str,
+                   levels: Mapping[str, tuple[str, list[str]]]) -> dict[tuple[str, str], Change | str]:
+    """Least squares of log(metric) on every parameter at once; the residual variance is never
+    taken below the measurement noise. A column the trials cannot separate gets a reason."""
+    x, columns = _design(pool, levels)
+    y = np.log([t.value(profile, metric) for t in pool])
+    rank = np.linalg.matrix_rank(x)
+    df = len(pool) - x.shape[1]
+    if rank < x.shape[1] or df < 1:
+        why = (f"{len(pool)} feasible trials cannot separate {len(columns)} parameter values "
+               "from each other; more trials (or matched pairs) needed")
+        return {c: why for c in columns}
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    rss = float(np.sum((y - x @ coef) ** 2))
+    noise = data.noise.of(f"{profile}:{metric}")
+    n_mean = float(np.mean([len(t.results[profile].values(metric)) for t in pool]))
+    resid_var, noise_var = rss / df, noise.log_sd ** 2 / n_mean
+    var, dof = (resid_var, float(df)) if resid_var >= noise_var else (noise_var, noise.df)
+    cov = var * np.linalg.inv(x.T @ x)
+    return {c: Change.from_log(float(coef[j + 1]), math.sqrt(cov[j + 1, j + 1]), dof)
+            for j, c in enumerate(columns)}
+
+
+def effects(data: StudyData, metric: str) -> list[Effect]:
+    """Per profile, parameter and non-base value: the effect on ``metric``."""
+    out: list[Effect] = []
+    for profile in data.profiles:
+        pool = [t for t in data.outcomes if t.feasible and t.has(profile, metric)]
+        values: dict[str, set[str]] = defaultdict(set)
+        for t in pool:
+            for k, v in t.params.items():
+                values[k].add(str(v))
+        levels = {}
+        for param in sorted(values):
+            if len(values[param]) > 1:
+                base = _base_value(data, param, sorted(values[param]))
+                levels[param] = (base, sorted(values[param] - {base}))
+        model: dict[tuple[str, str], Change | str] | None = None
+        n_each = float(np.mean([len(t.results[profile].values(metric)) for t in pool])) if pool else 1
+        for param, (base, others) in levels.items():
+            for value in others:
+                diffs = _matched_diffs(pool, param, base, value, profile, metric)
+                if diffs:
+                    change = mean_log_change(diffs, data.noise.of(f"{profile}:{metric}"), n_each)
+                    out.append(Effect(param, value, base, profile, metric, change,
+                                      f"{len(diffs)} matched pair{'s' * (len(diffs) > 1)}"))
+                    continue
+                if model is None:
+                    model = _model_changes(data, pool, profile, metric, levels)
+                found = model[(param, value)]
+                if isinstance(found, str):
+                    out.append(Effect(param, value, base, profile, metric, None, withheld=found))
+                else:
+                    out.append(Effect(param, value, base, profile, metric, found,
+                                      f"model over {len(pool)} trials"))
+    return out
+
+
+@dataclass(frozen=True)
+class SignFlip:
+    """An effect that helps at one profile and hurts at another, both beyond the noise."""
+
+    param: str
+    value: str
+    metric: str
+    by_profile: Mapping[str, Change]
+
+
+def sign_flips(effects_: Sequence[Effect]) -> tuple[list[SignFlip], list[str]]:
+    """Flips established by the intervals, and the parameter changes whose point estimates
+    change sign without both intervals excluding zero (not claimed; listed as such)."""
+    groups: dict[tuple[str, str, str], dict[str, Change]] = defaultdict(dict)
     for e in effects_:
-        if not math.isnan(e.change_pct):
-            by_param[e.param].append(e.change_pct)
-    return sorted(p for p, changes in by_param.items()
-                  if any(c > 0 for c in changes) and any(c < 0 for c in changes))
+        if e.change is not None:
+            groups[(e.param, e.value, e.metric)][e.profile] = e.change
+    flips, unconfirmed = [], []
+    for (param, value, metric), by_profile in sorted(groups.items()):
+        significant = [c for c in by_profile.values() if c.significant]
+        if any(c.pct > 0 for c in significant) and any(c.pct < 0 for c in significant):
+            flips.append(SignFlip(param, value, metric, by_profile))
+        elif any(c.pct > 0 for c in by_profile.values()) and any(c.pct < 0 for c in by_profile.values()):
+            unconfirmed.append(f"{param}={value} ({metric})")
+    return flips, unconfirmed
 
 
-def failures_by_class(trials: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
-    out: dict[str, list[TrialRecord]] = defaultdict(list)
-    for t in trials:
-        if t.failure_class:
-            out[t.failure_class].append(t)
+def failures_by_class(outcomes: Sequence[TrialOutcome]) -> dict[str, list[TrialOutcome]]:
+    out: dict[str, list[TrialOutcome]] = defaultdict(list)
+    for t in outcomes:
+        if t.failure is not None:
+            out[t.failure.value].append(t)
     return dict(sorted(out.items()))
+
+
+def finalists(data: StudyData, k: int) -> list[TrialOutcome]:
+    """Up to ``k`` members of the front, spread along it (its two ends first), and the
+    baseline when it is feasible: what a confirmation deploys again."""
+    front = data.front()
+    if len(front) > k:
+        picks = sorted({round(i * (len(front) - 1) / max(k - 1, 1)) for i in range(k)})
+        front = [front[i] for i in picks]
+    base = data.baseline
+    if base is not None and base.feasible and all(t.number != base.number for t in front):
+        front.append(base)
+    return front

@@ -1,18 +1,14 @@
-"""What autotune needs to know about a model, read from its config.json. No network.
+"""What autotune needs to know about a model, from its parsed config.json. Pure.
 
-A model is a local folder or a Hugging Face id already in the local cache.
+Finding and reading that file (a local folder or the local Hugging Face cache) is
+``shell.files.read_model_info``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from autotune.errors import ConfigError
 
 _MOE_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
@@ -38,29 +34,6 @@ class ModelInfo:
         return self.mtp_layers > 0
 
 
-def _hf_cache_config(model_id: str) -> Path | None:
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
-    )
-    snapshots = Path(hub) / ("models--" + model_id.replace("/", "--")) / "snapshots"
-    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
-
-
-def find_config(model: str) -> Path:
-    """config.json of a local model folder or of a hub id in the local cache."""
-    local = Path(model) / "config.json"
-    if local.is_file():
-        return local
-    cached = _hf_cache_config(model)
-    if cached is not None:
-        return cached
-    raise ConfigError(
-        f"--model {model!r}: no config.json found (not a model folder, and not in the local "
-        "Hugging Face cache); give a folder such as one made by 'autotune make-model'"
-    )
-
-
 def parse_config(name: str, config: dict) -> ModelInfo:
     """ModelInfo from a parsed config.json (text models; a nested text_config is used)."""
     text = config.get("text_config") or config
@@ -81,13 +54,3 @@ def parse_config(name: str, config: dict) -> ModelInfo:
         vocab_size=int(text.get("vocab_size", 0)),
         rope_parameters=rope if isinstance(rope, dict) else {},
     )
-
-
-def load_model_info(model: str) -> ModelInfo:
-    """Read and parse the config.json of ``model``."""
-    path = find_config(model)
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read model config: {exc}") from exc
-    return parse_config(model, config)

@@ -1,9 +1,19 @@
-"""Objectives and SLO constraints of a study, per workload profile. Pure.
+"""Objectives and SLO constraints of a study, as records. Pure.
 
-Every requested profile contributes two objectives: output throughput (tok/s, maximize) and
-mean end-to-end latency (ms, minimize), named ``<profile>:<metric>`` so the dashboard and plots
-label them. SLOs (``high-concurrency:p99_ttft_ms<=5000``) become constraints: a trial is
-feasible when each violation (how far past the limit) is <= 0.
+An objective is one metric of one workload profile with a direction and a unit, named
+``<profile>:<metric>`` so the dashboard and plots label it. A study's objectives are derived
+from its profiles (``default_objectives``) or given with ``--objective PROFILE:METRIC[:min|max]``;
+every other metric of every profile is still recorded.
+
+Why the default pair is what it is: at a fixed concurrency c and output length L, output
+throughput x mean E2EL is about c * L * 1000 for every configuration, so throughput against
+E2EL *of one profile* is one curve, not a trade-off, and its front is a single point. The
+trade-off that exists is between profiles: latency when few users are on the server against
+throughput when many are. With one profile, TTFT against TPOT is a real trade-off (large
+prefill chunks and batches shorten the wait for the first token and slow every decode step).
+
+SLOs (``high-concurrency:p99_ttft_ms<=5000``) become constraints: a trial is feasible when
+each violation (how far past the limit) is <= 0.
 """
 
 from __future__ import annotations
@@ -13,39 +23,109 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune.core.profiles import WorkloadProfile
 from autotune.errors import ConfigError
 
-OBJECTIVES: tuple[tuple[str, str], ...] = (
-    ("output_throughput", "maximize"),
-    ("mean_e2el_ms", "minimize"),
-)
-UNITS = {"output_throughput": "tok/s", "mean_e2el_ms": "ms"}
-# Metrics an SLO may name: the benchmark's keys, as vLLM's `bench serve` writes them.
+DIRECTIONS = {"min": "minimize", "max": "maximize", "minimize": "minimize", "maximize": "maximize"}
+# Metrics an objective or SLO may name: the benchmark's keys, as vLLM's `bench serve` writes them.
 KNOWN_METRICS = (
     "output_throughput", "request_throughput", "total_token_throughput",
     *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
       for s in ("mean", "median", "std", "p50", "p90", "p99")),
 )
+LABELS = {"output_throughput": "output throughput", "request_throughput": "request throughput",
+          "total_token_throughput": "total token throughput"}
 
 
-def metric_names(profiles: Sequence[str]) -> list[str]:
-    return [f"{p}:{m}" for p in profiles for m, _ in OBJECTIVES]
+def unit_of(metric: str) -> str:
+    if metric.endswith("_ms"):
+        return "ms"
+    return "req/s" if metric.startswith("request") else "tok/s"
 
 
-def directions(profiles: Sequence[str]) -> list[str]:
-    return [d for _ in profiles for _, d in OBJECTIVES]
+def natural_direction(metric: str) -> str:
+    """Latencies are minimized, throughputs maximized."""
+    return "minimize" if metric.endswith("_ms") else "maximize"
 
 
-def objective_values(
-    means: Mapping[str, Mapping[str, float]], profiles: Sequence[str]
-) -> list[float]:
-    """Objective values in ``metric_names`` order from per-profile metric means."""
-    return [float(means[p][m]) for p in profiles for m, _ in OBJECTIVES]
+@dataclass(frozen=True)
+class Objective:
+    """One optimized metric of one profile."""
+
+    profile: str
+    metric: str
+    direction: str  # "minimize" | "maximize"
+
+    @property
+    def name(self) -> str:
+        return f"{self.profile}:{self.metric}"
+
+    @property
+    def unit(self) -> str:
+        return unit_of(self.metric)
+
+    @property
+    def minimize(self) -> bool:
+        return self.direction == "minimize"
+
+    @property
+    def infeasible_value(self) -> float:
+        """The value of a trial that served nothing: unbounded latency, no throughput."""
+        return math.inf if self.minimize else 0.0
+
+    def cost(self, value: float) -> float:
+        """``value`` turned into a quantity to minimize (for dominance and the knee)."""
+        return value if self.minimize else -value
+
+    @property
+    def label(self) -> str:
+        """For axes and table headers: 'mean E2EL at low-concurrency (ms)'."""
+        metric = LABELS.get(self.metric) or self.metric.removesuffix("_ms").replace(
+            "_", " ").replace("ttft", "TTFT").replace("tpot", "TPOT").replace(
+            "e2el", "E2EL").replace("itl", "ITL")
+        return f"{metric} at {self.profile} ({self.unit})"
 
 
-def infeasible_values(profiles: Sequence[str]) -> list[float]:
-    """Values of a trial that served nothing: no throughput, unbounded latency."""
-    return [0.0 if d == "maximize" else math.inf for d in directions(profiles)]
+def parse_objective(text: str, profiles: Sequence[str]) -> Objective:
+    """``PROFILE:METRIC[:min|max]``; a one-line error naming --objective otherwise."""
+    parts = text.strip().split(":")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ConfigError(f"--objective {text!r}: expected PROFILE:METRIC[:min|max], "
+                          "e.g. 'low-concurrency:p99_ttft_ms:min'")
+    profile, metric = parts[0], parts[1]
+    if profile not in profiles:
+        raise ConfigError(f"--objective {text!r}: profile {profile!r} is not run; run: {list(profiles)}")
+    if metric not in KNOWN_METRICS:
+        raise ConfigError(f"--objective {text!r}: unknown metric {metric!r}; valid: "
+                          f"{', '.join(KNOWN_METRICS[:6])}, ... (vLLM bench serve's keys)")
+    direction = DIRECTIONS.get(parts[2]) if len(parts) == 3 else natural_direction(metric)
+    if direction is None:
+        raise ConfigError(f"--objective {text!r}: direction {parts[2]!r} is not min or max")
+    return Objective(profile, metric, direction)
+
+
+def default_objectives(profiles: Sequence[WorkloadProfile]) -> tuple[Objective, ...]:
+    """Interactive latency against throughput under load: mean E2EL at the profile with the
+    lowest concurrency, output throughput at the one with the highest (the first and the
+    last profile when they tie). With one profile: mean TTFT against mean TPOT."""
+    if not profiles:
+        raise ConfigError("--profile: at least one profile is needed")
+    if len(profiles) == 1:
+        name = profiles[0].name
+        return (Objective(name, "mean_ttft_ms", "minimize"),
+                Objective(name, "mean_tpot_ms", "minimize"))
+    low = min(profiles, key=lambda p: p.max_concurrency)
+    high = max(reversed(profiles), key=lambda p: p.max_concurrency)
+    if low is high:
+        low, high = profiles[0], profiles[-1]
+    return (Objective(low.name, "mean_e2el_ms", "minimize"),
+            Objective(high.name, "output_throughput", "maximize"))
+
+
+def objective_values(objectives: Sequence[Objective],
+                     means: Mapping[str, Mapping[str, float]]) -> list[float]:
+    """Objective values from per-profile metric means."""
+    return [float(means[o.profile][o.metric]) for o in objectives]
 
 
 _SLO = re.compile(r"^\s*([\w.-]+):(\w+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
@@ -69,19 +149,26 @@ class Slo:
         return value - self.limit if self.op == "<=" else self.limit - value
 
 
-def parse_slo(text: str, profiles: Sequence[str], known_metrics: Sequence[str]) -> Slo:
+def parse_slo(text: str, profiles: Sequence[str]) -> Slo:
     """``PROFILE:METRIC<=LIMIT`` or ``>=``; a one-line error naming --slo otherwise."""
     m = _SLO.match(text)
     if not m:
         raise ConfigError(
             f"--slo {text!r}: expected PROFILE:METRIC<=LIMIT, e.g. 'high-concurrency:p99_ttft_ms<=5000'"
         )
-    profile, metric, op, limit = m.group(1), m.group(2), m.group(3), float(m.group(4))
+    profile, metric, op = m.group(1), m.group(2), m.group(3)
+    try:
+        limit = float(m.group(4))
+    except ValueError:
+        raise ConfigError(f"--slo {text!r}: limit {m.group(4)!r} is not a number") from None
     if profile not in profiles:
         raise ConfigError(f"--slo {text!r}: profile {profile!r} is not run; run: {list(profiles)}")
-    if metric not in known_metrics:
+    if metric not in KNOWN_METRICS:
         raise ConfigError(
             f"--slo {text!r}: unknown metric {metric!r}; e.g. mean_ttft_ms, p99_ttft_ms, "
             "mean_tpot_ms, p99_e2el_ms, output_throughput"
         )
+    if not math.isfinite(limit) or limit <= 0:
+        raise ConfigError(f"--slo {text!r}: the limit must be a positive number of "
+                          f"{unit_of(metric)}, got {m.group(4)}")
     return Slo(profile, metric, op, limit)

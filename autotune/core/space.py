@@ -174,17 +174,6 @@ def _fail(path: str, where: str, problem: str) -> SpaceError:
     return SpaceError(f"{path}: {where}: {problem}")
 
 
-def _read_text(path: str | Path) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-
-
-def _read_yaml(path: Path) -> Any:
-    return _parse_yaml(str(path), _read_text(path))
-
-
 def _parse_yaml(path: str, text: str) -> Any:
     try:
         return yaml.safe_load(text)
@@ -323,11 +312,6 @@ def _parse_deployment(path: str, raw: Any) -> Deployment:
     return Deployment(tensor_parallel_size=tp, max_model_len=mml, flags=flags)
 
 
-def load_space(path: str | Path) -> SearchSpace:
-    """Load and validate a search-space YAML file; raises SpaceError naming file and field."""
-    return parse_space(_read_text(path), str(path))
-
-
 def parse_space(text: str, where: str) -> SearchSpace:
     """Validate a search space given as YAML text; ``where`` names it in errors (its file)."""
     raw = _parse_yaml(where, text)
@@ -362,11 +346,9 @@ class ReferenceSet:
     baseline: str = ""
 
 
-def load_references(path: str | Path, space: SearchSpace) -> ReferenceSet:
-    """Load reference configs; each is checked against ``space`` (names and values)."""
-    p = Path(path)
-    raw = _read_yaml(p)
-    where = str(p)
+def parse_references(text: str, where: str, space: SearchSpace) -> ReferenceSet:
+    """Validate reference configs given as YAML text; each is checked against ``space``."""
+    raw = _parse_yaml(where, text)
     if not isinstance(raw, dict) or not isinstance(raw.get("configs"), list):
         raise _fail(where, "top level", "expected a mapping with a 'configs' list")
     unknown = set(raw) - {"space", "baseline", "configs"}

@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.core.model_info import ModelInfo, load_model_info
+from autotune.core.model_info import ModelInfo
 from autotune.errors import ConfigError
+from autotune.shell.files import read_model_info
 
 KINDS = ("dense", "moe")
 SPECIAL = ("<unk>", "<s>", "</s>")
@@ -33,6 +34,20 @@ class ModelShape:
     native_context: int = 32768
     num_experts: int = 4
     moe_intermediate_size: int = 128
+
+
+def describe(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
+    """What ``make_model`` would write to ``out``, without writing it (a dry run)."""
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    if kind == "moe":
+        rope["partial_rotary_factor"] = 0.5
+    return ModelInfo(
+        name=str(out), architecture="Glm4MoeForCausalLM" if kind == "moe" else "LlamaForCausalLM",
+        is_moe=kind == "moe", num_experts=shape.num_experts if kind == "moe" else 0,
+        mtp_layers=1 if mtp else 0, native_context=shape.native_context,
+        num_attention_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+        vocab_size=shape.vocab_size, rope_parameters=rope,
+    )
 
 
 def _write_tokenizer(out: Path, vocab_size: int) -> None:
@@ -163,4 +178,4 @@ def make_model(
         save_file(_unfuse_experts(state), str(path / "model.safetensors"),
                   metadata={"format": "pt"})
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    return load_model_info(str(path))
+    return read_model_info(str(path))

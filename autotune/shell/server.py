@@ -338,17 +338,28 @@ class Deployment:
 
     def _first_completion(self, http: httpx.Client) -> None:
         """One real completion: a healthy /health does not prove the engine can serve."""
-        body = {"model": self.model_name, "prompt": [3, 4, 5, 6], "max_tokens": 4,
+        self.complete([3, 4, 5, 6], max_tokens=4, http=http)
+
+    def complete(self, prompt: str | list[int], *, max_tokens: int,
+                 http: httpx.Client | None = None) -> str:
+        """One non-streamed completion at temperature 0; its text. A failure is diagnosed
+        from the log (DeploymentError)."""
+        body = {"model": self.model_name, "prompt": prompt, "max_tokens": max_tokens,
                 "temperature": 0.0}
+        client = http or httpx.Client(timeout=10.0)
         try:
-            resp = http.post(
+            resp = client.post(
                 f"{self.url}/v1/completions", json=body,
                 headers={"Authorization": f"Bearer {self.api_key}"}, timeout=120.0,
             )
         except httpx.HTTPError as exc:
             raise self.diagnose(f"first completion failed: {exc!r}") from exc
+        finally:
+            if http is None:
+                client.close()
         if resp.status_code != 200:
             raise self.diagnose(f"first completion got HTTP {resp.status_code}: {resp.text[:300]}")
+        return resp.json()["choices"][0]["text"]
 
     def diagnose(self, symptom: str) -> DeploymentError:
         """Classify a server that stopped serving (after it was ready) from its log."""

@@ -2,14 +2,16 @@
 
 Rows are CSV (``reference`` or parameter columns, ``profile``, then metric columns with
 vLLM's key names) or JSON (a list of such objects). Rows of one configuration are grouped;
-a configuration becomes a trial when every requested profile has both objectives. Output
-throughput missing beside request throughput is derived as req/s x output tokens (fixed
-output length), and the trial says so in ``derived``.
+a configuration becomes a trial when it has every objective's metric. Output throughput
+missing beside request throughput is derived as req/s x output tokens (the profile's fixed
+output length), and the trial says so in ``derived``. Each imported number counts as one
+measurement (a file gives no repeats), so its intervals use the study's assumed noise.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,10 +25,13 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune.core.objectives import OBJECTIVES, directions, metric_names
-from autotune.core.profiles import get_profile
+from autotune.core.objectives import Objective, objective_values
+from autotune.core.outcome import ProfileResult, TrialOutcome
+from autotune.core.profiles import WorkloadProfile
 from autotune.core.space import Parameter, ReferenceSet, SearchSpace
 from autotune.errors import ConfigError
+from autotune.study.plans import PLAN_ATTR
+from autotune.study.records import BASELINE_ATTR, write_outcome
 from autotune.study.runner import FEASIBLE, REFS_ENQUEUED
 
 NUMERIC = ("request_throughput", "output_throughput", "total_token_throughput",
@@ -99,7 +104,8 @@ def _params_for(row: dict, space: SearchSpace, refs: ReferenceSet | None, where:
 
 
 def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
-                 profiles: list[str]) -> tuple[list[ImportedConfig], list[str]]:
+                 profiles: tuple[WorkloadProfile, ...], objectives: tuple[Objective, ...]
+                 ) -> tuple[list[ImportedConfig], list[str]]:
     """Configurations with complete objectives, and a message per skipped configuration."""
     grouped: dict[str, dict] = {}
     metrics: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
@@ -121,45 +127,52 @@ def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
         metrics[name][profile] = values
     configs, skipped = [], []
     for name, params in grouped.items():
-        derived, complete = [], True
+        derived = []
         for profile in profiles:
-            m = metrics[name].get(profile, {})
+            m = metrics[name].get(profile.name, {})
             if "output_throughput" not in m and "request_throughput" in m:
-                m["output_throughput"] = m["request_throughput"] * get_profile(profile).output_len
-                derived.append(f"{profile}:output_throughput")
-            missing = [f"{profile}:{k}" for k, _ in OBJECTIVES if k not in m]
-            if missing:
-                skipped.append(f"{name}: skipped, {', '.join(missing)} not given")
-                complete = False
-                break
-        if complete:
-            configs.append(ImportedConfig(name, params, {p: metrics[name][p] for p in profiles},
-                                          derived))
+                m["output_throughput"] = m["request_throughput"] * profile.output_len
+                derived.append(f"{profile.name}:output_throughput")
+        missing = [o.name for o in objectives if o.metric not in metrics[name].get(o.profile, {})]
+        if missing:
+            skipped.append(f"{name}: skipped, {', '.join(missing)} not given")
+            continue
+        configs.append(ImportedConfig(name, params, {p.name: metrics[name][p.name] for p in profiles
+                                                     if p.name in metrics[name]}, derived))
     return configs, skipped
 
 
 def import_results(study_name: str, storage: str, path: Path, space: SearchSpace,
-                   refs: ReferenceSet | None, profiles: list[str]) -> tuple[optuna.Study, list[str]]:
-    """Add the file's configurations as COMPLETE, feasible trials; returns skip messages."""
-    configs, skipped = read_results(path, space, refs, profiles)
+                   refs: ReferenceSet | None, profiles: tuple[WorkloadProfile, ...],
+                   objectives: tuple[Objective, ...]) -> tuple[optuna.Study, list[str]]:
+    """Add the file's configurations as COMPLETE, feasible trials of the study (created with
+    ``objectives`` when new); returns skip messages."""
+    configs, skipped = read_results(path, space, refs, profiles, objectives)
+    names = [o.name for o in objectives]
     study = optuna.create_study(study_name=study_name, storage=storage,
-                                directions=directions(profiles), load_if_exists=True)
+                                directions=[o.direction for o in objectives], load_if_exists=True)
     if study.metric_names is None:
-        study.set_metric_names(metric_names(profiles))
-    elif study.metric_names != metric_names(profiles):
+        study.set_metric_names(names)
+    elif study.metric_names != names:
         raise ConfigError(f"--study {study_name!r} has objectives {study.metric_names}; "
-                          f"the import asks for {metric_names(profiles)}")
+                          f"the import asks for {names}")
     dists = {p.name: distribution(p) for p in space.parameters}
     for cfg in configs:
-        study.enqueue_trial(cfg.params, user_attrs={"reference": cfg.name, "imported_from": str(path)})
+        study.enqueue_trial(cfg.params)
         trial = study.ask({k: dists[k] for k in cfg.params})
-        trial.set_user_attr("metrics", cfg.metrics)
-        trial.set_user_attr("derived", cfg.derived)
+        write_outcome(trial, TrialOutcome(
+            trial.number, params=cfg.params, reference=cfg.name, imported_from=str(path),
+            derived=tuple(cfg.derived),
+            results={p: ProfileResult(p, (m,)) for p, m in cfg.metrics.items()}))
         trial.set_constraint(FEASIBLE, 0.0)
-        study.tell(trial, [cfg.metrics[p][m] for p in profiles for m, _ in OBJECTIVES])
+        study.tell(trial, objective_values(objectives, cfg.metrics))
     if refs:
-        study.set_user_attr("baseline", refs.baseline)
+        study.set_user_attr(BASELINE_ATTR, refs.baseline)
         study.set_user_attr(REFS_ENQUEUED, True)
-    study.set_user_attr("space", space.path)
-    study.set_user_attr("model", study.user_attrs.get("model", f"imported from {path.name}"))
+    # What readers need of a plan; no space text, so no worker can run an imported study.
+    study.set_user_attr(PLAN_ATTR, {
+        "model": f"imported from {path.name}", "space_path": space.path,
+        "profiles": [dataclasses.asdict(p) for p in profiles],
+        "objectives": [f"{o.name}:{o.direction[:3]}" for o in objectives],
+        "defaults": {p.name: p.default for p in space.parameters}})
     return study, skipped

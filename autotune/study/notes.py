@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import optuna
 
-from autotune.core.analysis import E2EL, THROUGHPUT, USES, TrialRecord, delta_pct, recommend
-from autotune.core.objectives import UNITS
+from autotune.core.analysis import USES, NoFeasibleTrial, StudyData, recommend
 
 DASHBOARD_CONSTRAINTS_KEY = "constraints"
 
@@ -21,43 +20,41 @@ def mirror_constraints(trial: optuna.Trial, values: list[float]) -> None:
     trial.storage.set_trial_system_attr(trial._trial_id, DASHBOARD_CONSTRAINTS_KEY, values)
 
 
-def trial_note(rec: TrialRecord, argv: list[str], profiles: list[str],
-               baseline: TrialRecord | None, extra: dict) -> str:
-    """A human-readable summary of one trial: configuration, results, delta to the baseline."""
-    title = f"## Trial {rec.number}" + (f": reference `{rec.reference}`" if rec.reference else "")
+def trial_note(t, data: StudyData) -> str:
+    """One trial: configuration, every profile's main metrics with intervals, the change
+    against the baseline, launch flags."""
+    title = f"## Trial {t.number}" + (f": reference `{t.reference}`" if t.reference else "")
     lines = [title, ""]
-    if rec.feasible:
-        lines.append(f"Ready in {extra.get('startup_s', 0):.0f} s.")
+    if t.feasible:
+        lines.append(f"Ready in {t.startup_s or 0:.0f} s.")
     else:
-        lines += [f"**Infeasible: {rec.failure_class}**", "", f"> {rec.failure_message[:500]}"]
-    lines += ["", "| profile | output tok/s | mean E2EL ms | vs baseline |", "|---|---|---|---|"]
-    for p in profiles:
-        if not rec.feasible:
-            lines.append(f"| {p} | - | - | - |")
-            continue
-        tp, lat = rec.value(p, THROUGHPUT), rec.value(p, E2EL)
-        versus = "-"
-        if baseline is not None and baseline.feasible and p in baseline.metrics:
-            versus = (f"{delta_pct(tp, baseline.value(p, THROUGHPUT)):+.1f}% tok/s, "
-                      f"{delta_pct(lat, baseline.value(p, E2EL)):+.1f}% E2EL")
-        lines.append(f"| {p} | {tp:,.1f} | {lat:,.0f} | {versus} |")
-    lines += ["", "Launch flags:", "", "```", "vllm serve MODEL " + " ".join(argv), "```"]
+        lines += [f"**Infeasible: {t.failure.value if t.failure else t.state}**", "",
+                  f"> {t.failure_message[:500]}"]
+    lines += ["", "| profile | metric | mean [95% interval] | vs baseline |", "|---|---|---|---|"]
+    for profile in t.results:
+        for metric in ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms"):
+            if not t.has(profile, metric):
+                continue
+            versus = data.versus_baseline(t, profile, metric)
+            lines.append(f"| {profile} | {metric} | {data.estimate(t, profile, metric).text} | "
+                         f"{versus.text if versus else '-'} |")
+    lines += ["", "Launch flags:", "", "```", "vllm serve MODEL " + " ".join(t.argv), "```"]
     return "\n".join(lines)
 
 
-def study_note(study_name: str, records: list[TrialRecord], profiles: list[str],
-               baseline: TrialRecord | None, argv_of: dict[int, list[str]]) -> str:
-    """The Pareto summary and the recommended flags for each use."""
+def study_note(study_name: str, data: StudyData) -> str:
+    """The front and the recommended flags for each use."""
+    feasible = data.feasible
     lines = [f"## {study_name}", "",
-             f"{len(records)} finished trials, {sum(r.feasible for r in records)} feasible. "
-             f"Objectives: output throughput ({UNITS[THROUGHPUT]}, max) and mean E2EL "
-             f"({UNITS[E2EL]}, min) per profile.", ""]
+             f"{len(data.outcomes)} finished trials, {len(feasible)} feasible. Objectives: "
+             + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ".",
+             f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}.", ""]
     for use in USES:
         try:
-            rec = recommend(records, profiles, use, baseline)
-        except Exception as exc:  # noqa: BLE001 - e.g. no feasible trial yet
+            rec = recommend(data, use)
+        except NoFeasibleTrial as exc:
             lines += [f"**{use}**: {exc}", ""]
             continue
         lines += [f"**{use}**: {rec.reason}", "", "```",
-                  "vllm serve MODEL " + " ".join(argv_of.get(rec.trial.number, [])), "```", ""]
+                  "vllm serve MODEL " + " ".join(rec.trial.argv), "```", ""]
     return "\n".join(lines)

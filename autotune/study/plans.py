@@ -1,8 +1,13 @@
-"""A study carries its own plan, so that `autotune worker --study S` on another node runs
-exactly the trials that `autotune run` defined: the search space (its YAML text), the model,
-the profiles, tensor parallel size, max model len, repeats, SLOs and the trial budget.
+"""A study's plan: built in one place, stored in the study, rebuilt from it.
 
-The plan is a study user attribute (JSON); nothing here touches processes.
+``build_plan`` turns a ``PlanRequest`` (what `run` asks for, or what a study stored) into a
+``StudyPlan``: the search space, the model (generated on the CPU build when none is given),
+the profiles, objectives and SLOs, the budget and the storage. `autotune run`, `autotune
+worker` (another node, same storage) and the dry run all call it; `worker` and the dry run
+with ``describe_only`` never write a model.
+
+The plan is a study user attribute (JSON), so that every worker runs exactly the trials that
+`run` defined; readers take the objectives, profiles and vLLM's defaults from it.
 """
 
 from __future__ import annotations
@@ -14,12 +19,47 @@ from typing import Any
 
 import optuna
 
-from autotune.core.model_info import ModelInfo, load_model_info
-from autotune.core.objectives import KNOWN_METRICS, Slo, parse_slo
+from autotune.core.model_info import ModelInfo
+from autotune.core.objectives import Objective, Slo, default_objectives, parse_objective, parse_slo
+from autotune.core.outcome import Value
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.space import ModelContext, ReferenceSet, SearchSpace, parse_space
 from autotune.errors import ConfigError, StudyError
-from autotune.study.trial import BenchPlan, TrialSetup
+from autotune.shell.files import read_model_info, read_references, read_space, shipped
+from autotune.study.storage import check_url, storage_url
+from autotune.study.trial import BenchPlan
+
+DEFAULT_SPACE = "search_spaces/reference.yaml"
+DEFAULT_REFERENCES = "search_spaces/references.yaml"
+GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
+PLAN_ATTR = "plan"
+BUDGET_ATTR = "budget"
+# What must agree between `run`s that join one study (the budget and seed may change).
+SHAPE_KEYS = ("space_yaml", "tensor_parallel_size", "max_model_len", "profiles", "repeats",
+              "slos", "objectives")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a study is asked to be: from `run`'s flags, or from a plan stored in a study."""
+
+    workdir: Path
+    profiles: tuple[WorkloadProfile, ...]
+    model: str | None = None  # None: the generated model (CPU build only)
+    space_path: str = DEFAULT_SPACE
+    space_yaml: str | None = None  # a stored plan's space text, instead of reading space_path
+    references_path: str | None = None  # given: its references are enqueued first
+    trials: int = 10
+    repeats: int = 1
+    seed: int | None = None
+    study_name: str | None = None
+    storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
+    objectives: tuple[str, ...] = ()  # PROFILE:METRIC[:min|max]; empty: the default pair
+    slos: tuple[str, ...] = ()
+    tp: int | None = None
+    max_model_len: int | None = None
+    confirm: int = 0  # finalists confirmed at the end
+    describe_only: bool = False  # a dry run: describe a generated model, do not write it
 
 
 @dataclass(frozen=True)
@@ -29,16 +69,16 @@ class StudyPlan:
     model: ModelInfo
     space: SearchSpace
     bench: BenchPlan
+    objectives: tuple[Objective, ...]
     trials: int  # study-wide budget of finished trials
     study_name: str
     storage: str
     workdir: Path  # artifacts and per-trial folders
     max_model_len: int
     references: ReferenceSet | None = None
-    seed_references: bool = False
     seed: int | None = None
     slos: tuple[Slo, ...] = ()
-    setup_defaults: TrialSetup | None = None  # slot, entrypoint, timeout; model/workdir set per trial
+    confirm: int = 0
 
     @property
     def profile_names(self) -> list[str]:
@@ -49,10 +89,69 @@ class StudyPlan:
         return ModelContext(self.model, self.max_model_len)
 
 
-PLAN_ATTR = "plan"
-BUDGET_ATTR = "budget"
-# What must agree between `run`s that join one study (the budget and seed may change).
-SHAPE_KEYS = ("space_yaml", "tensor_parallel_size", "max_model_len", "profiles", "repeats", "slos")
+def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
+               say: Any = lambda text: None) -> ModelInfo:
+    """The given model, or on the CPU build the generated one under ``workdir`` (written the
+    first time, unless ``describe_only``)."""
+    if model:
+        return read_model_info(model)
+    from autotune.shell import modelgen
+    from autotune.shell.server import detect_platform
+
+    if detect_platform() != "cpu":
+        raise ConfigError("--model is required on a GPU machine (a local folder or a cached hub id)")
+    path = workdir / GENERATED_MODEL
+    if (path / "config.json").exists():
+        say(f"using the generated tiny model {path}")
+        return read_model_info(str(path))
+    if describe_only:
+        return modelgen.describe(path, kind="moe", mtp=True)
+    say(f"no --model given and no GPU: generating a tiny MoE+MTP model in {path}, trained so "
+        "that its MTP head predicts (about a minute)")
+    return modelgen.make_model(path, kind="moe", mtp=True, seed=0, trained=True)
+
+
+def default_study_name(model: str, space: str, profiles: list[str]) -> str:
+    base = Path(model.rstrip("/")).name or model.replace("/", "-")
+    return f"{base}-{space}-{'+'.join(profiles)}"
+
+
+def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
+    """The one plan constructor. Bad input is a ConfigError before anything is written."""
+    names = [p.name for p in request.profiles]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--profile: each profile once, got {names}")
+    if request.trials < 1 or request.repeats < 1 or request.confirm < 0:
+        raise ConfigError("--trials and --repeats must be >= 1, --confirm >= 0")
+    if request.tp is not None and request.tp < 1:
+        raise ConfigError(f"--tp {request.tp}: must be >= 1")
+    storage = storage_url(request.storage, f"sqlite:///{request.workdir / 'autotune.db'}")
+    check_url(storage, created_folder=request.workdir)
+    space = (parse_space(request.space_yaml, f"{request.space_path} (stored in the study)")
+             if request.space_yaml is not None else read_space(shipped(request.space_path)))
+    if request.tp:
+        space = dataclasses.replace(space, deployment=dataclasses.replace(
+            space.deployment, tensor_parallel_size=request.tp))
+    references = (read_references(shipped(request.references_path), space)
+                  if request.references_path else None)
+    objectives = (tuple(parse_objective(o, names) for o in request.objectives)
+                  or default_objectives(request.profiles))
+    if len({o.name for o in objectives}) != len(objectives):
+        raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
+    slos = tuple(parse_slo(text, names) for text in request.slos)
+    model = model_info(request.model, request.workdir, describe_only=request.describe_only,
+                       say=say)
+    return StudyPlan(
+        model=model, space=space, objectives=objectives,
+        bench=BenchPlan(profiles=request.profiles, vocab_size=model.vocab_size,
+                        repeats=request.repeats, seed=request.seed or 0),
+        trials=request.trials,
+        study_name=request.study_name or default_study_name(model.name, space.name, names),
+        storage=storage, workdir=request.workdir,
+        max_model_len=(request.max_model_len or space.deployment.max_model_len
+                       or model.native_context),
+        references=references, seed=request.seed, slos=slos, confirm=request.confirm,
+    )
 
 
 def plan_attr(plan: StudyPlan) -> dict[str, Any]:
@@ -63,11 +162,12 @@ def plan_attr(plan: StudyPlan) -> dict[str, Any]:
         "tensor_parallel_size": plan.space.deployment.tensor_parallel_size,
         "max_model_len": plan.max_model_len,
         "profiles": [dataclasses.asdict(p) for p in plan.bench.profiles],
-        "vocab_size": plan.bench.vocab_size,
+        "objectives": [f"{o.name}:{o.direction[:3]}" for o in plan.objectives],
         "repeats": plan.bench.repeats,
-        "bench_seed": plan.bench.seed,
         "slos": [slo.key for slo in plan.slos],
         "seed": plan.seed,
+        "confirm": plan.confirm,
+        "defaults": {p.name: p.default for p in plan.space.parameters},
     }
 
 
@@ -87,29 +187,36 @@ def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
     study.set_user_attr(BUDGET_ATTR, plan.trials)
 
 
-def load_plan(study: optuna.Study, storage_url: str, *, model: str | None, workdir: Path,
-              trials: int | None, setup: TrialSetup) -> StudyPlan:
-    """The plan of an existing study, for a worker that joins it. ``model`` overrides the
-    stored model path (a node that keeps it elsewhere); ``trials`` sets the study budget."""
+def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: str | None,
+                   trials: int | None) -> PlanRequest:
+    """The request a study's stored plan makes, for a worker that joins it. ``model``
+    overrides the stored model path (a node that keeps it elsewhere); ``trials`` sets the
+    study's budget."""
     stored = study.user_attrs.get(PLAN_ATTR)
-    if stored is None:
+    if stored is None or "space_yaml" not in stored:
         raise StudyError(f"study {study.study_name!r} has no stored plan: it was not created by "
                          "`autotune run`; start it with `autotune run --storage ... --study NAME`")
-    space = parse_space(stored["space_yaml"], f"{stored['space_path']} (stored in the study)")
-    space = dataclasses.replace(space, deployment=dataclasses.replace(
-        space.deployment, tensor_parallel_size=stored["tensor_parallel_size"]))
-    info: ModelInfo = load_model_info(model or stored["model"])
-    profiles = tuple(WorkloadProfile(**p) for p in stored["profiles"])
-    names = [p.name for p in profiles]
     budget = trials if trials is not None else int(study.user_attrs.get(BUDGET_ATTR, 0))
-    if trials is not None:
-        study.set_user_attr(BUDGET_ATTR, trials)
-    return StudyPlan(
-        model=info, space=space,
-        bench=BenchPlan(profiles=profiles, vocab_size=stored["vocab_size"],
-                        repeats=stored["repeats"], seed=stored["bench_seed"]),
-        trials=budget, study_name=study.study_name, storage=storage_url, workdir=workdir,
-        max_model_len=stored["max_model_len"],
-        slos=tuple(parse_slo(s, names, KNOWN_METRICS) for s in stored["slos"]),
-        seed=stored["seed"], setup_defaults=dataclasses.replace(setup, model=info.name),
+    return PlanRequest(
+        workdir=workdir, profiles=tuple(WorkloadProfile(**p) for p in stored["profiles"]),
+        model=model or stored["model"], space_path=stored["space_path"],
+        space_yaml=stored["space_yaml"], trials=budget, repeats=stored["repeats"],
+        seed=stored["seed"], study_name=study.study_name, storage=storage,
+        objectives=tuple(stored["objectives"]), slos=tuple(stored["slos"]),
+        tp=stored["tensor_parallel_size"], max_model_len=stored["max_model_len"],
+        confirm=stored.get("confirm", 0),
     )
+
+
+def stored_objectives(study: optuna.Study) -> tuple[Objective, ...]:
+    stored = study.user_attrs.get(PLAN_ATTR, {})
+    profiles = [p["name"] for p in stored.get("profiles", [])]
+    return tuple(parse_objective(o, profiles) for o in stored.get("objectives", []))
+
+
+def stored_profiles(study: optuna.Study) -> tuple[WorkloadProfile, ...]:
+    return tuple(WorkloadProfile(**p) for p in study.user_attrs.get(PLAN_ATTR, {}).get("profiles", []))
+
+
+def stored_defaults(study: optuna.Study) -> dict[str, Value]:
+    return dict(study.user_attrs.get(PLAN_ATTR, {}).get("defaults", {}))

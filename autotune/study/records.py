@@ -1,47 +1,64 @@
-"""Optuna trials as analysis records: the one place that reads autotune's trial attributes."""
+"""Optuna trials to and from ``TrialOutcome`` records, and a study's data for analysis.
+
+The one place that writes and reads autotune's trial attributes (``core.outcome`` spells them)
+and the study-level records beside them: the confirmed measurements of finalists, kept apart
+from the search's own numbers.
+"""
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Mapping
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.analysis import TrialRecord
+from autotune.core.analysis import StudyData, noise_of
+from autotune.core.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
+from autotune.study.plans import stored_defaults, stored_objectives
+
+CONFIRMED_ATTR = "confirmed"  # study attr: trial number -> profile -> repeat runs
+BASELINE_ATTR = "baseline"
+FINISHED = (TrialState.COMPLETE, TrialState.FAIL)
 
 
-def feasible(trial: FrozenTrial) -> bool:
-    """COMPLETE, every constraint met, and finite objective values."""
-    return trial.state == TrialState.COMPLETE and all(
-        v <= 0 for v in trial.constraints.values()
-    ) and all(math.isfinite(v) for v in trial.values)
+def write_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
+    """Store ``outcome`` on a running trial (called again as it gains fields)."""
+    for key, value in to_attrs(outcome).items():
+        trial.set_user_attr(key, value)
 
 
-def to_record(t: FrozenTrial) -> TrialRecord:
-    ok = feasible(t)
-    return TrialRecord(
-        number=t.number, params=dict(t.params),
-        metrics=t.user_attrs.get("metrics", {}) if ok else {},
-        spread=t.user_attrs.get("spread", {}), feasible=ok,
-        reference=t.user_attrs.get("reference", ""),
-        failure_class=t.user_attrs.get("failure_class", "" if ok else (
-            "slo_violated" if t.state == TrialState.COMPLETE else "")),
-        failure_message=t.user_attrs.get("failure_message", ""),
-    )
+def read_outcome(t: FrozenTrial) -> TrialOutcome:
+    return from_attrs(t.number, t.state.name.lower(), t.params, t.user_attrs,
+                      retry_of=t.system_attrs.get("failed_trial"))
 
 
-def records(study: optuna.Study) -> list[TrialRecord]:
+def outcomes(study: optuna.Study) -> list[TrialOutcome]:
     """Every finished trial (COMPLETE, and FAIL for the failure table)."""
-    return [to_record(t) for t in study.get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))]
+    return [read_outcome(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
 
 
-def baseline_of(study: optuna.Study, recs: list[TrialRecord]) -> TrialRecord | None:
-    """The trial of the study's baseline reference, if it ran."""
-    name = study.user_attrs.get("baseline")
-    return next((r for r in recs if name and r.reference == name), None)
+def write_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, ProfileResult]]) -> None:
+    stored = dict(study.user_attrs.get(CONFIRMED_ATTR, {}))
+    for number, by_profile in results.items():
+        stored[str(number)] = {p: [dict(r) for r in res.runs] for p, res in by_profile.items()}
+    study.set_user_attr(CONFIRMED_ATTR, stored)
 
 
-def profiles_of(study: optuna.Study) -> list[str]:
-    names = study.metric_names or []
-    return list(dict.fromkeys(n.split(":", 1)[0] for n in names))
+def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
+    return {int(n): {p: ProfileResult(p, tuple(runs)) for p, runs in by_profile.items()}
+            for n, by_profile in study.user_attrs.get(CONFIRMED_ATTR, {}).items()}
+
+
+def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
+    """The study's trials, objectives, pooled noise, baseline and vLLM's defaults. Where
+    finalists were confirmed (and ``confirmed``), their confirmed numbers replace the
+    search's and only confirmed trials compete."""
+    found = outcomes(study)
+    again = read_confirmed(study) if confirmed else {}
+    if again:
+        found = [dataclasses.replace(t, results=again[t.number]) for t in found if t.number in again]
+    name = study.user_attrs.get(BASELINE_ATTR)
+    baseline = next((t for t in found if name and t.reference == name), None)
+    return StudyData(outcomes=tuple(found), objectives=stored_objectives(study),
+                     noise=noise_of(found), baseline=baseline, defaults=stored_defaults(study))

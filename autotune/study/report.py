@@ -1,4 +1,5 @@
-"""`autotune report`: a Markdown and HTML report with Pareto plots, importance and effects.
+"""`autotune report`: a Markdown and HTML report: the front with intervals, recommendations,
+importance and effects with their uncertainty, every trial, failures.
 
 Builds one document (sections of paragraphs, tables and images) from the study and renders it
 twice, so the Markdown and the HTML cannot disagree. Plots are matplotlib PNGs (Agg backend).
@@ -12,26 +13,28 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
 from autotune.core.analysis import (
-    E2EL,
-    THROUGHPUT,
     USES,
-    TrialRecord,
-    beyond_noise,
-    delta_pct,
+    NoFeasibleTrial,
+    StudyData,
+    describe_params,
     differing_params,
     effects,
     failures_by_class,
-    pareto_front,
     recommend,
     sign_flips,
 )
-from autotune.core.objectives import UNITS
+from autotune.core.outcome import TrialOutcome
 from autotune.errors import ConfigError
-from autotune.study.records import baseline_of, profiles_of, records
+from autotune.study.plans import PLAN_ATTR
+from autotune.study.records import outcomes, read_confirmed, study_data
+
+MIN_TRIALS_FOR_IMPORTANCE = 8
+BOOTSTRAP_ROUNDS = 20
 
 
 @dataclass
@@ -42,42 +45,51 @@ class Section:
     images: list[tuple[str, str]] = field(default_factory=list)  # (file name, alt text)
 
 
-def _fmt(v: float, digits: int = 1) -> str:
+def _fmt(v: float | None, digits: int = 1) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
 
 
-def _label(r: TrialRecord) -> str:
-    return f"#{r.number}" + (f" {r.reference}" if r.reference else "")
-
-
-def plot_front(recs: list[TrialRecord], profile: str, path: Path) -> None:
-    """Throughput vs mean E2EL of every feasible trial; front highlighted, references named."""
+def plot_front(data: StudyData, path: Path) -> None:
+    """The plane of the first two objectives: every feasible trial with its interval as error
+    bars, the front drawn through its members, reference configs circled and named."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pool = [r for r in recs if r.feasible and profile in r.metrics]
-    front = pareto_front(recs, profile)
-    fig, ax = plt.subplots(figsize=(7.5, 5), dpi=110)
-    others = [r for r in pool if r not in front]
-    ax.scatter([r.value(profile, E2EL) for r in others], [r.value(profile, THROUGHPUT) for r in others],
-               s=36, color="#9aa5b1", label="feasible trials", zorder=2)
-    fx = [r.value(profile, E2EL) for r in sorted(front, key=lambda r: r.value(profile, E2EL))]
-    fy = [r.value(profile, THROUGHPUT) for r in sorted(front, key=lambda r: r.value(profile, E2EL))]
-    ax.plot(fx, fy, "-o", color="#d9480f", markersize=8, linewidth=1.5, label="Pareto front",
-            zorder=3)
-    refs = [r for r in pool if r.reference]
-    ax.scatter([r.value(profile, E2EL) for r in refs], [r.value(profile, THROUGHPUT) for r in refs],
-               s=110, facecolors="none", edgecolors="#1c7ed6", linewidths=1.6,
-               label="reference configs", zorder=4)
-    for r in pool:
-        ax.annotate(_label(r), (r.value(profile, E2EL), r.value(profile, THROUGHPUT)),
+    ox, oy = data.objectives[0], data.objectives[-1]
+    pool, front = data.feasible, data.front()
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
+
+    def xy(ts: list[TrialOutcome]) -> tuple[list[float], list[float], list[list[float]], list[list[float]]]:
+        ex = [data.objective_estimate(t, ox) for t in ts]
+        ey = [data.objective_estimate(t, oy) for t in ts]
+        return ([e.mean for e in ex], [e.mean for e in ey],
+                [[e.mean - e.low for e in ex], [e.high - e.mean for e in ex]],
+                [[e.mean - e.low for e in ey], [e.high - e.mean for e in ey]])
+
+    others = [t for t in pool if t not in front]
+    if others:
+        x, y, xe, ye = xy(others)
+        ax.errorbar(x, y, xerr=xe, yerr=ye, fmt="o", color="#9aa5b1", ecolor="#ced4da",
+                    markersize=6, capsize=2, label="feasible trials (95% intervals)", zorder=2)
+    line = sorted(front, key=lambda t: t.value(ox.profile, ox.metric))
+    x, y, xe, ye = xy(line)
+    ax.errorbar(x, y, xerr=xe, yerr=ye, fmt="-o", color="#d9480f", ecolor="#f08c5a",
+                markersize=8, capsize=3, linewidth=1.5, label="Pareto front", zorder=3)
+    refs = [t for t in pool if t.reference]
+    if refs:
+        x, y, _, _ = xy(refs)
+        ax.scatter(x, y, s=140, facecolors="none", edgecolors="#1c7ed6", linewidths=1.6,
+                   label="reference configs", zorder=4)
+    for t in pool:
+        ax.annotate(t.label, (t.value(ox.profile, ox.metric), t.value(oy.profile, oy.metric)),
                     textcoords="offset points", xytext=(6, 4), fontsize=8, color="#343a40")
-    ax.set_xlabel(f"mean end-to-end latency ({UNITS[E2EL]}, lower is better)")
-    ax.set_ylabel(f"output throughput ({UNITS[THROUGHPUT]}, higher is better)")
-    infeasible = len([r for r in recs if not r.feasible])
-    ax.set_title(f"{profile}: {len(pool)} feasible trials, {len(front)} on the front"
+    better = {True: "lower is better", False: "higher is better"}
+    ax.set_xlabel(f"{ox.label}, {better[ox.minimize]}")
+    ax.set_ylabel(f"{oy.label}, {better[oy.minimize]}")
+    infeasible = len(data.outcomes) - len(pool)
+    ax.set_title(f"{len(pool)} feasible trials, {len(front)} on the front"
                  + (f", {infeasible} infeasible not shown" if infeasible else ""), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
@@ -86,122 +98,141 @@ def plot_front(recs: list[TrialRecord], profile: str, path: Path) -> None:
     plt.close(fig)
 
 
-def importances(study: optuna.Study, recs: list[TrialRecord]) -> dict[str, dict[str, float]]:
-    """Optuna's fANOVA importance per objective, over feasible trials only."""
-    feasible_numbers = {r.number for r in recs if r.feasible}
+def importances(study: optuna.Study, data: StudyData) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """Optuna's fANOVA importance per objective over feasible trials, with the 10th-90th
+    percentile over bootstrap resamples of the trials: objective -> parameter -> (importance,
+    low, high). Empty below MIN_TRIALS_FOR_IMPORTANCE feasible trials."""
+    numbers = {t.number for t in data.feasible}
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.number in feasible_numbers]
-    names = study.metric_names or []
-    out: dict[str, dict[str, float]] = {}
-    if len(trials) < 3:
-        return out
-    sub = optuna.create_study(directions=study.directions)
-    sub.add_trials(trials)
-    for i, name in enumerate(names):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out[name] = optuna.importance.get_param_importances(
-                    sub, target=lambda t, i=i: t.values[i],
-                    evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
-        except (RuntimeError, ValueError):
-            continue
+              if t.number in numbers]
+    if len(trials) < MIN_TRIALS_FOR_IMPORTANCE:
+        return {}
+    rng = np.random.default_rng(0)
+    samples = [trials] + [[trials[i] for i in rng.integers(0, len(trials), len(trials))]
+                          for _ in range(BOOTSTRAP_ROUNDS)]
+    out: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for i, o in enumerate(data.objectives):
+        found: list[dict[str, float]] = []
+        for sample in samples:
+            sub = optuna.create_study(directions=study.directions)
+            sub.add_trials(sample)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    found.append(optuna.importance.get_param_importances(
+                        sub, target=lambda t, i=i: t.values[i],
+                        evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
+            except (RuntimeError, ValueError):
+                continue
+        if found:
+            params = sorted(found[0])
+            out[o.name] = {p: (found[0][p], *np.percentile([f.get(p, 0.0) for f in found[1:] or found],
+                                                           [10, 90]).tolist()) for p in params}
     return out
 
 
 def build(study: optuna.Study, out_dir: Path) -> list[Section]:
-    recs = records(study)
-    if not recs:
+    data = study_data(study)
+    if not data.outcomes:
         raise ConfigError(f"study {study.study_name!r} has no finished trial yet")
-    profiles = profiles_of(study)
-    base = baseline_of(study, recs)
-    feasible = [r for r in recs if r.feasible]
+    plan = study.user_attrs.get(PLAN_ATTR, {})
+    confirmed = read_confirmed(study)
+    feasible = data.feasible
+    base = data.baseline
     s = Section(f"autotune report: {study.study_name}")
     s.paragraphs.append(
-        f"Model `{study.user_attrs.get('model', '?')}`, space `{study.user_attrs.get('space', '?')}`, "
-        f"profiles {', '.join(profiles)}. {len(recs)} finished trials: {len(feasible)} feasible, "
-        f"{len(recs) - len(feasible)} infeasible or failed."
-        + (f" Baseline: #{base.number} ({base.reference})." if base else " No baseline reference ran."))
+        f"Model `{plan.get('model', '?')}`, space `{plan.get('space_path', '?')}`, profiles "
+        f"{', '.join(data.profiles)}. Objectives: "
+        + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ". "
+        + (f"{len(data.outcomes)} finalists confirmed by redeployment: the numbers below are the "
+           "confirmed ones. " if confirmed else f"{len(data.outcomes)} finished trials: ")
+        + f"{len(feasible)} feasible."
+        + (f" Baseline: {base.label}." if base else " No baseline reference ran."))
+    s.paragraphs.append("Intervals are 95%. Noise per objective: " + "; ".join(
+        f"{o.name}: {data.noise.of(o.name).log_sd:.1%} ({data.noise.of(o.name).source})"
+        for o in data.objectives) + ". A difference whose interval contains zero is a tie.")
     sections = [s]
 
-    rec_section = Section("Recommendations")
+    rec = Section("Recommendations")
     for use in USES:
         try:
-            rec_section.paragraphs.append(f"**{use}**: " + recommend(recs, profiles, use, base).reason)
-        except ConfigError as exc:
-            rec_section.paragraphs.append(f"**{use}**: {exc}")
-    sections.append(rec_section)
+            rec.paragraphs.append(f"**{use}**: " + recommend(data, use).reason)
+        except NoFeasibleTrial as exc:
+            rec.paragraphs.append(f"**{use}**: {exc}")
+    sections.append(rec)
 
-    for profile in profiles:
-        sec = Section(f"Pareto front: {profile}")
-        front = pareto_front(recs, profile)
-        rows = []
-        for r in front:
-            rows.append([_label(r), _fmt(r.value(profile, THROUGHPUT)), _fmt(r.value(profile, E2EL), 0),
-                         ", ".join(f"{k}={v}" for k, v in differing_params(r, base).items()) or "(baseline)",
-                         {True: "yes", False: "no", None: "-"}[beyond_noise(r, base, profile, THROUGHPUT)]])
-        sec.tables.append((["trial", "output tok/s", "mean E2EL ms", "differs from baseline",
-                            "throughput difference beyond noise"], rows))
-        if feasible:
-            name = f"pareto-{profile}.png"
-            plot_front(recs, profile, out_dir / name)
-            sec.images.append((name, f"Pareto front at {profile}"))
-        sections.append(sec)
+    sec = Section("The front")
+    rows = []
+    for t in data.front():
+        cells = [t.label]
+        for o in data.objectives:
+            change = data.versus_baseline(t, o.profile, o.metric)
+            cells += [data.objective_estimate(t, o).text, change.text if change else "-"]
+        cells.append(describe_params(differing_params(t, base)) or "(baseline)")
+        rows.append(cells)
+    head = ["trial"] + [h for o in data.objectives for h in (o.label, "vs baseline")] + \
+        ["differs from baseline"]
+    sec.tables.append((head, rows))
+    if feasible:
+        plot_front(data, out_dir / "front.png")
+        sec.images.append(("front.png", "the front: " + " against ".join(o.label for o in data.objectives)))
+    sections.append(sec)
 
-    imp = importances(study, recs)
+    imp = importances(study, study_data(study, confirmed=False))
     sec = Section("Parameter importance")
     if imp:
         params = sorted({p for v in imp.values() for p in v})
-        sec.tables.append((["parameter", *imp], [[p, *[_fmt(v.get(p, 0.0), 2) for v in imp.values()]]
-                                                  for p in params]))
-        sec.paragraphs.append("fANOVA importance (Optuna) per objective over feasible trials; "
-                              "each column sums to 1.")
+        sec.tables.append((["parameter", *imp], [
+            [p, *[f"{v[p][0]:.2f} [{v[p][1]:.2f}, {v[p][2]:.2f}]" if p in v else "-"
+                  for v in imp.values()]] for p in params]))
+        sec.paragraphs.append("fANOVA importance (Optuna) per objective over feasible trials, "
+                              f"with the 10th-90th percentile over {BOOTSTRAP_ROUNDS} bootstrap "
+                              "resamples of the trials; a wide range means the trials cannot rank "
+                              "the parameter.")
     else:
-        sec.paragraphs.append("Fewer than 3 feasible trials: importance needs more trials.")
+        sec.paragraphs.append(f"Withheld: {len(feasible)} feasible trials; importance needs at "
+                              f"least {MIN_TRIALS_FOR_IMPORTANCE} to mean anything. The effects "
+                              "below say what the trials do support.")
     sections.append(sec)
 
     sec = Section("Effect of each parameter per profile")
-    tp_effects, lat_effects = effects(recs, profiles, THROUGHPUT), effects(recs, profiles, E2EL)
-    rows = []
-    for e_tp, e_lat in zip(tp_effects, lat_effects, strict=True):
-        rows.append([e_tp.param, e_tp.profile,
-                     "; ".join(f"{k}: {_fmt(v)} tok/s (n={e_tp.counts[k]})" for k, v in e_tp.means.items()),
-                     f"{_fmt(e_tp.change_pct)}%", f"{_fmt(e_lat.change_pct)}%",
-                     f"{e_tp.matched_pairs} matched pairs" if e_tp.matched_pairs else "group means"])
-    sec.tables.append((["parameter", "profile", "mean throughput by value",
-                        "throughput change first→last value", "E2EL change first→last value",
-                        "from"], rows))
-    flips = sign_flips(tp_effects)
+    found = [e for metric in ("output_throughput", "mean_e2el_ms") for e in effects(data, metric)]
+    sec.tables.append((["parameter", "change", "profile", "metric", "effect [95% interval]", "from"],
+                       [[e.param, f"{e.base} → {e.value}", e.profile, e.metric, e.verdict, e.method or "-"]
+                        for e in sorted(found, key=lambda e: (e.param, e.value, e.metric, e.profile))]))
+    flips, unconfirmed = sign_flips(found)
     sec.paragraphs.append(
-        "Parameters whose throughput effect changes sign between profiles: "
-        + (", ".join(flips) if flips else "none") + ".")
+        "Effects that change sign between profiles (both intervals exclude zero): "
+        + ("; ".join(f"{f.param}={f.value} on {f.metric}: " + ", ".join(
+            f"{p} {c.text}" for p, c in f.by_profile.items()) for f in flips) or "none") + ".")
+    if unconfirmed:
+        sec.paragraphs.append("Point estimates of opposite sign that the noise does not separate "
+                              f"from zero (not a finding): {', '.join(unconfirmed)}.")
     sections.append(sec)
 
-    sec = Section("Every trial against the baseline")
-    head = ["trial", "status"] + [f"{p} {m}" for p in profiles for m in ("tok/s Δ%", "E2EL Δ%")]
+    sec = Section("Every trial")
+    head = ["trial", "status", *[o.name for o in data.objectives], "differs from baseline"]
     rows = []
-    for r in recs:
-        cells = [_label(r), "ok" if r.feasible else r.failure_class or "failed"]
-        for p in profiles:
-            if r.feasible and base is not None and base.feasible and p in base.metrics:
-                cells += [f"{delta_pct(r.value(p, THROUGHPUT), base.value(p, THROUGHPUT)):+.1f}",
-                          f"{delta_pct(r.value(p, E2EL), base.value(p, E2EL)):+.1f}"]
-            else:
-                cells += ["-", "-"]
+    for t in outcomes(study):
+        cells = [t.label, "ok" if t.feasible else (t.failure.value if t.failure else t.state)]
+        cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
+                  else "-" for o in data.objectives]
+        cells.append(describe_params(differing_params(t, base)) or "(baseline)")
         rows.append(cells)
     sec.tables.append((head, rows))
+    if confirmed:
+        sec.paragraphs.append("Numbers of the search (before confirmation).")
     sections.append(sec)
 
     sec = Section("Failed and infeasible trials by class")
-    groups = failures_by_class(recs)
+    groups = failures_by_class(outcomes(study))
     sec.tables.append((["class", "trials", "first message"],
-                       [[cls, ", ".join(_label(r) for r in rs), rs[0].failure_message[:200]]
-                        for cls, rs in groups.items()]))
+                       [[cls, ", ".join(t.label for t in ts), ts[0].failure_message[:200]]
+                        for cls, ts in groups.items()]))
     if not groups:
         sec.paragraphs.append("None.")
     sections.append(sec)
     return sections
-
 
 def to_markdown(sections: list[Section]) -> str:
     lines: list[str] = []
@@ -256,4 +287,4 @@ def write_report(study: optuna.Study, out_dir: Path) -> list[Path]:
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(to_markdown(sections))
     page.write_text(to_html(sections))
-    return [md, page, *sorted(out_dir.glob("pareto-*.png"))]
+    return [md, page, *sorted(out_dir.glob("*.png"))]

@@ -1,7 +1,5 @@
-"""Reading a finished study: trial records for analysis, baseline, and exported launch flags.
-
-The bridge between Optuna's storage and the pure analysis in ``core.analysis``.
-"""
+"""Exported launch flags: a trial's configuration as a shell command, a ``vllm serve --config``
+YAML file, or JSON; picked by number or by the recommendation for a use."""
 
 from __future__ import annotations
 
@@ -11,27 +9,14 @@ from dataclasses import dataclass
 
 import optuna
 import yaml
-from optuna.trial import FrozenTrial
 
-from autotune.core.analysis import recommend
+from autotune.core.analysis import NoFeasibleTrial, recommend
 from autotune.core.flags import argv_to_options, options_to_config
-from autotune.errors import ConfigError, StudyError
-from autotune.study.records import baseline_of, profiles_of, records
-from autotune.study.storage import redact
+from autotune.core.outcome import TrialOutcome
+from autotune.errors import ConfigError
+from autotune.study.records import outcomes, study_data
 
 FORMATS = ("shell", "yaml", "json")
-
-
-def load_existing(study_name: str, storage: str) -> optuna.Study:
-    """An existing study; a one-line error listing the studies there otherwise."""
-    try:
-        names = optuna.get_all_study_names(storage)
-    except Exception as exc:  # noqa: BLE001 - any storage error is the user's URL or file
-        raise StudyError(f"--storage {redact(storage)!r}: cannot open: {exc}") from exc
-    if study_name not in names:
-        raise ConfigError(f"--study {study_name!r}: no such study in {redact(storage)}; "
-                          f"studies there: {', '.join(names) or 'none'}")
-    return optuna.load_study(study_name=study_name, storage=storage)
 
 
 @dataclass(frozen=True)
@@ -55,17 +40,18 @@ class Export:
         raise ConfigError(f"--format {fmt!r}: valid: {', '.join(FORMATS)}")
 
 
-def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> FrozenTrial:
-    """The trial named by ``--trial N`` or recommended ``--for USE``."""
+def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> TrialOutcome:
+    """The trial named by ``--trial N`` or recommended ``--for USE`` (default balanced)."""
     if number is not None:
-        trials = {t.number: t for t in study.trials}
-        if number not in trials or not trials[number].user_attrs.get("argv"):
-            raise ConfigError(f"--trial {number}: no such trial with launch flags in the study")
-        return trials[number]
-    recs = records(study)
-    rec = recommend(recs, profiles_of(study), use or "balanced", baseline_of(study, recs))
-    return study.trials[rec.trial.number]
+        found = {t.number: t for t in outcomes(study)}
+        if number not in found or not found[number].argv:
+            raise ConfigError(f"--trial {number}: no such finished trial with launch flags in the study")
+        return found[number]
+    try:
+        return recommend(study_data(study), use or "balanced").trial
+    except NoFeasibleTrial as exc:
+        raise ConfigError(f"--for {use or 'balanced'}: {exc}") from None
 
 
-def export_of(t: FrozenTrial) -> Export:
-    return Export(trial=t.number, model=t.user_attrs["model"], argv=list(t.user_attrs["argv"]))
+def export_of(t: TrialOutcome) -> Export:
+    return Export(trial=t.number, model=t.model, argv=list(t.argv))

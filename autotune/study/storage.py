@@ -14,12 +14,16 @@ import os
 import socket
 import sqlite3
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
+from optuna.exceptions import StorageInternalError
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from autotune.errors import ConfigError, StudyError
 
@@ -70,8 +74,9 @@ def storage_url(flag_value: str | None, default: str) -> str:
     return url
 
 
-def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
-    """An RDB storage with heartbeats and retries; a one-line error naming --storage."""
+def check_url(url: str, *, created_folder: Path | None = None) -> str:
+    """The URL's dialect, or a one-line error naming --storage: an unsupported database, or an
+    SQLite file in a folder that does not exist (``created_folder`` is the one `run` makes)."""
     try:
         dialect = make_url(url).get_backend_name()
     except ArgumentError:
@@ -80,6 +85,35 @@ def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
     if dialect not in ("sqlite", "postgresql"):
         raise ConfigError(f"--storage {redact(url)}: {dialect!r} is not supported; use "
                           "sqlite:///path/to/file.db (one machine) or postgresql://user@host/db")
+    path = sqlite_path(url)
+    if path is not None and not path.parent.is_dir() and path.parent != created_folder:
+        raise ConfigError(f"--storage {url}: folder {path.parent}/ does not exist; create it "
+                          "or give a path in an existing folder")
+    return dialect
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of an SQLite URL (None for other databases and in-memory SQLite)."""
+    if not is_sqlite(url):
+        return None
+    database = make_url(url).database
+    return Path(database) if database and database != ":memory:" else None
+
+
+@contextmanager
+def storage_errors(what: str) -> Iterator[None]:
+    """The one place where the storage's own exceptions (SQLAlchemy's, Optuna's) become a
+    StudyError: ``what`` failed, with the database's first line of explanation."""
+    try:
+        yield
+    except (SQLAlchemyError, StorageInternalError) as exc:
+        raise StudyError(f"{what}: {error_reason(exc)}") from None
+
+
+def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
+    """An RDB storage with heartbeats and retries, for workers; a one-line error naming
+    --storage. Creates an SQLite file that does not exist yet."""
+    dialect = check_url(url)
     engine_kwargs: dict = {}
     if dialect == "sqlite":
         _enable_wal(url)
@@ -99,6 +133,33 @@ def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
         raise StudyError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
 
 
+def open_existing(url: str) -> RDBStorage:
+    """A storage that must exist already, for commands that only read: an SQLite file that is
+    not there is an error, never created."""
+    path = sqlite_path(url)
+    if path is None:
+        check_url(url)
+    elif not path.is_file():
+        raise ConfigError(f"--storage {url}: no such file; studies are created by `autotune run` "
+                          "(or give --storage / --workdir where they are)")
+    try:
+        return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+                          if path is not None else {"pool_pre_ping": True})
+    except (OperationalError, ImportError) as exc:
+        raise StudyError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
+
+
+def load_existing(study_name: str, url: str) -> optuna.Study:
+    """An existing study; a one-line error listing the studies there otherwise."""
+    storage = open_existing(url)
+    with storage_errors(f"--storage {redact(url)}: cannot read it"):
+        names = [s.study_name for s in storage.get_all_studies()]
+    if study_name not in names:
+        raise ConfigError(f"--study {study_name!r}: no such study in {redact(url)}; "
+                          f"studies there: {', '.join(names) or 'none'}")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
 def error_reason(exc: BaseException) -> str:
     """The first line of the database's own message behind a storage exception (Optuna and
     SQLAlchemy wrap it)."""
@@ -108,8 +169,8 @@ def error_reason(exc: BaseException) -> str:
 
 def _enable_wal(url: str) -> None:
     """Switch the SQLite file to the write-ahead log (a setting stored in the file)."""
-    path = make_url(url).database
-    if not path or path == ":memory:":
+    path = sqlite_path(url)
+    if path is None:
         return
     try:
         with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as conn:

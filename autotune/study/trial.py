@@ -1,60 +1,28 @@
 """One trial: validate flags, deploy, warm up, benchmark every profile R times, tear down.
 
-Returns a ``TrialOutcome`` record whatever happens; deployment and benchmark failures become
-a failure class with vLLM's message and log tail, never an exception. Knows nothing of Optuna.
+``run_trial`` is the real trial function (the runner takes any function of its signature,
+``TrialFunction``). It returns a ``Measurement`` whatever happens; deployment and benchmark
+failures become a failure class with vLLM's message and log tail, never an exception. Knows
+nothing of Optuna.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.core.metrics import flat_metrics, to_vllm_json
+from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import Slot
 from autotune.errors import DeploymentError, FailureClass, ValidationError
 from autotune.shell.client import Target, run_profile
-from autotune.shell.server import Deployment, DeploymentSpec, Entrypoint
+from autotune.shell.hardware import hardware_description
+from autotune.shell.server import Deployment, DeploymentSpec, Entrypoint, vllm_version
 from autotune.shell.validation import VllmValidator
-
-
-@dataclass(frozen=True)
-class ProfileResult:
-    """All repeats of one profile on one deployment."""
-
-    profile: str
-    runs: tuple[Mapping[str, float], ...]  # flat vLLM-keyed metrics, one per repeat
-
-    def mean(self, metric: str) -> float:
-        return statistics.fmean(r[metric] for r in self.runs)
-
-    def spread(self, metric: str) -> float:
-        """(max - min) / mean over repeats: the noise a difference must beat."""
-        values = [r[metric] for r in self.runs]
-        mean = statistics.fmean(values)
-        return (max(values) - min(values)) / mean if mean else 0.0
-
-    def means(self) -> dict[str, float]:
-        return {k: self.mean(k) for k in self.runs[0]}
-
-
-@dataclass(frozen=True)
-class TrialOutcome:
-    """What a trial produced. ``failure`` is None for a feasible, fully measured trial."""
-
-    failure: FailureClass | None = None
-    message: str = ""
-    log_tail: str = ""
-    startup_s: float = 0.0
-    bench_s: float = 0.0
-    wall_s: float = 0.0
-    results: Mapping[str, ProfileResult] = field(default_factory=dict)
-    files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
-    teardown_clean: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,6 +49,7 @@ class TrialSetup:
 
 
 Phase = Callable[[str], None]
+TrialFunction = Callable[[Sequence[str], "BenchPlan", "TrialSetup", Phase], Measurement]
 
 
 def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
@@ -114,7 +83,7 @@ class _InvalidRun(Exception):
 def run_trial(
     options: Sequence[str], plan: BenchPlan, setup: TrialSetup,
     on_phase: Phase = lambda phase: None,
-) -> TrialOutcome:
+) -> Measurement:
     """Run one configuration end to end; the server is gone when this returns."""
     t0 = time.monotonic()
     setup.workdir.mkdir(parents=True, exist_ok=True)
@@ -123,8 +92,9 @@ def run_trial(
         try:
             setup.validator.check(setup.model, options)
         except ValidationError as exc:
-            return TrialOutcome(FailureClass.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}",
-                                wall_s=time.monotonic() - t0)
+            return Measurement(FailureClass.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}",
+                               wall_s=time.monotonic() - t0, vllm_version=vllm_version(),
+                               hardware=hardware_description())
     log_path = setup.workdir / "server.log"
     spec = DeploymentSpec(
         model=setup.model, options=tuple(options), slot=setup.slot,
@@ -155,8 +125,9 @@ def run_trial(
         if log_path.exists():
             files.append(log_path)
     report = dep.teardown
-    return TrialOutcome(
+    return Measurement(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
         bench_s=bench_s, wall_s=time.monotonic() - t0, results=results if not failure else {},
         files=tuple(files), teardown_clean=report.clean if report else True,
+        vllm_version=vllm_version(), hardware=hardware_description(),
     )

@@ -1,13 +1,10 @@
-"""Failure classification, device slots, objectives and SLOs: the small pure pieces."""
+"""Failure classification, device slots and GPU memory release: the small pure pieces."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 
 from autotune.core.failures import classify_startup_exit, engine_died, vllm_message
-from autotune.core.objectives import infeasible_values, metric_names, objective_values, parse_slo
 from autotune.core.slots import Slot, make_slots, parse_device_list
 from autotune.errors import ConfigError, FailureClass
 
@@ -68,27 +65,6 @@ def test_too_few_devices_and_bad_lists_are_config_errors():
     assert parse_device_list("0-3,6", "--gpus") == [0, 1, 2, 3, 6]
     with pytest.raises(ConfigError, match="--gpus 'a,b'"):
         parse_device_list("a,b", "--gpus")
-
-
-def test_objectives_are_throughput_and_e2el_per_profile():
-    profiles = ["low-concurrency", "high-concurrency"]
-    assert metric_names(profiles) == [
-        "low-concurrency:output_throughput", "low-concurrency:mean_e2el_ms",
-        "high-concurrency:output_throughput", "high-concurrency:mean_e2el_ms",
-    ]
-    means = {"low-concurrency": {"output_throughput": 10.0, "mean_e2el_ms": 900.0},
-             "high-concurrency": {"output_throughput": 50.0, "mean_e2el_ms": 2000.0}}
-    assert objective_values(means, profiles) == [10.0, 900.0, 50.0, 2000.0]
-    assert infeasible_values(profiles) == [0.0, math.inf, 0.0, math.inf]
-
-
-def test_slo_parsing_and_violation():
-    slo = parse_slo("high-concurrency:p99_ttft_ms<=5000", ["high-concurrency"], ["p99_ttft_ms"])
-    assert slo.violation(4000.0) == -1000.0 and slo.violation(5500.0) == 500.0
-    with pytest.raises(ConfigError, match="expected PROFILE:METRIC<=LIMIT"):
-        parse_slo("p99<5000", ["high-concurrency"], ["p99_ttft_ms"])
-    with pytest.raises(ConfigError, match="profile 'low-concurrency' is not run"):
-        parse_slo("low-concurrency:p99_ttft_ms<=1", ["high-concurrency"], ["p99_ttft_ms"])
 
 
 def test_gpu_memory_counts_as_released_within_the_tolerance_and_waits_for_it():

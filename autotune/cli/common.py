@@ -1,0 +1,104 @@
+"""What every command shares: the consoles, number formatting, option groups, and turning
+flags into the records the layers below take (profiles, slots, storage URL, entry point)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+from autotune.core.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
+from autotune.core.slots import Slot, make_slots, parse_device_list
+from autotune.errors import ConfigError
+from autotune.study.storage import storage_url
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
+out = Console(highlight=False, soft_wrap=True)  # results
+
+DEFAULT_WORKDIR = "studies"
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    return "inf" if math.isinf(value) else f"{value:,.{digits}f}"
+
+
+def storage_of(args: argparse.Namespace) -> str:
+    """--storage, else $AUTOTUNE_STORAGE, else the workdir's SQLite file."""
+    return storage_url(getattr(args, "storage", None),
+                       f"sqlite:///{Path(args.workdir) / 'autotune.db'}")
+
+
+def add_study_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--study", required=required)
+    p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
+                   "sqlite:///<workdir>/autotune.db)")
+
+
+def add_profile_overrides(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("profile overrides (shrink a run for a quick look)")
+    g.add_argument("--num-prompts", type=int, help="measured requests per run")
+    g.add_argument("--input-len", type=int, help="prompt tokens")
+    g.add_argument("--output-len", type=int, help="output tokens")
+
+
+def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadProfile, ...]:
+    overrides = ProfileOverrides(
+        num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
+        max_concurrency=getattr(args, "max_concurrency", None),
+        request_rate=getattr(args, "request_rate", None),
+        burstiness=getattr(args, "burstiness", None),
+        timeout_s=getattr(args, "time_limit", None),
+    )
+    return tuple(get_profile(name, overrides) for name in names)
+
+
+def add_deploy_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("deployment")
+    g.add_argument("--gpus", help="GPU build: GPU ids, e.g. 0,1; `run` with more GPUs than one "
+                   "deployment needs runs one trial per slot of --tp GPUs at once (0-7: 4 slots)")
+    g.add_argument("--cores", help="CPU build: core ids, split into slots of --tp ranks x "
+                   "--cores-per-rank cores, one trial per slot at once (default: one slot, all cores)")
+    g.add_argument("--cores-per-rank", type=int, default=1, help="CPU build, with --cores (default 1)")
+    g.add_argument("--kv-cache-gib", type=float, default=1.0,
+                   help="CPU build only: VLLM_CPU_KVCACHE_SPACE (default 1)")
+    g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
+    g.add_argument("--entrypoint", help="command that starts vLLM, e.g. 'vllm serve' "
+                   "(default: vllm serve for the GPU build, the module entry point for the CPU build)")
+
+
+def entrypoint_of(args: argparse.Namespace):
+    from autotune.shell.server import resolve_entrypoint
+
+    return resolve_entrypoint(args.entrypoint.split() if args.entrypoint else None)
+
+
+def cpu_slot(tp: int, kv_cache_gib: float) -> Slot:
+    """One slot over every core this process may use, split evenly between the TP ranks."""
+    cores = sorted(os.sched_getaffinity(0))
+    return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp),
+                      kv_cache_gib=kv_cache_gib)[0]
+
+
+def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
+    """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
+    first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
+    gpus, cores = getattr(args, "gpus", None), getattr(args, "cores", None)
+    if platform == "cuda":
+        if cores:
+            raise ConfigError("--cores is for vLLM's CPU build; on GPUs use --gpus 0,1,...")
+        return make_slots("cuda", parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
+    if gpus:
+        raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
+    if not cores:
+        return [cpu_slot(tp, args.kv_cache_gib)]
+    ids = parse_device_list(cores, "--cores")
+    allowed = sorted(os.sched_getaffinity(0))
+    if not set(ids) <= set(allowed):
+        raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
+    return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
+
+
+PROFILE_CHOICES = sorted(PROFILES)

@@ -1,0 +1,217 @@
+"""`autotune pareto | recommend | export | report | import-results | dashboard`: reading a
+study. All but import-results only read: they never create a file, folder or database."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from autotune.cli.common import (
+    PROFILE_CHOICES,
+    add_study_args,
+    console,
+    cpu_slot,
+    fmt,
+    out,
+    storage_of,
+)
+from autotune.core.analysis import USES, NoFeasibleTrial, describe_params, differing_params, recommend
+from autotune.core.objectives import default_objectives, parse_objective
+from autotune.core.profiles import get_profile
+from autotune.errors import ConfigError
+from autotune.shell.files import read_references, read_space, shipped
+from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE
+
+
+def _data(args: argparse.Namespace):
+    from autotune.study.records import study_data
+    from autotune.study.storage import load_existing
+
+    return study_data(load_existing(args.study, storage_of(args)))
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    data = _data(args)
+    table = Table(title=f"the front ({args.study}): " + " against ".join(
+        o.label for o in data.objectives) + "; mean [95% interval]")
+    table.add_column("trial", overflow="fold")
+    for o in data.objectives:
+        table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
+        table.add_column("vs baseline", justify="right", overflow="fold")
+    table.add_column("differs from baseline", overflow="fold")
+    for t in data.front():
+        cells = [t.label]
+        for o in data.objectives:
+            change = data.versus_baseline(t, o.profile, o.metric)
+            verdict = "" if change is None else (" *" if change.significant else " (tie)")
+            cells += [data.objective_estimate(t, o).text,
+                      (change.text + verdict) if change else "-"]
+        table.add_row(*cells, describe_params(differing_params(t, data.baseline)) or "(baseline)")
+    out.print(table)
+    if not data.front():
+        out.print("no feasible trial yet")
+    out.print("* beyond the noise; (tie): the interval of the difference contains zero")
+    return 0
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    try:
+        rec = recommend(_data(args), args.use)
+    except NoFeasibleTrial as exc:
+        raise ConfigError(f"--study {args.study}: {exc}") from None
+    out.print(rec.reason, soft_wrap=True)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autotune.study.results import export_of, pick_trial
+    from autotune.study.storage import load_existing
+
+    study = load_existing(args.study, storage_of(args))
+    trial = pick_trial(study, number=args.trial, use=args.use)
+    export = export_of(trial)
+    text = export.render(args.format)
+    if args.output:
+        Path(args.output).write_text(text)
+        console.print(f"wrote trial #{trial.number} as {args.format} to {args.output}")
+    else:
+        out.print(text, end="", soft_wrap=True, markup=False, highlight=False)
+    if args.verify:
+        return _verify(args, study, trial, export)
+    return 0
+
+
+def _verify(args, study, trial, export) -> int:
+    """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
+    from autotune.shell.server import detect_platform
+    from autotune.study.plans import stored_profiles
+    from autotune.study.trial import BenchPlan, TrialSetup, run_trial
+
+    profiles = stored_profiles(study)
+    if not profiles:
+        raise ConfigError(f"study {study.study_name!r} does not record its profiles; cannot verify")
+    if detect_platform() != "cpu":
+        raise ConfigError("--verify runs on the CPU build here; on GPUs use `autotune confirm`")
+    tp = int(export.argv[export.argv.index("--tensor-parallel-size") + 1])
+    setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
+                       slot=cpu_slot(tp, 1.0))  # entrypoint None: resolved as for any deployment
+    vocab = int(study.user_attrs.get("plan", {}).get("vocab_size", 0)) or _vocab(export.model)
+    measured = run_trial(export.argv, BenchPlan(profiles=profiles, vocab_size=vocab, seed=10_000),
+                         setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
+    if measured.failure:
+        console.print(f"verify: the relaunch failed: {measured.failure.value}: {measured.message}")
+        return 1
+    table = Table(title=f"trial #{trial.number}: stored vs relaunched")
+    for col in ("profile", "metric", "stored", "relaunched", "difference"):
+        table.add_column(col, justify="right")
+    for name, result in measured.results.items():
+        for metric in ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms"):
+            a, b = trial.value(name, metric), result.mean(metric)
+            table.add_row(name, metric, fmt(a, 2), fmt(b, 2), f"{(b - a) / a * 100:+.1f}%")
+    out.print(table)
+    return 0
+
+
+def _vocab(model: str) -> int:
+    from autotune.shell.files import read_model_info
+
+    return read_model_info(model).vocab_size
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.study.report import write_report
+    from autotune.study.storage import load_existing
+
+    study = load_existing(args.study, storage_of(args))
+    out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
+    for path in write_report(study, out_dir):
+        out.print(f"wrote {path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from autotune.study.importer import import_results
+    from autotune.study.storage import check_url
+
+    space = read_space(shipped(args.space))
+    refs = read_references(shipped(args.references), space)
+    names = args.profile or ["low-concurrency", "high-concurrency"]
+    profiles = tuple(get_profile(n) for n in names)
+    objectives = (tuple(parse_objective(o, names) for o in args.objective)
+                  or default_objectives(profiles))
+    storage = storage_of(args)
+    check_url(storage, created_folder=Path(args.workdir))
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    study, skipped = import_results(args.study, storage, Path(args.file), space, refs, profiles,
+                                    objectives)
+    for line in skipped:
+        console.print(line)
+    imported = [t for t in study.trials if t.user_attrs.get("imported_from")]
+    out.print(f"study {args.study!r}: {len(imported)} imported trials "
+              f"({', '.join(t.user_attrs['reference'] for t in imported)})")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """optuna-dashboard on the study storage with the artifact store, on 127.0.0.1 only."""
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna_dashboard import run_server
+
+    from autotune.study.storage import load_existing, open_existing, redact
+
+    storage = storage_of(args)
+    rdb = open_existing(storage)
+    artifacts = Path(args.workdir) / "artifacts"  # read where it exists; never created here
+    url = f"http://127.0.0.1:{args.port}/dashboard"
+    if args.study:
+        url += f"/studies/{load_existing(args.study, storage)._study_id}"
+    console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts})")
+    out.print(url, soft_wrap=True)
+    run_server(rdb, host="127.0.0.1", port=args.port,
+               artifact_store=FileSystemArtifactStore(str(artifacts)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pareto", help="the front of the study's objectives, with intervals")
+    add_study_args(p)
+    p.set_defaults(handler=cmd_pareto)
+
+    p = sub.add_parser("recommend", help="pick a trial for a use and say why, ties included")
+    add_study_args(p)
+    p.add_argument("--for", dest="use", choices=USES, required=True)
+    p.set_defaults(handler=cmd_recommend)
+
+    p = sub.add_parser("export", help="launch flags of a trial: shell command, vllm serve --config YAML, JSON")
+    add_study_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--trial", type=int)
+    g.add_argument("--for", dest="use", choices=USES)
+    p.add_argument("--format", choices=("shell", "yaml", "json"), default="shell")
+    p.add_argument("--output", help="write to this file instead of stdout")
+    p.add_argument("--verify", action="store_true",
+                   help="relaunch the exported configuration, re-benchmark it, print the difference")
+    p.set_defaults(handler=cmd_export)
+
+    p = sub.add_parser("report", help="Markdown + HTML report: the front, importance and effects")
+    add_study_args(p)
+    p.add_argument("--out", help="output folder (default <workdir>/reports/<study>)")
+    p.set_defaults(handler=cmd_report)
+
+    p = sub.add_parser("dashboard", help="optuna-dashboard on the study storage (127.0.0.1)")
+    add_study_args(p, required=False)
+    p.add_argument("--port", type=int, default=8080)
+    p.set_defaults(handler=cmd_dashboard)
+
+    p = sub.add_parser("import-results", help="add externally measured results as completed trials")
+    p.add_argument("file", help=".csv or .json rows: reference or parameters, profile, metrics")
+    add_study_args(p)
+    p.add_argument("--space", default=DEFAULT_SPACE)
+    p.add_argument("--references", default=DEFAULT_REFERENCES)
+    p.add_argument("--profile", action="append", choices=PROFILE_CHOICES,
+                   help="profiles to import (default both); configurations lacking one are skipped")
+    p.add_argument("--objective", action="append", default=[],
+                   help="PROFILE:METRIC[:min|max] (default: as `run`)")
+    p.set_defaults(handler=cmd_import)

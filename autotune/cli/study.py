@@ -1,0 +1,303 @@
+"""`autotune run | worker | confirm`: flags to a plan request, progress lines while trials
+run, the trial table at the end. `run` creates (or joins) a study and works on it with one
+worker per slot, then confirms its finalists; `worker` joins an existing study with the plan
+stored in it (another node, same storage); `confirm` redeploys a study's finalists."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from autotune.cli.common import (
+    PROFILE_CHOICES,
+    add_deploy_args,
+    add_profile_overrides,
+    add_study_args,
+    console,
+    entrypoint_of,
+    fmt,
+    out,
+    profiles_of,
+    slots_of,
+    storage_of,
+)
+from autotune.core.analysis import StudyData, describe_params, differing_params
+from autotune.core.outcome import TrialOutcome
+from autotune.core.slots import Slot
+from autotune.errors import ConfigError
+from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, PlanRequest, StudyPlan
+from autotune.study.trial import TrialSetup
+
+CONFIRM_ROUNDS = 2
+
+
+class ConsoleProgress:
+    """Prints trial i of N, the phase and the elapsed time, one line per change; ``label``
+    names the worker when several print to one terminal."""
+
+    def __init__(self, label: str = "") -> None:
+        self.t0 = time.monotonic()
+        self.label = escape(f" [{label}]") if label else ""
+
+    def _stamp(self) -> str:
+        s = int(time.monotonic() - self.t0)
+        return f"[{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}]{self.label}"
+
+    def phase(self, number: int, total: int, phase: str) -> None:
+        console.print(f"{self._stamp()} trial {number}/{total}: {phase}")
+
+    def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
+        console.print(f"{self._stamp()} trial {number}/{total} (#{trial.number}): "
+                      f"{describe_result(trial)}")
+        console.print(f"{self._stamp()} Pareto front so far: "
+                      f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
+
+    def message(self, text: str) -> None:
+        console.print(f"{self._stamp()} {text}")
+
+
+def describe_result(t: TrialOutcome) -> str:
+    if t.failure is not None:
+        dup = f" (same flags as #{t.duplicate_of}, not relaunched)" if t.duplicate_of is not None \
+            and t.startup_s is None else ""
+        return f"infeasible, {t.failure.value}: {t.failure_message[:200]}{dup}"
+    parts = [f"{p}: {fmt(r.mean('output_throughput'))} tok/s, {fmt(r.mean('mean_e2el_ms'), 0)} ms"
+             for p, r in t.results.items()]
+    return f"ready in {t.startup_s or 0:.0f} s; " + "; ".join(parts)
+
+
+def _heartbeat(args: argparse.Namespace):
+    from autotune.study.storage import Heartbeat
+
+    return Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
+
+
+def _setup(args: argparse.Namespace, slot: Slot) -> TrialSetup:
+    """Where this node's trials deploy; the validator when vLLM is importable here."""
+    from autotune.shell.validation import VllmValidator, vllm_importable
+
+    return TrialSetup(model="", workdir=Path(args.workdir), slot=slot,
+                      entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
+                      validator=VllmValidator() if vllm_importable() else None)
+
+
+def request_of(args: argparse.Namespace) -> PlanRequest:
+    names = args.profile or ["low-concurrency"]
+    return PlanRequest(
+        workdir=Path(args.workdir), profiles=profiles_of(args, names), model=args.model,
+        space_path=args.space, references_path=args.references if args.seed_references else None,
+        trials=args.trials, repeats=args.repeats, seed=args.seed, study_name=args.study,
+        storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
+        tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
+        describe_only=args.dry_run,
+    )
+
+
+def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
+    """Flags a slot's worker process gets from `run` or a multi-slot `worker`."""
+    options = ["--model", model, "--startup-timeout", f"{args.startup_timeout:g}",
+               "--heartbeat-interval", str(args.heartbeat_interval),
+               "--grace-period", str(args.grace_period), "--max-retry", str(args.max_retry)]
+    if args.entrypoint:
+        options += ["--entrypoint", args.entrypoint]
+    return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
+
+
+def _work(plan: StudyPlan, slots: list[Slot], args: argparse.Namespace, label: str) -> int:
+    """Run the study's trials: in this process for one slot, one worker process per slot
+    otherwise. Returns the exit code."""
+    from autotune.study.pool import run_workers
+    from autotune.study.runner import StudyRunner
+
+    if len(slots) > 1:
+        return run_workers(plan.workdir, plan.study_name, plan.storage, slots, label,
+                           _worker_options(args, plan.model.name), console.print)
+    StudyRunner(plan, _setup(args, slots[0]), progress=ConsoleProgress(label),
+                heartbeat=_heartbeat(args), label=label).work()
+    return 0
+
+
+def _confirm(plan: StudyPlan, slot: Slot, args: argparse.Namespace, k: int) -> None:
+    from autotune.study.confirm import confirm
+    from autotune.study.storage import load_existing
+
+    study = load_existing(plan.study_name, plan.storage)
+    progress = ConsoleProgress()
+    confirmed = confirm(study, plan, _setup(args, slot), k=k, rounds=CONFIRM_ROUNDS,
+                        say=progress.message)
+    progress.message(f"confirmed {len(confirmed)} finalist(s): "
+                     f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
+
+
+def _finish(plan: StudyPlan, code: int) -> int:
+    from autotune.study.records import outcomes, study_data
+    from autotune.study.storage import load_existing
+
+    study = load_existing(plan.study_name, plan.storage)
+    data = study_data(study, confirmed=False)
+    out.print(trials_table(outcomes(study), data))
+    return code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from autotune.shell.server import detect_platform
+    from autotune.study.plans import build_plan
+    from autotune.study.runner import dry_run_argv, prepare_study
+    from autotune.study.storage import hostname, redact
+
+    plan = build_plan(request_of(args), say=console.print)
+    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
+    if args.dry_run:
+        refs = len(plan.references.configs) if plan.references else 0
+        for label, argv in dry_run_argv(plan, max(plan.trials, min(refs, plan.trials))):
+            out.print(f"{label}: {shlex.join(['vllm', 'serve', plan.model.name, *argv])}",
+                      soft_wrap=True, markup=False)
+        out.print("dry run: nothing launched, nothing written")
+        return 0
+    Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    study, notes, created = prepare_study(plan, _heartbeat(args))
+    console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
+                  f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
+                  f"{', '.join(o.name for o in plan.objectives)}, budget {plan.trials} trials, "
+                  f"{len(slots)} slot(s): {'; '.join(s.describe() for s in slots)}")
+    for note in notes:
+        console.print(note)
+    # The `run` that created the study samples with --seed itself; one that joins varies it.
+    code = _work(plan, slots, args, "" if created else hostname())
+    if code == 0 and plan.confirm:
+        _confirm(plan, slots[0], args, plan.confirm)
+    return _finish(plan, code)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from autotune.shell.server import detect_platform
+    from autotune.study.plans import build_plan, stored_request
+    from autotune.study.storage import hostname, load_existing, redact
+
+    if args.trials is not None and args.trials < 1:
+        raise ConfigError(f"--trials {args.trials}: must be >= 1")
+    workdir, storage = Path(args.workdir), storage_of(args)
+    study = load_existing(args.study, storage)
+    request = stored_request(study, storage=storage, workdir=workdir, model=args.model,
+                             trials=args.trials)
+    plan = build_plan(request)
+    if args.trials is not None:
+        study.set_user_attr("budget", args.trials)
+    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
+    label = args.worker_label or hostname()
+    console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
+                  f"{plan.trials} trials, {len(slots)} slot(s): {'; '.join(s.describe() for s in slots)}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    code = _work(plan, slots, args, label)
+    return code if args.no_table else _finish(plan, code)
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from autotune.shell.server import detect_platform
+    from autotune.study.plans import build_plan, stored_request
+    from autotune.study.storage import load_existing
+
+    if args.k < 1:
+        raise ConfigError(f"--finalists {args.k}: must be >= 1")
+    storage = storage_of(args)
+    study = load_existing(args.study, storage)
+    plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
+                                     model=args.model, trials=None))
+    slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]
+    _confirm(plan, slot, args, args.k)
+    return _finish(plan, 0)
+
+
+def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
+    """One row per finished trial: the objectives and, compactly, what differs from the
+    baseline (or from vLLM's defaults without one)."""
+    table = Table(title="trials")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("result", overflow="fold")
+    for o in data.objectives:
+        table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
+    table.add_column("differs from " + ("baseline" if data.baseline else "vLLM defaults"),
+                     overflow="fold")
+    retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
+    for t in trials:
+        if t.skipped:
+            continue  # a duplicate or over-budget claim, given back before deploying
+        result = "ok" if t.feasible else t.failure.value if t.failure else (
+            f"worker lost, retried as #{retried_as[t.number]}" if t.number in retried_as
+            else t.state)
+        values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
+        changes = (differing_params(t, data.baseline) if data.baseline
+                   else data.changes_from_defaults(t))
+        name = f"{t.number}" + (f" {t.reference}" if t.reference else "")
+        table.add_row(name, result, *values, describe_params(changes) or "-")
+    return table
+
+
+def _add_worker_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workers (a dead worker's trial is failed and retried by a live one)")
+    g.add_argument("--heartbeat-interval", type=int, default=30, help="seconds (default 30)")
+    g.add_argument("--grace-period", type=int, default=120,
+                   help="seconds without heartbeat before a trial counts as dead (default 120)")
+    g.add_argument("--max-retry", type=int, default=2, help="retries of a dead worker's trial (default 2)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a multi-objective study over real deployments")
+    p.add_argument("--profile", action="append", choices=PROFILE_CHOICES,
+                   help="workload profile (repeatable; default low-concurrency)")
+    p.add_argument("--model", help="model folder or cached hub id "
+                   "(default without GPU: a generated tiny MoE+MTP model)")
+    p.add_argument("--space", default=DEFAULT_SPACE, help=f"search space (default {DEFAULT_SPACE})")
+    p.add_argument("--references", default=DEFAULT_REFERENCES,
+                   help=f"reference configs (default {DEFAULT_REFERENCES})")
+    p.add_argument("--seed-references", action="store_true",
+                   help="run the applicable reference configs first (enqueued once per study)")
+    p.add_argument("--trials", type=int, default=10, help="study-wide budget of finished trials")
+    p.add_argument("--study", help="study name (default: from model, space and profiles)")
+    p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
+                   "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "
+                   "sqlite:///<workdir>/autotune.db")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="runs per profile per deployment (default 2: the noise is measured)")
+    p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
+    p.add_argument("--objective", action="append", default=[],
+                   help="PROFILE:METRIC[:min|max] (repeatable; default: mean E2EL at the lowest "
+                        "concurrency against output throughput at the highest)")
+    p.add_argument("--slo", action="append", default=[],
+                   help="constraint, e.g. 'high-concurrency:p99_ttft_ms<=5000' (repeatable)")
+    p.add_argument("--confirm", type=int, default=3, metavar="K",
+                   help=f"at the end, redeploy up to K front members and the baseline, "
+                        f"{CONFIRM_ROUNDS} interleaved rounds (default 3; 0: off)")
+    p.add_argument("--max-model-len", type=int, help="override the space's deployment setting")
+    p.add_argument("--tp", type=int, help="override the space's tensor parallel size")
+    p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
+    add_profile_overrides(p)
+    add_deploy_args(p)
+    _add_worker_args(p)
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("worker", help="join an existing study (another node, same --storage) "
+                       "and run its trials with the plan stored in it")
+    add_study_args(p)
+    p.add_argument("--model", help="this node's path of the model (default: the study's)")
+    p.add_argument("--trials", type=int, help="set the study-wide budget of finished trials")
+    p.add_argument("--worker-label", help="name in logs; also varies the sampler seed per worker "
+                   "(default: host name)")
+    p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)  # a slot of a pool
+    add_deploy_args(p)
+    _add_worker_args(p)
+    p.set_defaults(handler=cmd_worker)
+
+    p = sub.add_parser("confirm", help="redeploy a study's front and baseline in interleaved "
+                       "rounds; recommend, export and report then use the confirmed numbers")
+    add_study_args(p)
+    p.add_argument("--finalists", dest="k", type=int, default=3, metavar="K",
+                   help="front members to confirm, with the baseline (default 3)")
+    p.add_argument("--model", help="this node's path of the model (default: the study's)")
+    add_deploy_args(p)
+    p.set_defaults(handler=cmd_confirm)

@@ -1,0 +1,189 @@
+"""What a trial measures and what it stores, as records; their flat attribute form. Pure.
+
+``Measurement`` is what one deployment produced (the trial function's result). ``TrialOutcome``
+is everything a trial of a study stores: parameters, launch flags, per-profile and per-repeat
+metrics, start-up, hardware, versions, failure class, message and log tail, and its links to
+other trials (duplicate, retry). ``to_attrs`` and ``from_attrs`` are the only code that knows
+how an outcome is spelled as Optuna user attributes (``study.records`` writes and reads them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.core.stats import Estimate, Noise, estimate
+from autotune.errors import FailureClass
+
+Value = bool | int | float | str | None
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """All repeats of one profile on one deployment: flat vLLM-keyed metrics per repeat."""
+
+    profile: str
+    runs: tuple[Mapping[str, float], ...]
+
+    def values(self, metric: str) -> list[float]:
+        return [float(r[metric]) for r in self.runs if metric in r]
+
+    def mean(self, metric: str) -> float:
+        return statistics.fmean(self.values(metric))
+
+    def spread(self, metric: str) -> float:
+        """(max - min) / mean over repeats."""
+        values = self.values(metric)
+        mean = statistics.fmean(values)
+        return (max(values) - min(values)) / mean if mean else 0.0
+
+    def means(self) -> dict[str, float]:
+        return {k: self.mean(k) for k in self.runs[0]} if self.runs else {}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one deployment of one configuration produced. ``failure`` is None for a served,
+    fully measured configuration."""
+
+    failure: FailureClass | None = None
+    message: str = ""
+    log_tail: str = ""
+    startup_s: float = 0.0
+    bench_s: float = 0.0
+    wall_s: float = 0.0
+    results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
+    teardown_clean: bool = True
+    vllm_version: str = ""
+    hardware: str = ""
+
+
+def params_key(params: Mapping[str, Value]) -> str:
+    """A configuration's identity, for finding duplicates."""
+    return json.dumps(dict(params), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """Everything one trial stores. ``state`` is Optuna's, in lower case."""
+
+    number: int
+    state: str = "complete"  # complete | fail | running | waiting
+    params: Mapping[str, Value] = field(default_factory=dict)
+    reference: str = ""
+    model: str = ""
+    argv: tuple[str, ...] = ()
+    results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    failure: FailureClass | None = None
+    failure_message: str = ""
+    log_tail: str = ""
+    slo_violations: Mapping[str, float] = field(default_factory=dict)  # SLO key -> how far past
+    startup_s: float | None = None
+    bench_s: float | None = None
+    wall_s: float | None = None
+    trial_wall_s: float | None = None
+    teardown_clean: bool | None = None
+    vllm_version: str = ""
+    hardware: str = ""
+    worker: Mapping[str, Any] = field(default_factory=dict)
+    duplicate_of: int | None = None  # same flags as this trial; a failure copied, not relaunched
+    retry_of: int | None = None  # a dead worker's trial, run again
+    skipped: str = ""  # given back before deploying (a duplicate, or over budget)
+    imported_from: str = ""
+    derived: tuple[str, ...] = ()  # metrics computed from others on import
+
+    @property
+    def feasible(self) -> bool:
+        """Finished, served, measured, and within every SLO."""
+        return (self.state == "complete" and self.failure is None and bool(self.results)
+                and all(v <= 0 for v in self.slo_violations.values()))
+
+    @property
+    def key(self) -> str:
+        return params_key(self.params)
+
+    @property
+    def label(self) -> str:
+        return f"#{self.number}" + (f" {self.reference}" if self.reference else "")
+
+    def has(self, profile: str, metric: str) -> bool:
+        return profile in self.results and bool(self.results[profile].values(metric))
+
+    def value(self, profile: str, metric: str) -> float:
+        return self.results[profile].mean(metric)
+
+    def estimate(self, profile: str, metric: str, noise: Noise) -> Estimate:
+        return estimate(self.results[profile].values(metric), noise)
+
+    def with_measurement(self, m: Measurement) -> TrialOutcome:
+        return dataclasses.replace(
+            self, results=m.results if m.failure is None else {}, failure=m.failure,
+            failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
+            startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
+            wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,
+            vllm_version=m.vllm_version, hardware=m.hardware,
+        )
+
+
+_FROM_OPTUNA = ("number", "state", "params")  # Optuna keeps these itself
+SUMMARY_METRICS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
+    """The outcome as user attributes: every field that differs from its default, under its
+    own name (``failure`` as ``failure_class``, ``results`` as ``repeats``), plus per-profile
+    ``metrics`` (means) and ``spread`` for people reading the dashboard."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(TrialOutcome):
+        value = getattr(outcome, f.name)
+        if f.name in _FROM_OPTUNA or value == _default(f):
+            continue
+        if f.name == "results":
+            out["repeats"] = {p: [dict(r) for r in res.runs] for p, res in value.items()}
+            out["metrics"] = {p: res.means() for p, res in value.items()}
+            out["spread"] = {p: {m: round(res.spread(m), 4) for m in SUMMARY_METRICS
+                                 if res.values(m)} for p, res in value.items()}
+        elif f.name == "failure":
+            out["failure_class"] = value.value
+        elif isinstance(value, tuple):
+            out[f.name] = list(value)
+        elif isinstance(value, Mapping):
+            out[f.name] = dict(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def from_attrs(number: int, state: str, params: Mapping[str, Value],
+               attrs: Mapping[str, Any], retry_of: int | None = None) -> TrialOutcome:
+    """The outcome stored in ``attrs`` (as ``to_attrs`` wrote it, or by an older autotune that
+    kept only ``metrics`` means)."""
+    names = {f.name for f in dataclasses.fields(TrialOutcome)} - set(_FROM_OPTUNA)
+    kwargs: dict[str, Any] = {k: attrs[k] for k in names & set(attrs)
+                              if k not in ("results", "failure")}
+    for k in ("argv", "derived"):
+        if k in kwargs:
+            kwargs[k] = tuple(kwargs[k])
+    if "repeats" in attrs:
+        kwargs["results"] = {p: ProfileResult(p, tuple(runs)) for p, runs in attrs["repeats"].items()}
+    elif "metrics" in attrs:
+        kwargs["results"] = {p: ProfileResult(p, (m,)) for p, m in attrs["metrics"].items()}
+    failure = attrs.get("failure_class")
+    if failure:
+        kwargs["failure"] = FailureClass(failure)
+    return TrialOutcome(number=number, state=state, params=dict(params), retry_of=retry_of,
+                        **kwargs)

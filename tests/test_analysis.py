@@ -1,0 +1,170 @@
+"""The front, recommendations, effects and sign flips, on synthetic trials whose truth is known.
+
+Trials are made by a seeded generator: each metric is a true value times lognormal noise of a
+known size, so a parameter that does nothing must come out as "no effect detected", and a real
+effect with its true sign.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from autotune.core.analysis import (
+    StudyData,
+    effects,
+    finalists,
+    noise_of,
+    recommend,
+    sign_flips,
+)
+from autotune.core.objectives import default_objectives
+from autotune.core.outcome import ProfileResult, TrialOutcome
+from autotune.core.pareto import knee, pareto_front
+from autotune.core.profiles import get_profile
+from autotune.core.stats import Noise, compare, estimate, pooled_noise
+
+OBJECTIVES = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
+DEFAULTS = {"mtp": False, "level": 2, "noop": "a"}
+
+
+def make(n: int, params: dict, truth: dict, *, rng: np.random.Generator, sd: float = 0.05,
+         repeats: int = 2, reference: str = "") -> TrialOutcome:
+    """A trial whose ``truth`` (profile -> metric -> value) is measured ``repeats`` times with
+    multiplicative noise of log-sd ``sd``."""
+    results = {p: ProfileResult(p, tuple({m: v * math.exp(rng.normal(0, sd)) for m, v in ms.items()}
+                                         for _ in range(repeats)))
+               for p, ms in truth.items()}
+    return TrialOutcome(n, params=params, results=results, reference=reference)
+
+
+def world(params: dict) -> dict:
+    """The synthetic truth: MTP helps at low concurrency and hurts at high (the reference
+    study's flip), level 0 is slow everywhere, ``noop`` does nothing."""
+    slow = 0.5 if params["level"] == 0 else 1.0
+    low_tput = 200.0 * slow * (1.3 if params["mtp"] else 1.0)
+    high_tput = 1700.0 * slow * (0.85 if params["mtp"] else 1.0)
+    return {"low-concurrency": {"output_throughput": low_tput, "mean_e2el_ms": 512_000 / low_tput},
+            "high-concurrency": {"output_throughput": high_tput, "mean_e2el_ms": 25_600_000 / high_tput}}
+
+
+def study_of(trials: list[TrialOutcome], baseline: int | None = 0) -> StudyData:
+    base = next((t for t in trials if t.number == baseline), None)
+    return StudyData(tuple(trials), OBJECTIVES, noise_of(trials), base, DEFAULTS)
+
+
+def full_factorial(rng: np.random.Generator, sd: float = 0.05) -> list[TrialOutcome]:
+    grid = itertools.product([False, True], [0, 2], ["a", "b", "c"])
+    return [make(i, p, world(p), rng=rng, sd=sd)
+            for i, p in enumerate(dict(zip(("mtp", "level", "noop"), v, strict=True)) for v in grid)]
+
+
+def test_pareto_front_and_knee_over_any_costs():
+    points = {"a": (1.0, 5.0), "b": (2.0, 2.0), "c": (5.0, 1.0), "d": (3.0, 3.0)}
+    front = pareto_front(list(points), lambda k: points[k])
+    assert front == ["a", "b", "c"]
+    assert knee(front, lambda k: points[k]) == "b"
+
+
+def test_pooled_noise_recovers_the_true_log_sd():
+    rng = np.random.default_rng(1)
+    groups = [list(100 * np.exp(rng.normal(0, 0.1, 3))) for _ in range(200)]
+    noise = pooled_noise({"x": groups}).of("x")
+    assert noise.log_sd == pytest.approx(0.1, rel=0.1) and noise.df == 400
+    assert pooled_noise({}).of("mean_ttft_ms").assumed
+
+
+def test_intervals_of_a_difference_cover_the_truth_about_95_percent_of_the_time():
+    rng = np.random.default_rng(2)
+    covered = 0
+    for _ in range(400):
+        a, b = 100 * np.exp(rng.normal(0, 0.1, 3)), 110 * np.exp(rng.normal(0, 0.1, 3))
+        noise = pooled_noise({"m": [list(a), list(b)]}).of("m")
+        change = compare(estimate(list(b), noise), estimate(list(a), noise))
+        covered += change.low_pct <= 10.0 <= change.high_pct
+    assert 0.90 <= covered / 400 <= 0.99
+
+
+def test_a_difference_smaller_than_the_noise_is_a_tie_and_a_large_one_is_not():
+    noise = Noise(0.10, 10, "test")
+    assert not compare(estimate([104.0, 103.0], noise), estimate([100.0, 101.0], noise)).significant
+    assert compare(estimate([150.0, 152.0], noise), estimate([100.0, 101.0], noise)).significant
+
+
+def test_the_front_is_interactive_latency_against_throughput_under_load():
+    rng = np.random.default_rng(3)
+    data = study_of(full_factorial(rng, sd=0.01))
+    front = data.front()
+    # MTP wins the low-concurrency latency, no MTP the high-concurrency throughput: both ends.
+    assert {t.params["mtp"] for t in front} == {True, False}
+    assert all(t.params["level"] == 2 for t in front)
+
+
+def test_recommendations_pick_each_use_and_prefer_fewer_changes_among_ties():
+    rng = np.random.default_rng(4)
+    data = study_of(full_factorial(rng, sd=0.01))
+    assert recommend(data, "interactive").trial.params["mtp"] is True
+    throughput = recommend(data, "throughput")
+    assert throughput.trial.params["mtp"] is False
+    # noop=a/b/c are indistinguishable: the pick is the one at vLLM's default value.
+    assert throughput.trial.params["noop"] == "a"
+    assert {t.params["noop"] for t in throughput.tied} == {"b", "c"}
+    assert "tied within the noise" in throughput.reason and "[" in throughput.reason
+
+
+def test_a_parameter_that_does_nothing_comes_out_as_no_effect_and_real_ones_with_their_sign():
+    rng = np.random.default_rng(5)
+    found = effects(study_of(full_factorial(rng), baseline=None), "output_throughput")
+    by = {(e.param, e.value, e.profile): e for e in found}
+    for value in ("b", "c"):
+        for profile in ("low-concurrency", "high-concurrency"):
+            e = by[("noop", value, profile)]
+            assert e.change is not None and not e.change.significant, e.verdict
+            assert e.verdict.startswith("no effect detected")
+    assert by[("mtp", "True", "low-concurrency")].change.low_pct > 0
+    assert by[("mtp", "True", "high-concurrency")].change.high_pct < 0
+    level = by[("level", "0", "low-concurrency")].change
+    assert level.low_pct <= -50 <= level.high_pct
+
+
+def test_the_sign_flip_is_claimed_only_when_both_intervals_exclude_zero():
+    rng = np.random.default_rng(6)
+    flips, _ = sign_flips(effects(study_of(full_factorial(rng)), "output_throughput"))
+    assert [(f.param, f.value) for f in flips] == [("mtp", "True")]
+    noisy = full_factorial(np.random.default_rng(7), sd=0.6)
+    flips, unconfirmed = sign_flips(effects(study_of(noisy), "output_throughput"))
+    assert ("mtp", "True") not in [(f.param, f.value) for f in flips]
+
+
+def test_matched_pairs_give_the_effect_when_a_model_cannot():
+    rng = np.random.default_rng(8)
+    base = {"mtp": True, "level": 3, "noop": "a"}
+    trials = [make(0, base, world(base), rng=rng, sd=0.02, reference="baseline")]
+    for i, change in enumerate(({"mtp": False}, {"level": 0}), start=1):
+        p = {**base, **change}
+        trials.append(make(i, p, world(p), rng=rng, sd=0.02, reference=f"one-change-{i}"))
+    by = {(e.param, e.profile): e for e in effects(study_of(trials), "output_throughput")}
+    mtp_off = by[("mtp", "low-concurrency")]
+    assert mtp_off.method == "1 matched pair" and mtp_off.change.significant
+    assert -35 < mtp_off.change.pct < -10 and mtp_off.change.high_pct < 0  # truth: 1/1.3 - 1
+
+
+def test_effects_are_withheld_when_the_trials_cannot_separate_the_parameters():
+    rng = np.random.default_rng(9)
+    trials = [make(i, p, world(p), rng=rng) for i, p in enumerate([
+        {"mtp": False, "level": 2, "noop": "a"}, {"mtp": True, "level": 0, "noop": "b"}])]
+    found = effects(study_of(trials, baseline=None), "output_throughput")
+    assert found and all(e.change is None and "cannot separate" in e.withheld for e in found)
+
+
+def test_finalists_are_spread_along_the_front_and_include_the_baseline():
+    rng = np.random.default_rng(10)
+    trials = full_factorial(rng, sd=0.01)
+    data = study_of(trials, baseline=6)  # mtp=True, level=0: never on the front
+    chosen = finalists(data, 2)
+    front = data.front()
+    assert [t.number for t in chosen[:2]] == [front[0].number, front[-1].number]
+    assert chosen[-1].number == 6

@@ -1,0 +1,105 @@
+"""The package's shape: layers import downward only (errors -> core -> shell -> study -> cli),
+no import cycle, and the pure core touches no process, file, network or environment."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
+LAYERS = {"errors": 0, "core": 1, "shell": 2, "study": 3, "cli": 4, "__main__": 5}
+IMPURE = {"os", "subprocess", "socket", "signal", "httpx", "aiohttp", "sqlite3", "shutil",
+          "optuna", "sqlalchemy", "torch", "vllm"}
+
+
+def modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = ast.parse(path.read_text())
+    return found
+
+
+def imports(tree: ast.Module, name: str) -> set[str]:
+    """Every module imported anywhere in the file (lazy imports in functions too)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "autotune" or len(parts) < 2:
+        return None
+    return LAYERS.get(parts[1])
+
+
+def test_every_module_belongs_to_a_layer():
+    assert all(layer(m) is not None for m in modules() if m != "autotune"), sorted(modules())
+
+
+def test_layers_import_downward_only():
+    wrong = []
+    for name, tree in modules().items():
+        own = layer(name)
+        for target in imports(tree, name):
+            there = layer(target)
+            if own is not None and there is not None and there > own:
+                wrong.append(f"{name} imports {target}")
+    assert not wrong
+
+
+def test_there_is_no_import_cycle():
+    known = modules()
+    graph = {name: {t for t in imports(tree, name) if t in known and t != name}
+             for name, tree in known.items()}
+    # A package's __init__ importing its own submodules is how a package is assembled.
+    graph = {n: {t for t in ts if not t.startswith(n + ".")} for n, ts in graph.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node, [node])
+    assert not cycles
+
+
+def test_the_core_touches_no_process_file_network_or_environment():
+    offenders = []
+    for name, tree in modules().items():
+        if layer(name) not in (0, 1):
+            continue
+        for target in imports(tree, name):
+            if target.split(".")[0] in IMPURE:
+                offenders.append(f"{name} imports {target}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("read_text", "write_text", "environ",
+                                                                  "open", "getenv"):
+                offenders.append(f"{name} uses .{node.attr}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "open", "print", "exit"):
+                offenders.append(f"{name} calls {node.func.id}()")
+    assert not offenders
+
+
+def test_only_the_cli_prints_or_exits():
+    offenders = [name for name, tree in modules().items() if layer(name) not in (4, 5)
+                 for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr == "exit" and getattr(node.func.value, "id", "") == "sys"]
+    assert not offenders

@@ -1,0 +1,80 @@
+"""Bad input as a new user types it: one line naming the flag and what is valid, exit code 2,
+nothing written. Commands that only read never create a file, folder or database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from tests.conftest import REPO
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def autotune_in(monkeypatch, capsys):
+    """The real command line, in this process, run from a folder of the test's choosing."""
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+
+    def run(cwd: Path, *args: str) -> Result:
+        monkeypatch.chdir(cwd)
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-concurrency"]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([*DRY, "--storage", "mysql://x"], "--storage mysql://x: 'mysql' is not supported"),
+    ([*DRY, "--storage", "sqlite:///missing/dir/x.db"], "folder missing/dir/ does not exist"),
+    ([*DRY, "--slo", "low-concurrency:p99_ttft_ms<=-5"], "the limit must be a positive number"),
+    ([*DRY, "--objective", "low-concurrency:speed"], "unknown metric 'speed'"),
+    ([*DRY, "--trials", "0"], "--trials and --repeats must be >= 1"),
+    (["pareto", "--study", "missing"], "autotune.db: no such file"),
+    (["recommend", "--study", "missing", "--for", "balanced"], "no such file"),
+    (["export", "--study", "missing"], "no such file"),
+    (["report", "--study", "missing"], "no such file"),
+    (["dashboard", "--study", "missing"], "no such file"),
+    (["worker", "--study", "missing"], "no such file"),
+], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials",
+        "pareto", "recommend", "export", "report", "dashboard", "worker"])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
+    result = autotune_in(tmp_path, *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: ") and message in lines[0]
+    assert list(tmp_path.iterdir()) == []  # no studies/, no database, no model
+
+
+def test_a_read_only_command_on_an_existing_storage_names_the_studies_there(autotune_in, tmp_path):
+    created = autotune_in(tmp_path, "import-results", str(REPO / "search_spaces" / "reference-results.csv"),
+                          "--study", "published")
+    assert created.returncode == 0, created.stderr
+    before = sorted(p.name for p in (tmp_path / "studies").iterdir())
+    result = autotune_in(tmp_path, "pareto", "--study", "other")
+    assert result.returncode == 2
+    assert "no such study" in result.stderr and "studies there: published" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "studies").iterdir()) == before
+
+
+def test_bench_against_a_dead_server_says_why_and_prints_no_table_of_zeros(autotune_in, tmp_path):
+    from autotune.shell.server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = autotune_in(tmp_path, "bench", "--url", url, "--model", "m", "--vocab-size", "512",
+                         "--profile", "low-concurrency", "--num-prompts", "2")
+    assert result.returncode == 1
+    assert "invalid run: 2 of 2 requests failed" in result.stderr
+    assert "output_throughput" not in result.stdout and "benchmark" not in result.stdout

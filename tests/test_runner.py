@@ -1,0 +1,199 @@
+"""The study layer above a single trial, fast: ask/tell, the budget, references, duplicates,
+infeasible trials, SLOs, resume, interrupts, dead workers and confirmation.
+
+The trial function is a stand-in passed through the runner's seam (``trial_fn``): it returns
+measurements computed from the flags with seeded noise instead of deploying vLLM. What it
+stands in for is tested against real deployments in test_study.py and test_deploy.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.core.outcome import Measurement, ProfileResult
+from autotune.core.profiles import get_profile
+from autotune.errors import FailureClass
+from autotune.study.confirm import confirm
+from autotune.study.plans import PlanRequest, build_plan
+from autotune.study.records import outcomes, read_confirmed, study_data
+from autotune.study.runner import StudyRunner, prepare_study
+from autotune.study.storage import Heartbeat
+from autotune.study.trial import TrialSetup
+from tests.conftest import GLM_MOE_MTP_CONFIG
+
+SPACE = """
+name: fast
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
+  - {name: mtp, type: bool, default: false, applies_to: mtp,
+     json: {flag: --speculative-config, set: {method: mtp, num_speculative_tokens: 1}}}
+  - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
+"""
+REFERENCES = """
+baseline: base
+configs:
+  - {name: base, params: {optimization_level: 2}}
+  - {name: o0, base: base, params: {optimization_level: 0}}
+  - {name: ep, base: base, params: {expert_parallel: true}}
+"""
+
+
+class StandIn:
+    """A trial function: MTP helps at low concurrency and hurts at high, -O0 halves everything,
+    expert parallel crashes the engine (as on the CPU build). Counts its deployments."""
+
+    def __init__(self, seed: int = 0, sd: float = 0.03) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.sd = sd
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv, bench, setup, on_phase) -> Measurement:
+        self.calls.append(tuple(argv))
+        on_phase("benchmarking (stand-in)")
+        if "--enable-expert-parallel" in argv:
+            return Measurement(FailureClass.ENGINE_DIED, "worker died with exit code -11",
+                               log_tail="segfault", startup_s=1.0)
+        slow = 0.5 if argv[argv.index("--optimization-level") + 1] == "0" else 1.0
+        mtp = "--speculative-config" in argv
+        results = {}
+        for p in bench.profiles:
+            gain = (1.3 if p.max_concurrency <= 2 else 0.85) if mtp else 1.0
+            tput = 100.0 * p.max_concurrency ** 0.5 * slow * gain
+            runs = []
+            for _ in range(bench.repeats):
+                t = tput * math.exp(self.rng.normal(0, self.sd))
+                runs.append({"output_throughput": t, "mean_e2el_ms": p.max_concurrency * p.output_len
+                             * 1000 / t, "mean_ttft_ms": 50.0, "mean_tpot_ms": 5.0,
+                             "p99_ttft_ms": 80.0 / slow})
+            results[p.name] = ProfileResult(p.name, tuple(runs))
+        return Measurement(results=results, startup_s=1.0, bench_s=0.1, wall_s=1.2,
+                           vllm_version="stand-in", hardware="none")
+
+
+def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s"):
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
+    (tmp_path / "space.yaml").write_text(SPACE)
+    (tmp_path / "refs.yaml").write_text(REFERENCES)
+    return build_plan(PlanRequest(
+        workdir=tmp_path / "studies",
+        profiles=(get_profile("low-concurrency"), get_profile("high-concurrency")),
+        model=str(model), space_path=str(tmp_path / "space.yaml"),
+        references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
+        repeats=2, seed=1, study_name=name, slos=tuple(slos)))
+
+
+def run(plan, trial_fn, heartbeat: Heartbeat | None = None, label: str = "") -> optuna.Study:
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, heartbeat or Heartbeat())
+    setup = TrialSetup(model="", workdir=plan.workdir)
+    return StudyRunner(plan, setup, trial_fn=trial_fn, heartbeat=heartbeat or Heartbeat(),
+                       label=label, poll_s=0.1).work()
+
+
+def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(tmp_path):
+    stand_in = StandIn()
+    study = run(make_plan(tmp_path, trials=6), stand_in)
+    found = outcomes(study)
+    assert [t.reference for t in found[:3]] == ["base", "o0", "ep"]
+    assert sum(t.state == "complete" for t in found) == 6
+    assert study.metric_names == ["low-concurrency:mean_e2el_ms", "high-concurrency:output_throughput"]
+    ep = found[2]
+    assert ep.failure is FailureClass.ENGINE_DIED and ep.log_tail == "segfault" and not ep.feasible
+    assert study.trials[2].values == [math.inf, 0.0] and study.trials[2].constraints["served"] == 1.0
+    base = found[0]
+    assert base.feasible and len(base.results["low-concurrency"].runs) == 2
+    assert study.trials[0].values[1] == pytest.approx(base.value("high-concurrency", "output_throughput"))
+    # A configuration that failed is recorded again without a deployment, never relaunched.
+    for argv in {t.argv for t in found if t.failure is not None}:
+        assert stand_in.calls.count(argv) == 1
+    copies = [t for t in found if t.failure is not None and t.duplicate_of is not None]
+    assert all(t.startup_s is None for t in copies)
+
+
+def test_the_front_of_the_study_trades_interactive_latency_against_throughput_under_load(tmp_path):
+    study = run(make_plan(tmp_path, trials=8, references=False), StandIn(sd=0.01))
+    front = study_data(study).front()
+    assert {t.params["mtp"] for t in front} == {True, False}
+
+
+def test_rerunning_resumes_without_enqueueing_references_again(tmp_path):
+    run(make_plan(tmp_path, trials=3), StandIn())
+    study = run(make_plan(tmp_path, trials=5), StandIn(seed=1))
+    found = outcomes(study)
+    assert sum(t.state == "complete" for t in found) == 5
+    assert sum(bool(t.reference) for t in found) == 3
+    assert not study.get_trials(states=(TrialState.WAITING, TrialState.RUNNING))
+
+
+def test_a_sample_identical_to_a_measured_trial_is_given_back_and_resampled(tmp_path):
+    # 2 x 2 applicable configurations without expert parallel crashes: the sampler repeats itself.
+    stand_in = StandIn()
+    study = run(make_plan(tmp_path, trials=7, references=False), stand_in)
+    skipped = [t for t in outcomes(study) if t.skipped]
+    assert skipped and all("resampled" in t.skipped for t in skipped)
+    assert all(study.trials[t.number].state == TrialState.FAIL for t in skipped)
+    assert sum(t.state == "complete" for t in outcomes(study)) == 7
+
+
+def test_a_trial_past_its_slo_is_infeasible_with_its_measurements(tmp_path):
+    plan = make_plan(tmp_path, trials=2, slos=["low-concurrency:p99_ttft_ms<=100"])
+    study = run(plan, StandIn())
+    o0 = next(t for t in outcomes(study) if t.reference == "o0")  # -O0 doubles the p99 TTFT
+    assert o0.failure is FailureClass.SLO_VIOLATED and o0.results and not o0.feasible
+    assert o0.slo_violations["low-concurrency:p99_ttft_ms<=100"] == pytest.approx(60.0)
+    assert study.trials[o0.number].values[0] < math.inf  # measured values, not the failure's
+
+
+@pytest.mark.parametrize("error, failure", [(KeyboardInterrupt, FailureClass.INTERRUPTED),
+                                            (ValueError, FailureClass.INTERNAL_ERROR)],
+                         ids=["ctrl-c", "bug"])
+def test_an_exception_in_a_trial_fails_it_and_leaves_nothing_running(tmp_path, error, failure):
+    def broken(argv, bench, setup, on_phase):
+        raise error("boom")
+
+    with pytest.raises(error):
+        run(make_plan(tmp_path, trials=2), broken)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}")
+    (only,) = outcomes(study)
+    assert only.state == "fail" and only.failure is failure
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+def test_a_dead_workers_trial_is_failed_and_run_again_by_a_live_one(tmp_path):
+    heartbeat = Heartbeat(interval_s=1, grace_s=2, max_retry=1)
+    plan = make_plan(tmp_path, trials=2, references=False)
+    plan.workdir.mkdir(parents=True)
+    study, _, _ = prepare_study(plan, heartbeat)
+    dead = study.ask({"optimization_level": optuna.distributions.CategoricalDistribution([0, 2])})
+    study._storage.record_heartbeat(dead._trial_id)  # its worker then dies: no more heartbeats
+    time.sleep(2.5)
+    study = run(plan, StandIn(), heartbeat=heartbeat)
+    found = outcomes(study)
+    assert found[0].state == "fail" and found[0].failure is None  # lost, not failed by the trial
+    assert any(t.retry_of == dead.number and t.state == "complete" for t in found)
+
+
+def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_numbers(tmp_path):
+    plan = make_plan(tmp_path, trials=5)
+    study = run(plan, StandIn())
+    stand_in = StandIn(seed=5)
+    confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=2,
+                        trial_fn=stand_in)
+    front = study_data(study, confirmed=False).front()
+    assert set(confirmed) >= {front[0].number, front[-1].number, 0}  # ends of the front, baseline
+    assert len(stand_in.calls) == 2 * len(confirmed)
+    assert all(len(r.runs) == 4 for by in read_confirmed(study).values() for r in by.values())
+    data = study_data(study)
+    assert {t.number for t in data.outcomes} == set(confirmed)
+    assert data.outcomes[0].results == read_confirmed(study)[data.outcomes[0].number]
