@@ -111,33 +111,59 @@ def test_poisson_arrivals_have_the_requested_mean_rate():
 
 @pytest.mark.slow
 def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server):
-    """Interleaved runs (ours, theirs, x4) on one real server (TP=1 on core 0), 256 in / 128
-    out, 32 requests, concurrency 2. Noise measured first with
-    `benchmarks/client_overhead.py --tp 1` on this machine (3 runs of 16 requests each,
-    spread = (max-min)/mean, ours / vLLM's): output throughput 36% / 30%, mean TPOT 33% / 69%,
-    mean E2EL 29% / 29%, mean TTFT 55% / 219% (one 298 ms outlier among ~30 ms runs); medians
-    of the two tools were within 5% (throughput) to 12% (E2EL). Medians of 4 runs must agree
-    within 30% for throughput, TPOT and E2EL (about the measured spread) and within a factor
-    of two for TTFT; a wrong definition (TTFT from the first byte instead of the first token,
-    TPOT including the first token, throughput over a wrong duration) moves a metric further."""
+    """Interleaved runs (ours, theirs, theirs, ours, x2) on one real server (TP=1 on core 0),
+    256 in / 128 out, 32 requests, concurrency 2.
+
+    On these machines a request's whole stream sometimes arrives in one read (TTFT = E2EL,
+    every gap < 0.1 ms), for either client: 32 of 80 requests in one measurement, 34 of 80 with
+    the client and API server pinned to the other core. Such requests make a run's *mean* TTFT
+    swing between 15 and 800 ms (the disagreement first reported: ours 492 vs vLLM's 800 ms,
+    later ours 230 vs 58 ms) without any difference in definition. So TTFT and TPOT are compared
+    on the requests each client received as streams, by their medians over all runs: measured
+    per run, those medians varied by about 35% (TTFT, 14-19 ms) and 30% (TPOT) for one client,
+    hence tolerances of 50% and 30%. Output throughput and mean E2EL, which bursts do not
+    change, must agree within 30% (their measured run-to-run spread). A wrong definition (TTFT
+    from the first byte instead of the first token, TPOT including the first token, throughput
+    over a wrong duration) moves a metric further."""
+    from autotune.core.metrics import RequestResult, burst_delivered
     from autotune.shell.reference_bench import run_vllm_bench
 
     profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=32,
                               max_concurrency=2, warmup_requests=2)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
-    ours, theirs = [], []
-    for r in range(4):
-        ours.append(to_vllm_json(run_profile(target, profile, seed=10 + r, vocab_size=512).summary))
-        theirs.append(run_vllm_bench(target.url, target.model, target.api_key, profile, seed=10 + r))
+    ours, theirs, our_requests, their_requests = [], [], [], []
+    for r, tool in enumerate(["ours", "theirs", "theirs", "ours"] * 2):
+        if tool == "ours":
+            run = run_profile(target, profile, seed=10 + r, vocab_size=512)
+            ours.append(to_vllm_json(run.summary))
+            our_requests += run.requests
+        else:
+            result = run_vllm_bench(target.url, target.model, target.api_key, profile, seed=10 + r)
+            theirs.append(result)
+            their_requests += [
+                RequestResult(prompt_len=256, start_s=0.0, success=not err, output_tokens=n,
+                              ttft_s=ttft, latency_s=lat, itl_s=tuple(itl))
+                for ttft, itl, lat, n, err in zip(result["ttfts"], result["itls"], result["latencies"],
+                                                  result["output_lens"], result["errors"], strict=True)]
     assert all(o["failed"] == 0 for o in ours) and all(t["completed"] == 32 for t in theirs)
     assert all(o["total_output_tokens"] == t["total_output_tokens"] == 32 * 128
                for o, t in zip(ours, theirs, strict=True))
-    tolerances = {"output_throughput": 0.30, "mean_tpot_ms": 0.30, "mean_e2el_ms": 0.30,
-                  "mean_ttft_ms": 1.0}
-    for key, tol in tolerances.items():
+    for key in ("output_throughput", "mean_e2el_ms"):
         a = statistics.median(o[key] for o in ours)
         b = statistics.median(t[key] for t in theirs)
-        assert a == pytest.approx(b, rel=tol), f"{key}: ours {a:.2f}, vllm bench serve {b:.2f}"
+        assert a == pytest.approx(b, rel=0.30), f"{key}: ours {a:.2f}, vllm bench serve {b:.2f}"
+
+    def streamed(requests):
+        kept = [q for q in requests if q.success and not burst_delivered(q)]
+        return (kept, [q.ttft_s * 1000 for q in kept],
+                [(q.latency_s - q.ttft_s) / (q.output_tokens - 1) * 1000 for q in kept])
+
+    (ours_kept, our_ttft, our_tpot), (their_kept, their_ttft, their_tpot) = (
+        streamed(our_requests), streamed(their_requests))
+    assert len(ours_kept) >= 16 and len(their_kept) >= 16, (len(ours_kept), len(their_kept))
+    for key, a, b, tol in (("TTFT", our_ttft, their_ttft, 0.5), ("TPOT", our_tpot, their_tpot, 0.3)):
+        a, b = statistics.median(a), statistics.median(b)
+        assert a == pytest.approx(b, rel=tol), f"median {key} of streamed requests: ours {a:.2f} ms, vLLM's {b:.2f} ms"
 
 
 @pytest.mark.slow

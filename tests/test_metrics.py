@@ -8,6 +8,7 @@ from autotune.core.metrics import (
     RequestResult,
     SloLimits,
     SpecDecodeStats,
+    burst_delivered,
     flat_metrics,
     max_concurrency,
     parse_spec_decode_counters,
@@ -105,3 +106,12 @@ def test_spec_decode_counters_are_parsed_and_differenced():
     assert delta == SpecDecodeStats(30, 30, 30)
     assert delta.acceptance_rate == 1.0 and delta.acceptance_length == 2.0
     assert parse_spec_decode_counters("vllm:num_requests_running 1") is None
+
+
+def test_a_stream_delivered_in_one_burst_is_counted_and_streamed_ones_are_not():
+    streamed = ok(0.0, 0.02, (0.003, 0.003, 0.003), tokens=4)
+    burst = ok(0.0, 0.5, (0.0, 0.0, 0.00002), tokens=4)  # every chunk in one read: TTFT = E2EL
+    one_late_gap = ok(0.0, 0.02, (0.0, 0.3, 0.0), tokens=4)  # a stall mid-stream still streams
+    assert [burst_delivered(r) for r in (streamed, burst, one_late_gap)] == [False, True, False]
+    s = summarize([streamed, burst, one_late_gap], duration_s=1.0)
+    assert s.delivery_bursts == 1 and to_vllm_json(s)["delivery_bursts"] == 1

@@ -84,7 +84,7 @@ def _summary_table(title: str, rows: dict[str, dict]) -> Table:
     keys = ["completed", "failed", "duration", "request_throughput", "output_throughput",
             "total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
             "p99_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
-            "max_concurrent_requests", "spec_decode_acceptance_rate"]
+            "max_concurrent_requests", "delivery_bursts", "spec_decode_acceptance_rate"]
     for key in keys:
         if any(key in r for r in rows.values()):
             table.add_row(key, *[fmt(float(r[key]), 2) if isinstance(r.get(key), int | float)

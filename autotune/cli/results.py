@@ -17,7 +17,14 @@ from autotune.cli.common import (
     out,
     storage_of,
 )
-from autotune.core.analysis import USES, NoFeasibleTrial, describe_params, differing_params, recommend
+from autotune.core.analysis import (
+    USES,
+    NoFeasibleTrial,
+    StudyData,
+    describe_params,
+    differing_params,
+    recommend,
+)
 from autotune.core.objectives import default_objectives, parse_objective
 from autotune.core.profiles import get_profile
 from autotune.errors import ConfigError
@@ -32,9 +39,9 @@ def _data(args: argparse.Namespace):
     return study_data(load_existing(args.study, storage_of(args)))
 
 
-def cmd_pareto(args: argparse.Namespace) -> int:
-    data = _data(args)
-    table = Table(title=f"the front ({args.study}): " + " against ".join(
+def front_table(data: StudyData, title: str) -> Table:
+    """The front with each objective's interval and its change against the baseline."""
+    table = Table(title=f"the front ({title}): " + " against ".join(
         o.label for o in data.objectives) + "; mean [95% interval]")
     table.add_column("trial", overflow="fold")
     for o in data.objectives:
@@ -49,10 +56,24 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             cells += [data.objective_estimate(t, o).text,
                       (change.text + verdict) if change else "-"]
         table.add_row(*cells, describe_params(differing_params(t, data.baseline)) or "(baseline)")
-    out.print(table)
+    return table
+
+
+def print_front_and_recommendations(data: StudyData, title: str) -> None:
+    out.print(front_table(data, title))
     if not data.front():
         out.print("no feasible trial yet")
+        return
     out.print("* beyond the noise; (tie): the interval of the difference contains zero")
+    for use in USES:
+        out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    data = _data(args)
+    out.print(front_table(data, args.study))
+    out.print("no feasible trial yet" if not data.front() else
+              "* beyond the noise; (tie): the interval of the difference contains zero")
     return 0
 
 

@@ -135,12 +135,13 @@ def _confirm(plan: StudyPlan, slot: Slot, args: argparse.Namespace, k: int) -> N
 
 
 def _finish(plan: StudyPlan, code: int) -> int:
+    from autotune.cli.results import print_front_and_recommendations
     from autotune.study.records import outcomes, study_data
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
-    data = study_data(study, confirmed=False)
-    out.print(trials_table(outcomes(study), data))
+    out.print(trials_table(outcomes(study), study_data(study, confirmed=False)))
+    print_front_and_recommendations(study_data(study), plan.study_name)
     return code
 
 

@@ -57,6 +57,7 @@ class BenchmarkRun:
     profile: WorkloadProfile
     seed: int
     summary: BenchmarkSummary
+    requests: tuple[RequestResult, ...] = ()  # the measured requests, in send order
 
 
 def _payload(target: Target, prompt: list[int] | str, profile: WorkloadProfile) -> dict:
@@ -228,7 +229,7 @@ async def run_profile_async(
         after = await _fetch_spec_decode(client, target)
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
                         spec_decode=spec_decode_delta(before, after))
-    return BenchmarkRun(profile=profile, seed=seed, summary=summary)
+    return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results))
 
 
 def run_profile(target: Target, profile: WorkloadProfile, **kwargs) -> BenchmarkRun:

@@ -33,6 +33,7 @@ def run_vllm_bench(
         "--ignore-eos", "--seed", str(seed), "--temperature", str(profile.temperature),
         "--num-warmups", str(profile.warmup_requests), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+        "--save-detailed",  # per-request ttfts and itls in the returned dict (no file written)
     ]
     args = parser.parse_args(argv)
     previous = os.environ.get("OPENAI_API_KEY")
