@@ -5,6 +5,7 @@
     │   │                         model folder, storage URL); the CLI exits 2
     │   └── SpaceError            a search space or reference file is malformed
     ├── ValidationError           vLLM's own parser rejected a flag set (no server started)
+    │   └── ValidationUnavailable the installed vLLM's parser cannot be found (another version)
     ├── DeploymentError           a vLLM server did not come up or died; carries a
     │                             FailureClass and the log tail
     ├── BenchmarkError            a benchmark could not run at all (not: some requests failed,
@@ -33,6 +34,11 @@ class SpaceError(ConfigError):
 
 class ValidationError(AutotuneError):
     """Raised when vLLM's own argument parser or engine checks reject a flag set."""
+
+
+class ValidationUnavailable(ValidationError):
+    """Raised when the installed vLLM has no argument parser where autotune looks for one;
+    flags are then checked by deploying them."""
 
 
 class FailureClass(StrEnum):

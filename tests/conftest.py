@@ -106,7 +106,8 @@ def dense_server(dense_model, tmp_path_factory):
 # ------------------------------------------------------------------ a real study, shared
 
 # A small space for the tests: -O0/-O2 and the performance mode on every model, expert parallel
-# on the MoE model (a real crash on the CPU build), at a length that needs no YaRN.
+# on the MoE model (a real crash on the CPU build), at a length that needs no YaRN, and vLLM's
+# sampling seed, which does nothing at temperature 0: the report must find no effect for it.
 SPACE = """
 name: test
 deployment: {tensor_parallel_size: 2, max_model_len: 4096}
@@ -115,6 +116,7 @@ parameters:
   - {name: performance_mode, type: categorical, choices: [throughput, interactivity],
      default: throughput, flag: --performance-mode}
   - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
+  - {name: sampling_seed, type: categorical, choices: [0, 1], default: 0, flag: --seed}
 """
 REFERENCES = """
 baseline: o0

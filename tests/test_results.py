@@ -66,6 +66,10 @@ def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
     assert rep.returncode == 0, rep.stderr
     html = (root / "report-s4" / "report.html").read_text()
     assert "<img src=\"front.png\"" in html and "engine_died" in html
+    # vLLM's sampling seed does nothing at temperature 0: no effect is claimed for it.
+    md = (root / "report-s4" / "report.md").read_text()
+    seed_rows = [row for row in md.splitlines() if row.startswith("| sampling_seed |")]
+    assert all("| no effect detected" in row or "| withheld:" in row for row in seed_rows), seed_rows
     png = root / "report-s4" / "front.png"
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 

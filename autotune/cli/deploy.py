@@ -132,10 +132,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.errors import ValidationUnavailable
+    from autotune.shell.server import vllm_version
     from autotune.shell.validation import VllmValidator, vllm_importable
 
     space = read_space(args.space)
     model = read_model_info(args.model)
+    validator = VllmValidator() if vllm_importable() else None
+    if validator is not None:
+        try:
+            space, notes = validator.restrict(space, vllm_version())
+            for note in notes:
+                out.print(note)
+        except ValidationUnavailable as exc:
+            out.print(f"flags cannot be checked here: {exc}")
+            validator = None
     max_len = args.max_model_len or space.deployment.max_model_len or model.native_context
     ctx = ModelContext(model, max_len)
     skip = inapplicable(space, ctx)
@@ -151,10 +162,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     out.print(table)
     out.print(f"configurations (upper bound over applicable parameters): "
               f"{space_size(space, ctx):g}")
-    if not vllm_importable():
-        out.print("vLLM is not importable here: flags were not checked by vLLM's parser")
+    if validator is None:
+        out.print("vLLM's parser is not available here: flags were not checked by it")
         return 0
-    validator = VllmValidator()
     bad = 0
     if args.references:
         refs = read_references(args.references, space)

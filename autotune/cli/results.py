@@ -22,7 +22,6 @@ from autotune.core.analysis import (
     NoFeasibleTrial,
     StudyData,
     describe_params,
-    differing_params,
     recommend,
 )
 from autotune.core.objectives import default_objectives, parse_objective
@@ -47,7 +46,7 @@ def front_table(data: StudyData, title: str) -> Table:
     for o in data.objectives:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
         table.add_column("vs baseline", justify="right", overflow="fold")
-    table.add_column("differs from baseline", overflow="fold")
+    table.add_column(f"differs from {data.reference_point}", overflow="fold")
     for t in data.front():
         cells = [t.label]
         for o in data.objectives:
@@ -55,7 +54,7 @@ def front_table(data: StudyData, title: str) -> Table:
             verdict = "" if change is None else (" *" if change.significant else " (tie)")
             cells += [data.objective_estimate(t, o).text,
                       (change.text + verdict) if change else "-"]
-        table.add_row(*cells, describe_params(differing_params(t, data.baseline)) or "(baseline)")
+        table.add_row(*cells, describe_params(data.differences(t)) or f"({data.reference_point})")
     return table
 
 
@@ -130,7 +129,8 @@ def _verify(args, study, trial, export) -> int:
     for name, result in measured.results.items():
         for metric in ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms"):
             a, b = trial.value(name, metric), result.mean(metric)
-            table.add_row(name, metric, fmt(a, 2), fmt(b, 2), f"{(b - a) / a * 100:+.1f}%")
+            # A TPOT of 0 is possible: every stream of that run arrived in one burst.
+            table.add_row(name, metric, fmt(a, 2), fmt(b, 2), f"{(b - a) / a * 100:+.1f}%" if a else "-")
     out.print(table)
     return 0
 

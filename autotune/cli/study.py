@@ -26,7 +26,7 @@ from autotune.cli.common import (
     slots_of,
     storage_of,
 )
-from autotune.core.analysis import StudyData, describe_params, differing_params
+from autotune.core.analysis import StudyData, describe_params
 from autotune.core.outcome import TrialOutcome
 from autotune.core.slots import Slot
 from autotune.errors import ConfigError
@@ -77,13 +77,28 @@ def _heartbeat(args: argparse.Namespace):
     return Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
 
 
-def _setup(args: argparse.Namespace, slot: Slot) -> TrialSetup:
-    """Where this node's trials deploy; the validator when vLLM is importable here."""
+def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tuple[StudyPlan, TrialSetup]:
+    """The plan as the installed vLLM's parser takes it (what it lacks is said once and left
+    out), and where this node's trials deploy, with that parser as the validator."""
+    import dataclasses
+
+    from autotune.errors import ValidationUnavailable
+    from autotune.shell.server import vllm_version
     from autotune.shell.validation import VllmValidator, vllm_importable
 
-    return TrialSetup(model="", workdir=Path(args.workdir), slot=slot,
-                      entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
-                      validator=VllmValidator() if vllm_importable() else None)
+    validator = VllmValidator() if vllm_importable() else None
+    if validator is not None:
+        try:
+            space, notes = validator.restrict(plan.space, vllm_version())
+            plan = dataclasses.replace(plan, space=space)
+            for note in notes:
+                console.print(note)
+        except ValidationUnavailable as exc:
+            console.print(f"flags are not validated before launch: {exc}")
+            validator = None
+    return plan, TrialSetup(model="", workdir=Path(args.workdir), slot=slot,
+                            entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
+                            validator=validator)
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
@@ -108,28 +123,28 @@ def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
     return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
 
 
-def _work(plan: StudyPlan, slots: list[Slot], args: argparse.Namespace, label: str) -> int:
+def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.Namespace,
+          label: str) -> int:
     """Run the study's trials: in this process for one slot, one worker process per slot
-    otherwise. Returns the exit code."""
+    otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
     from autotune.study.pool import run_workers
     from autotune.study.runner import StudyRunner
 
     if len(slots) > 1:
         return run_workers(plan.workdir, plan.study_name, plan.storage, slots, label,
                            _worker_options(args, plan.model.name), console.print)
-    StudyRunner(plan, _setup(args, slots[0]), progress=ConsoleProgress(label),
-                heartbeat=_heartbeat(args), label=label).work()
+    StudyRunner(plan, setup, progress=ConsoleProgress(label), heartbeat=_heartbeat(args),
+                label=label).work()
     return 0
 
 
-def _confirm(plan: StudyPlan, slot: Slot, args: argparse.Namespace, k: int) -> None:
+def _confirm(plan: StudyPlan, setup: TrialSetup, k: int) -> None:
     from autotune.study.confirm import confirm
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     progress = ConsoleProgress()
-    confirmed = confirm(study, plan, _setup(args, slot), k=k, rounds=CONFIRM_ROUNDS,
-                        say=progress.message)
+    confirmed = confirm(study, plan, setup, k=k, rounds=CONFIRM_ROUNDS, say=progress.message)
     progress.message(f"confirmed {len(confirmed)} finalist(s): "
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
@@ -153,6 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     plan = build_plan(request_of(args), say=console.print)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
+    plan, setup = _for_this_vllm(plan, args, slots[0])
     if args.dry_run:
         refs = len(plan.references.configs) if plan.references else 0
         for label, argv in dry_run_argv(plan, max(plan.trials, min(refs, plan.trials))):
@@ -169,9 +185,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(note)
     # The `run` that created the study samples with --seed itself; one that joins varies it.
-    code = _work(plan, slots, args, "" if created else hostname())
+    code = _work(plan, setup, slots, args, "" if created else hostname())
     if code == 0 and plan.confirm:
-        _confirm(plan, slots[0], args, plan.confirm)
+        _confirm(plan, setup, plan.confirm)
     return _finish(plan, code)
 
 
@@ -190,11 +206,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.trials is not None:
         study.set_user_attr("budget", args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
+    plan, setup = _for_this_vllm(plan, args, slots[0])
     label = args.worker_label or hostname()
     console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
                   f"{plan.trials} trials, {len(slots)} slot(s): {'; '.join(s.describe() for s in slots)}")
     workdir.mkdir(parents=True, exist_ok=True)
-    code = _work(plan, slots, args, label)
+    code = _work(plan, setup, slots, args, label)
     return code if args.no_table else _finish(plan, code)
 
 
@@ -210,7 +227,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))
     slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]
-    _confirm(plan, slot, args, args.k)
+    plan, setup = _for_this_vllm(plan, args, slot)
+    _confirm(plan, setup, args.k)
     return _finish(plan, 0)
 
 
@@ -222,8 +240,7 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
     table.add_column("result", overflow="fold")
     for o in data.objectives:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
-    table.add_column("differs from " + ("baseline" if data.baseline else "vLLM defaults"),
-                     overflow="fold")
+    table.add_column(f"differs from {data.reference_point}", overflow="fold")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
     for t in trials:
         if t.skipped:
@@ -232,8 +249,7 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
             f"worker lost, retried as #{retried_as[t.number]}" if t.number in retried_as
             else t.state)
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
-        changes = (differing_params(t, data.baseline) if data.baseline
-                   else data.changes_from_defaults(t))
+        changes = data.differences(t)
         name = f"{t.number}" + (f" {t.reference}" if t.reference else "")
         table.add_row(name, result, *values, describe_params(changes) or "-")
     return table

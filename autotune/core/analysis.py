@@ -67,6 +67,16 @@ class StudyData:
         return {k: v for k, v in sorted(t.params.items())
                 if k in self.defaults and self.defaults[k] != v}
 
+    @property
+    def reference_point(self) -> str:
+        return "baseline" if self.baseline is not None else "vLLM's defaults"
+
+    def differences(self, t: TrialOutcome) -> dict[str, Value]:
+        """What ``t`` changes from the baseline, or from vLLM's defaults without one."""
+        if self.baseline is not None:
+            return differing_params(t, self.baseline)
+        return self.changes_from_defaults(t)
+
     def versus_baseline(self, t: TrialOutcome, profile: str, metric: str) -> Change | None:
         b = self.baseline
         if b is None or not b.feasible or not b.has(profile, metric) or b.number == t.number:

@@ -68,6 +68,7 @@ class Parameter:
     applies_to: str = ""
     bool_style: str = "switch"  # switch: --x / --no-x; only_true: --x or nothing
     help: str = ""
+    unsupported: str = ""  # why the installed vLLM cannot take it (set by the shell's validator)
 
     def contains(self, value: Value) -> bool:
         """Whether ``value`` lies in this parameter's domain."""
@@ -399,8 +400,10 @@ class Suggester(Protocol):
 
 
 def inapplicable(space: SearchSpace, ctx: ModelContext) -> dict[str, str]:
-    """Parameters that do not apply to this model, with the reason."""
-    return {p.name: why for p in space.parameters if (why := ctx.why_not(p.applies_to))}
+    """Parameters that do not apply to this model (or that the installed vLLM does not take),
+    with the reason."""
+    return {p.name: why for p in space.parameters
+            if (why := p.unsupported or ctx.why_not(p.applies_to))}
 
 
 def _active(param: Parameter, params: Params) -> bool:

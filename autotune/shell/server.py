@@ -353,12 +353,12 @@ class Deployment:
                 headers={"Authorization": f"Bearer {self.api_key}"}, timeout=120.0,
             )
         except httpx.HTTPError as exc:
-            raise self.diagnose(f"first completion failed: {exc!r}") from exc
+            raise self.diagnose(f"a completion failed: {exc!r}") from exc
         finally:
             if http is None:
                 client.close()
         if resp.status_code != 200:
-            raise self.diagnose(f"first completion got HTTP {resp.status_code}: {resp.text[:300]}")
+            raise self.diagnose(f"a completion got HTTP {resp.status_code}: {resp.text[:300]}")
         return resp.json()["choices"][0]["text"]
 
     def diagnose(self, symptom: str) -> DeploymentError:

@@ -9,6 +9,8 @@ validator is built lazily and reused.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 import io
 import logging
 import os
@@ -16,7 +18,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.errors import ValidationError
+from autotune.core.space import Parameter, SearchSpace
+from autotune.errors import ValidationError, ValidationUnavailable
 
 
 def vllm_importable() -> bool:
@@ -45,6 +48,23 @@ def _short(message: str, limit: int = 240) -> str:
     return message[: min(cut, limit)].strip()
 
 
+# Where vLLM keeps its `serve` argument parser, newest first (0.32; 0.26 and earlier).
+PARSER_HOMES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+FLEXIBLE_HOMES = ("vllm.utils.argparse_utils", "vllm.utils")
+
+
+def _first_found(modules: Sequence[str], name: str) -> Any:
+    for module in modules:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    from autotune.shell.server import vllm_version
+
+    raise ValidationUnavailable(f"{vllm_version()}: no {name} in {' or '.join(modules)}; "
+                                "flags are checked by deploying them instead")
+
+
 class VllmValidator:
     """Runs vLLM's parser and engine-config checks on ``vllm serve`` argv."""
 
@@ -55,10 +75,9 @@ class VllmValidator:
         if self._parser is None:
             # Config checks log warnings meant for a server console; keep the CLI readable.
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-            from vllm.entrypoints.launchers.cli_args import make_arg_parser
-            from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-            self._parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+            make_arg_parser = _first_found(PARSER_HOMES, "make_arg_parser")
+            flexible = _first_found(FLEXIBLE_HOMES, "FlexibleArgumentParser")
+            self._parser = make_arg_parser(flexible(prog="vllm serve"))
         return self._parser
 
     def parse(self, model: str, options: Sequence[str]) -> Any:
@@ -90,6 +109,46 @@ class VllmValidator:
             raise ValidationError(_short(_first_problem(exc))) from None
         finally:
             vllm_logger.setLevel(level)
+
+    def accepts(self, argv: Sequence[str]) -> bool:
+        """Whether vLLM's parser takes these options (parsing only, no config checks)."""
+        try:
+            self.parse("m", argv)
+        except ValidationError:
+            return False
+        return True
+
+    def _not_accepted(self, p: Parameter) -> tuple[str, tuple]:
+        """(what the parser lacks, the values it accepts) for one parameter."""
+        flags = self._get_parser()._option_string_actions
+        flag = p.json.flag if p.json else p.flag
+        needed = [flag] + ([f"--no-{flag[2:]}"] if p.type == "bool" and p.flag
+                           and p.bool_style == "switch" else [])
+        missing = [f for f in needed if f not in flags]
+        if missing:
+            return " and ".join(missing), ()
+        if p.type != "categorical" or p.json:
+            return "", p.choices
+        kept = tuple(c for c in p.choices if self.accepts([p.flag, str(c)]))
+        lost = [f"{p.flag} {c}" for c in p.choices if c not in kept]
+        return ", ".join(lost), kept
+
+    def restrict(self, space: SearchSpace, version: str) -> tuple[SearchSpace, list[str]]:
+        """The space as the installed vLLM's parser takes it: a parameter whose flag it lacks
+        is marked unsupported (left out as a parameter that does not apply to the model is),
+        a categorical value it rejects is dropped. Returns the space and one line per change:
+        "<parameter>: <flag or value> not accepted by vLLM <version>"."""
+        params, notes = [], []
+        for p in space.parameters:
+            lost, kept = self._not_accepted(p)
+            if lost:
+                notes.append(f"{p.name}: {lost} not accepted by {version}")
+                if not kept or p.default not in kept:
+                    p = dataclasses.replace(p, unsupported=f"{lost} not accepted by {version}")
+                else:
+                    p = dataclasses.replace(p, choices=kept)
+            params.append(p)
+        return dataclasses.replace(space, parameters=tuple(params)), notes
 
     def config_file_argv(self, path: str) -> list[str]:
         """The argv vLLM derives from a ``vllm serve --config`` YAML file."""

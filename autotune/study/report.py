@@ -22,7 +22,6 @@ from autotune.core.analysis import (
     NoFeasibleTrial,
     StudyData,
     describe_params,
-    differing_params,
     effects,
     failures_by_class,
     recommend,
@@ -168,10 +167,10 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
         for o in data.objectives:
             change = data.versus_baseline(t, o.profile, o.metric)
             cells += [data.objective_estimate(t, o).text, change.text if change else "-"]
-        cells.append(describe_params(differing_params(t, base)) or "(baseline)")
+        cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     head = ["trial"] + [h for o in data.objectives for h in (o.label, "vs baseline")] + \
-        ["differs from baseline"]
+        [f"differs from {data.reference_point}"]
     sec.tables.append((head, rows))
     if feasible:
         plot_front(data, out_dir / "front.png")
@@ -197,9 +196,16 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
 
     sec = Section("Effect of each parameter per profile")
     found = [e for metric in ("output_throughput", "mean_e2el_ms") for e in effects(data, metric)]
+    estimated = [e for e in found if e.change is not None]
     sec.tables.append((["parameter", "change", "profile", "metric", "effect [95% interval]", "from"],
-                       [[e.param, f"{e.base} → {e.value}", e.profile, e.metric, e.verdict, e.method or "-"]
-                        for e in sorted(found, key=lambda e: (e.param, e.value, e.metric, e.profile))]))
+                       [[e.param, f"{e.base} → {e.value}", e.profile, e.metric, e.verdict, e.method]
+                        for e in sorted(estimated, key=lambda e: (e.param, e.value, e.metric, e.profile))]))
+    withheld: dict[str, list[str]] = {}
+    for e in found:
+        if e.change is None:
+            withheld.setdefault(e.withheld, []).append(f"{e.param}={e.value}")
+    for why, changes in withheld.items():
+        sec.paragraphs.append(f"Withheld ({why}): {', '.join(dict.fromkeys(changes))}.")
     flips, unconfirmed = sign_flips(found)
     sec.paragraphs.append(
         "Effects that change sign between profiles (both intervals exclude zero): "
@@ -211,13 +217,13 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     sections.append(sec)
 
     sec = Section("Every trial")
-    head = ["trial", "status", *[o.name for o in data.objectives], "differs from baseline"]
+    head = ["trial", "status", *[o.name for o in data.objectives], f"differs from {data.reference_point}"]
     rows = []
     for t in outcomes(study):
         cells = [t.label, "ok" if t.feasible else (t.failure.value if t.failure else t.state)]
         cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
-        cells.append(describe_params(differing_params(t, base)) or "(baseline)")
+        cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))
     if confirmed:
