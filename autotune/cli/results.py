@@ -39,21 +39,23 @@ def _data(args: argparse.Namespace):
 
 
 def front_table(data: StudyData, title: str) -> Table:
-    """The front with each objective's interval and its change against the baseline."""
+    """The front with each objective's interval and, with a baseline, its change against it."""
     table = Table(title=f"the front ({title}): " + " against ".join(
         o.label for o in data.objectives) + "; mean [95% interval]")
     table.add_column("trial", overflow="fold")
     for o in data.objectives:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
-        table.add_column("vs baseline", justify="right", overflow="fold")
+        if data.baseline is not None:
+            table.add_column("vs baseline", justify="right", overflow="fold")
     table.add_column(f"differs from {data.reference_point}", overflow="fold")
     for t in data.front():
         cells = [t.label]
         for o in data.objectives:
-            change = data.versus_baseline(t, o.profile, o.metric)
-            verdict = "" if change is None else (" *" if change.significant else " (tie)")
-            cells += [data.objective_estimate(t, o).text,
-                      (change.text + verdict) if change else "-"]
+            cells.append(data.objective_estimate(t, o).text)
+            if data.baseline is not None:
+                change = data.versus_baseline(t, o.profile, o.metric)
+                cells.append("-" if change is None else change.text + (
+                    " *" if change.significant else " (tie)"))
         table.add_row(*cells, describe_params(data.differences(t)) or f"({data.reference_point})")
     return table
 
@@ -63,7 +65,8 @@ def print_front_and_recommendations(data: StudyData, title: str) -> None:
     if not data.front():
         out.print("no feasible trial yet")
         return
-    out.print("* beyond the noise; (tie): the interval of the difference contains zero")
+    if data.baseline is not None:
+        out.print("* beyond the noise; (tie): the interval of the difference contains zero")
     for use in USES:
         out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
 
@@ -71,8 +74,10 @@ def print_front_and_recommendations(data: StudyData, title: str) -> None:
 def cmd_pareto(args: argparse.Namespace) -> int:
     data = _data(args)
     out.print(front_table(data, args.study))
-    out.print("no feasible trial yet" if not data.front() else
-              "* beyond the noise; (tie): the interval of the difference contains zero")
+    if not data.front():
+        out.print("no feasible trial yet")
+    elif data.baseline is not None:
+        out.print("* beyond the noise; (tie): the interval of the difference contains zero")
     return 0
 
 

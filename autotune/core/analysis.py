@@ -146,7 +146,7 @@ def recommend(data: StudyData, use: str) -> Recommendation:
         front = data.front()
         best = knee(front, data.costs)
         objectives: Sequence[Objective] = data.objectives
-        tied = _tied(data, best, front, objectives)
+        tied = _tied(data, best, pool, objectives)  # off the front but not separable: a tie
         why = (f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
                f"{' and '.join(o.label for o in objectives)} once each is scaled to the front")
     else:

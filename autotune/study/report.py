@@ -165,11 +165,14 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     for t in data.front():
         cells = [t.label]
         for o in data.objectives:
-            change = data.versus_baseline(t, o.profile, o.metric)
-            cells += [data.objective_estimate(t, o).text, change.text if change else "-"]
+            cells.append(data.objective_estimate(t, o).text)
+            if base is not None:
+                change = data.versus_baseline(t, o.profile, o.metric)
+                cells.append(change.text if change else "-")
         cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
-    head = ["trial"] + [h for o in data.objectives for h in (o.label, "vs baseline")] + \
+    per_objective = (lambda o: (o.label, "vs baseline")) if base is not None else (lambda o: (o.label,))
+    head = ["trial"] + [h for o in data.objectives for h in per_objective(o)] + \
         [f"differs from {data.reference_point}"]
     sec.tables.append((head, rows))
     if feasible:
