@@ -60,24 +60,25 @@ def front_table(data: StudyData, title: str) -> Table:
     return table
 
 
-def print_front_and_recommendations(data: StudyData, title: str) -> None:
+def print_front(data: StudyData, title: str) -> bool:
+    """The front table and its legend; False when nothing is feasible yet."""
     out.print(front_table(data, title))
     if not data.front():
         out.print("no feasible trial yet")
-        return
+        return False
     if data.baseline is not None:
         out.print("* beyond the noise; (tie): the interval of the difference contains zero")
-    for use in USES:
-        out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
+    return True
+
+
+def print_front_and_recommendations(data: StudyData, title: str) -> None:
+    if print_front(data, title):
+        for use in USES:
+            out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    data = _data(args)
-    out.print(front_table(data, args.study))
-    if not data.front():
-        out.print("no feasible trial yet")
-    elif data.baseline is not None:
-        out.print("* beyond the noise; (tie): the interval of the difference contains zero")
+    print_front(_data(args), args.study)
     return 0
 
 

@@ -349,21 +349,18 @@ class StudyRunner:
         return values
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
+        # The search's own numbers: a confirmation comes after the search.
+        data = study_data(study, confirmed=False)
+        outcome = read_outcome(study.trials[trial_number])
         try:
             with storage_errors("dashboard note not updated"):
-                self._write_notes(study, trial_number)
+                save_note(optuna.Trial(study, study.trials[trial_number]._trial_id),
+                          trial_note(outcome, data))
+                save_note(study, study_note(study.study_name, data))
         except StudyError as exc:  # another worker wrote it at the same moment
             self.progress.message(str(exc))
-        front = sorted(t.number for t in study_data(study, confirmed=False).front())
-        self.progress.trial_done(number, self.plan.trials, read_outcome(study.trials[trial_number]),
-                                 front)
-
-    def _write_notes(self, study: optuna.Study, trial_number: int) -> None:
-        """The trial's note and the study's summary, as optuna-dashboard shows them."""
-        frozen = study.trials[trial_number]
-        data = study_data(study)
-        save_note(optuna.Trial(study, frozen._trial_id), trial_note(read_outcome(frozen), data))
-        save_note(study, study_note(study.study_name, data))
+        front = sorted(t.number for t in data.front())
+        self.progress.trial_done(number, self.plan.trials, outcome, front)
 
     def _copy_failure(self, study: optuna.Study, trial: optuna.Trial, claim: TrialOutcome,
                       previous: FrozenTrial) -> None:
