@@ -4,21 +4,25 @@ flags into the records the layers below take (profiles, slots, storage URL, entr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from pathlib import Path
 
 from rich.console import Console
 
+from autotune.core.capacity import LOADS
 from autotune.core.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.core.slots import Slot, make_slots, parse_device_list
 from autotune.errors import ConfigError
+from autotune.shell.files import read_profiles
 from autotune.study.storage import storage_url
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
 
 DEFAULT_WORKDIR = "studies"
+RATE_RANGE = {"low": 0.25, "high": 64.0}
 
 
 def fmt(value: float, digits: int = 1) -> str:
@@ -44,7 +48,45 @@ def add_profile_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-len", type=int, help="output tokens")
 
 
+def add_profile_args(p: argparse.ArgumentParser, *, required: bool = False, default: str = "") -> None:
+    p.add_argument("--profile", action="append", required=required,
+                   help=f"workload profile, repeatable: {', '.join(PROFILES)} or one of "
+                        f"--profile-file" + (f" (default {default})" if default else ""))
+    p.add_argument("--profile-file", help="YAML of named profiles (lengths, range_ratio, "
+                   "concurrency or rate, requests, warm-up, capacity search and its SLOs)")
+
+
+def add_load_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("capacity profiles")
+    g.add_argument("--load", choices=LOADS, help="the load a capacity profile searches: max "
+                   "concurrency (default) or a Poisson request rate")
+    g.add_argument("--load-range", metavar="LOW,HIGH",
+                   help="loads searched (default 1,256 concurrent; 0.25,64 req/s with --load rate)")
+
+
+def _with_load(profile: WorkloadProfile, args: argparse.Namespace) -> WorkloadProfile:
+    """A capacity profile with --load and --load-range applied."""
+    load, bounds = getattr(args, "load", None), getattr(args, "load_range", None)
+    if profile.capacity is None or (load is None and bounds is None):
+        return profile
+    changes: dict = {}
+    if load is not None and load != profile.capacity.load:
+        changes = {"load": load, **(RATE_RANGE if load == "rate" else {"low": 1.0, "high": 256.0})}
+    if bounds is not None:
+        try:
+            low, high = (float(x) for x in bounds.split(","))
+        except ValueError:
+            raise ConfigError(f"--load-range {bounds!r}: expected LOW,HIGH, e.g. 1,64") from None
+        changes.update(low=low, high=high)
+    try:
+        spec = dataclasses.replace(profile.capacity, **changes)
+    except ConfigError as exc:
+        raise ConfigError(f"--load-range {bounds}: {exc}") from None
+    return dataclasses.replace(profile, capacity=spec)
+
+
 def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadProfile, ...]:
+    defined = read_profiles(args.profile_file) if getattr(args, "profile_file", None) else None
     overrides = ProfileOverrides(
         num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
         max_concurrency=getattr(args, "max_concurrency", None),
@@ -52,7 +94,7 @@ def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadPro
         burstiness=getattr(args, "burstiness", None),
         timeout_s=getattr(args, "time_limit", None),
     )
-    return tuple(get_profile(name, overrides) for name in names)
+    return tuple(_with_load(get_profile(name, overrides, defined), args) for name in names)
 
 
 def add_deploy_args(p: argparse.ArgumentParser) -> None:
@@ -100,5 +142,3 @@ def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
         raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
     return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
 
-
-PROFILE_CHOICES = sorted(PROFILES)

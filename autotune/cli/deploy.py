@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.table import Table
 
 from autotune.cli.common import (
-    PROFILE_CHOICES,
     add_deploy_args,
+    add_profile_args,
     add_profile_overrides,
     console,
     entrypoint_of,
@@ -26,7 +26,7 @@ from autotune.cli.common import (
 from autotune.core.flags import to_argv
 from autotune.core.metrics import SloLimits, to_vllm_json
 from autotune.core.space import ModelContext, inapplicable, resolve_references, sample, space_size
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
 from autotune.shell.files import read_model_info, read_references, read_space
 
 
@@ -111,7 +111,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         text_prompt = tokenizer.decode
     slo = SloLimits(args.goodput_ttft_ms, args.goodput_tpot_ms, args.goodput_e2el_ms)
     rows = {}
-    for profile in profiles_of(args, args.profile):
+    profiles = profiles_of(args, args.profile)
+    for profile in profiles:
+        if profile.capacity is not None:
+            raise ConfigError(f"--profile {profile.name}: bench runs fixed workloads; a capacity "
+                              f"profile searches its load: `autotune run --profile {profile.name} "
+                              "--slo ...`")
+    for profile in profiles:
         name = profile.name
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
@@ -222,7 +228,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "(API key from VLLM_API_KEY or OPENAI_API_KEY)")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True, help="served model name (and config source)")
-    p.add_argument("--profile", action="append", choices=PROFILE_CHOICES, required=True)
+    add_profile_args(p, required=True)
     p.add_argument("--vocab-size", type=int, help="default: from the model's config.json")
     p.add_argument("--max-concurrency", type=int)
     p.add_argument("--request-rate", type=float, help="requests/s (default: inf)")

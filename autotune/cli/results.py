@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.table import Table
 
 from autotune.cli.common import (
-    PROFILE_CHOICES,
     add_study_args,
     console,
     cpu_slot,
@@ -237,7 +236,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_study_args(p)
     p.add_argument("--space", default=DEFAULT_SPACE)
     p.add_argument("--references", default=DEFAULT_REFERENCES)
-    p.add_argument("--profile", action="append", choices=PROFILE_CHOICES,
+    p.add_argument("--profile", action="append", choices=["low-concurrency", "high-concurrency"],
                    help="profiles to import (default both); configurations lacking one are skipped")
     p.add_argument("--objective", action="append", default=[],
                    help="PROFILE:METRIC[:min|max] (default: as `run`)")

@@ -14,8 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli.common import (
-    PROFILE_CHOICES,
     add_deploy_args,
+    add_load_args,
+    add_profile_args,
     add_profile_overrides,
     add_study_args,
     console,
@@ -265,8 +266,7 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a multi-objective study over real deployments")
-    p.add_argument("--profile", action="append", choices=PROFILE_CHOICES,
-                   help="workload profile (repeatable; default low-concurrency)")
+    add_profile_args(p, default="low-concurrency")
     p.add_argument("--model", help="model folder or cached hub id "
                    "(default without GPU: a generated tiny MoE+MTP model)")
     p.add_argument("--space", default=DEFAULT_SPACE, help=f"search space (default {DEFAULT_SPACE})")
@@ -286,7 +286,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="PROFILE:METRIC[:min|max] (repeatable; default: mean E2EL at the lowest "
                         "concurrency against output throughput at the highest)")
     p.add_argument("--slo", action="append", default=[],
-                   help="constraint, e.g. 'high-concurrency:p99_ttft_ms<=5000' (repeatable)")
+                   help="repeatable: a constraint on a profile, e.g. 'high-concurrency:"
+                        "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
+                        "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
     p.add_argument("--confirm", type=int, default=3, metavar="K",
                    help=f"at the end, redeploy up to K front members and the baseline, "
                         f"{CONFIRM_ROUNDS} interleaved rounds (default 3; 0: off)")
@@ -294,6 +296,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, help="override the space's tensor parallel size")
     p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
     add_profile_overrides(p)
+    add_load_args(p)
     add_deploy_args(p)
     _add_worker_args(p)
     p.set_defaults(handler=cmd_run)

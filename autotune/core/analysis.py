@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.core.capacity import Incumbent
 from autotune.core.objectives import Objective
 from autotune.core.outcome import TrialOutcome, Value
 from autotune.core.pareto import knee, pareto_front
@@ -82,6 +83,17 @@ class StudyData:
         if b is None or not b.feasible or not b.has(profile, metric) or b.number == t.number:
             return None
         return compare(self.estimate(t, profile, metric), self.estimate(b, profile, metric))
+
+
+def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
+    """Every feasible trial's capacity on ``profile`` with its costs on the objectives of the
+    other profiles: what a new capacity search may start from (``core.capacity``)."""
+    return tuple(
+        Incumbent(t.number, t.capacity[profile].boundary.load,
+                  t.value(profile, "output_throughput"),
+                  {o.name: o.cost(t.value(o.profile, o.metric))
+                   for o in data.objectives if o.profile != profile})
+        for t in data.feasible if profile in t.capacity)
 
 
 def noise_of(outcomes: Sequence[TrialOutcome]) -> NoiseModel:

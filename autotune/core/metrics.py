@@ -16,6 +16,14 @@ import numpy as np
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 SLO_METRICS = ("ttft", "tpot", "e2el")
+# Metrics an objective or SLO may name: the benchmark's keys, as vLLM's `bench serve` writes them,
+# and a capacity profile's load (``capacity_load``, concurrency or req/s).
+KNOWN_METRICS = (
+    "output_throughput", "request_throughput", "total_token_throughput", "request_goodput",
+    "capacity_load",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+      for s in ("mean", "median", "std", "p50", "p90", "p99")),
+)
 # Token chunks closer than this arrived in one read of the socket: the server sent them at once.
 BURST_GAP_S = 1e-4
 

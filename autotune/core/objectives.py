@@ -23,23 +23,22 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune.core.capacity import Limit
+from autotune.core.metrics import KNOWN_METRICS
 from autotune.core.profiles import WorkloadProfile
 from autotune.errors import ConfigError
 
 DIRECTIONS = {"min": "minimize", "max": "maximize", "minimize": "minimize", "maximize": "maximize"}
-# Metrics an objective or SLO may name: the benchmark's keys, as vLLM's `bench serve` writes them.
-KNOWN_METRICS = (
-    "output_throughput", "request_throughput", "total_token_throughput",
-    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-      for s in ("mean", "median", "std", "p50", "p90", "p99")),
-)
 LABELS = {"output_throughput": "output throughput", "request_throughput": "request throughput",
-          "total_token_throughput": "total token throughput"}
+          "total_token_throughput": "total token throughput", "request_goodput": "goodput",
+          "capacity_load": "load carried"}
 
 
 def unit_of(metric: str) -> str:
     if metric.endswith("_ms"):
         return "ms"
+    if metric == "capacity_load":
+        return "load"
     return "req/s" if metric.startswith("request") else "tok/s"
 
 
@@ -107,9 +106,19 @@ def parse_objective(text: str, profiles: Sequence[str]) -> Objective:
 def default_objectives(profiles: Sequence[WorkloadProfile]) -> tuple[Objective, ...]:
     """Interactive latency against throughput under load: mean E2EL at the profile with the
     lowest concurrency, output throughput at the one with the highest (the first and the
-    last profile when they tie). With one profile: mean TTFT against mean TPOT."""
+    last profile when they tie). With one profile: mean TTFT against mean TPOT. With capacity
+    profiles: mean E2EL at the lowest-concurrency fixed profile against the output throughput
+    each capacity profile sustains within its SLOs (that alone without a fixed profile)."""
     if not profiles:
         raise ConfigError("--profile: at least one profile is needed")
+    capacity = [p for p in profiles if p.capacity is not None]
+    if capacity:
+        carried = tuple(Objective(p.name, "output_throughput", "maximize") for p in capacity)
+        fixed = [p for p in profiles if p.capacity is None]
+        if not fixed:
+            return carried
+        low = min(fixed, key=lambda p: p.max_concurrency)
+        return (Objective(low.name, "mean_e2el_ms", "minimize"), *carried)
     if len(profiles) == 1:
         name = profiles[0].name
         return (Objective(name, "mean_ttft_ms", "minimize"),
@@ -147,6 +156,29 @@ class Slo:
     def violation(self, value: float) -> float:
         """How far ``value`` is past the limit (<= 0 means met)."""
         return value - self.limit if self.op == "<=" else self.limit - value
+
+
+def split_slos(texts: Sequence[str], profiles: Sequence[WorkloadProfile]
+               ) -> tuple[tuple[Slo, ...], dict[str, tuple[Limit, ...]]]:
+    """``--slo`` flags into constraints on fixed profiles and limits of capacity profiles. An
+    SLO naming no profile belongs to the only capacity profile, or to the only profile."""
+    names = [p.name for p in profiles]
+    capacity = [p.name for p in profiles if p.capacity is not None]
+    slos: list[Slo] = []
+    limits: dict[str, list[Limit]] = {}
+    for text in texts:
+        if ":" not in text.split("<")[0].split(">")[0]:
+            owners = capacity or names
+            if len(owners) != 1:
+                raise ConfigError(f"--slo {text!r}: name the profile it applies to, "
+                                  f"e.g. '{names[-1]}:{text.strip()}'")
+            text = f"{owners[0]}:{text.strip()}"
+        slo = parse_slo(text, names)
+        if slo.profile in capacity:
+            limits.setdefault(slo.profile, []).append(Limit(slo.metric, slo.op, slo.limit))
+        else:
+            slos.append(slo)
+    return tuple(slos), {p: tuple(v) for p, v in limits.items()}
 
 
 def parse_slo(text: str, profiles: Sequence[str]) -> Slo:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.core.capacity import CapacitySearch
 from autotune.core.stats import Estimate, Noise, estimate
 from autotune.errors import FailureClass
 
@@ -58,6 +59,7 @@ class Measurement:
     bench_s: float = 0.0
     wall_s: float = 0.0
     results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
     files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
     teardown_clean: bool = True
     vllm_version: str = ""
@@ -80,6 +82,7 @@ class TrialOutcome:
     model: str = ""
     argv: tuple[str, ...] = ()
     results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
     failure: FailureClass | None = None
     failure_message: str = ""
     log_tail: str = ""
@@ -100,9 +103,11 @@ class TrialOutcome:
 
     @property
     def feasible(self) -> bool:
-        """Finished, served, measured, and within every SLO."""
+        """Finished, served, measured, within every SLO, and every capacity found (a search
+        stopped below an incumbent is complete but has none)."""
         return (self.state == "complete" and self.failure is None and bool(self.results)
-                and all(v <= 0 for v in self.slo_violations.values()))
+                and all(v <= 0 for v in self.slo_violations.values())
+                and all(s.boundary.found for s in self.capacity.values()))
 
     @property
     def key(self) -> str:
@@ -124,6 +129,7 @@ class TrialOutcome:
     def with_measurement(self, m: Measurement) -> TrialOutcome:
         return dataclasses.replace(
             self, results=m.results if m.failure is None else {}, failure=m.failure,
+            capacity=m.capacity,
             failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
             startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
             wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,
@@ -151,6 +157,8 @@ def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
                                  if res.values(m)} for p, res in value.items()}
         elif f.name == "failure":
             out["failure_class"] = value.value
+        elif f.name == "capacity":
+            out["capacity"] = {p: search.to_dict() for p, search in value.items()}
         elif isinstance(value, tuple):
             out[f.name] = list(value)
         elif isinstance(value, Mapping):
@@ -174,7 +182,7 @@ def from_attrs(number: int, state: str, params: Mapping[str, Value],
     kept only ``metrics`` means)."""
     names = {f.name for f in dataclasses.fields(TrialOutcome)} - set(_FROM_OPTUNA)
     kwargs: dict[str, Any] = {k: attrs[k] for k in names & set(attrs)
-                              if k not in ("results", "failure")}
+                              if k not in ("results", "failure", "capacity")}
     for k in ("argv", "derived"):
         if k in kwargs:
             kwargs[k] = tuple(kwargs[k])
@@ -182,6 +190,8 @@ def from_attrs(number: int, state: str, params: Mapping[str, Value],
         kwargs["results"] = {p: ProfileResult(p, tuple(runs)) for p, runs in attrs["repeats"].items()}
     elif "metrics" in attrs:
         kwargs["results"] = {p: ProfileResult(p, (m,)) for p, m in attrs["metrics"].items()}
+    if "capacity" in attrs:
+        kwargs["capacity"] = {p: CapacitySearch.from_dict(d) for p, d in attrs["capacity"].items()}
     failure = attrs.get("failure_class")
     if failure:
         kwargs["failure"] = FailureClass(failure)

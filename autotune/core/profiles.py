@@ -1,26 +1,50 @@
-"""Workload profiles: the load a benchmark puts on a server. Pure values, defined in one place.
+"""Workload profiles: the load a benchmark puts on a server. Pure values and their parser.
 
-The two built-in profiles are the reference study's (``../shared/reference/seed-study.md``):
-512 random prompt tokens, 256 output tokens with EOS ignored, temperature 0, 100 requests,
-at max concurrency 2 (interactive use) or 100 (a shared service).
+Profiles are defined in YAML (``parse_profiles``): the built-in ones below, and a user's own
+with ``--profile-file``, by the same parser. The built-in ``low-concurrency`` and
+``high-concurrency`` are the reference study's (``../shared/reference/seed-study.md``): 512
+random prompt tokens, 256 output tokens with EOS ignored, temperature 0, 100 requests, at max
+concurrency 2 (interactive use) or 100 (a shared service). ``capacity`` searches the highest
+concurrency at which every SLO holds (``core.capacity``); its SLOs come from ``--slo``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import yaml
+
+from autotune.core.capacity import CapacitySpec, Limit, parse_limit
+from autotune.core.metrics import KNOWN_METRICS
 from autotune.errors import ConfigError
+
+BUILTIN_YAML = """
+low-concurrency:
+  max_concurrency: 2
+high-concurrency:
+  max_concurrency: 100
+  warmup_requests: 4
+capacity:
+  num_prompts: 100            # per probe; at least 2 per concurrent slot
+  warmup_requests: 4
+  capacity: {load: concurrency, low: 1, high: 256}
+"""
 
 
 @dataclass(frozen=True)
 class WorkloadProfile:
-    """One workload: what is sent, how much of it, and at which concurrency and rate."""
+    """One workload: what is sent, how much of it, and at which concurrency and rate. With
+    ``capacity`` set, the load is searched instead (``max_concurrency``/``request_rate`` are
+    then the axis being searched)."""
 
     name: str
     input_len: int = 512
     output_len: int = 256
+    range_ratio: float = 0.0  # lengths uniform in [len x (1 - r), len x (1 + r)], as vLLM's
     num_prompts: int = 100
     max_concurrency: int = 2
     request_rate: float = math.inf  # requests/s; inf sends as fast as concurrency allows
@@ -28,12 +52,13 @@ class WorkloadProfile:
     temperature: float = 0.0
     warmup_requests: int = 2  # sent before the measured run, never counted
     timeout_s: float = 600.0  # limit for the whole measured run
+    capacity: CapacitySpec | None = None
 
     def __post_init__(self) -> None:
-        for field in ("input_len", "output_len", "num_prompts", "max_concurrency"):
-            if getattr(self, field) < 1:
+        for name in ("input_len", "output_len", "num_prompts", "max_concurrency"):
+            if getattr(self, name) < 1:
                 raise ConfigError(
-                    f"profile {self.name!r}: {field} must be >= 1, got {getattr(self, field)}"
+                    f"profile {self.name!r}: {name} must be >= 1, got {getattr(self, name)}"
                 )
         if self.request_rate <= 0 or self.burstiness <= 0:
             raise ConfigError(
@@ -43,14 +68,92 @@ class WorkloadProfile:
             raise ConfigError(
                 f"profile {self.name!r}: warmup_requests must be >= 0 and timeout_s > 0"
             )
+        if not 0 <= self.range_ratio < 1:
+            raise ConfigError(f"profile {self.name!r}: range_ratio must be in [0, 1), got "
+                              f"{self.range_ratio}")
+
+    def at_load(self, load: float) -> WorkloadProfile:
+        """This capacity profile as a fixed workload at ``load``: enough requests that every
+        concurrent slot sees at least two (percentiles of fewer mean little)."""
+        assert self.capacity is not None
+        if self.capacity.load == "concurrency":
+            c = int(load)
+            return dataclasses.replace(self, capacity=None, max_concurrency=c,
+                                       num_prompts=max(self.num_prompts, 2 * c),
+                                       warmup_requests=max(self.warmup_requests, min(c, 16)))
+        return dataclasses.replace(self, capacity=None, request_rate=float(load),
+                                   max_concurrency=max(self.max_concurrency, 1024))
+
+    def with_limits(self, limits: tuple[Limit, ...]) -> WorkloadProfile:
+        assert self.capacity is not None
+        return dataclasses.replace(self, capacity=dataclasses.replace(
+            self.capacity, limits=self.capacity.limits + limits))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile as plain data (stored in a study's plan); ``profile_from_dict`` reads it."""
+        out = dataclasses.asdict(self)
+        if self.capacity is not None:
+            out["capacity"]["slo"] = [lim.text for lim in self.capacity.limits]
+            del out["capacity"]["limits"]
+        return out
 
 
-PROFILES: dict[str, WorkloadProfile] = {
-    "low-concurrency": WorkloadProfile(name="low-concurrency", max_concurrency=2),
-    "high-concurrency": WorkloadProfile(
-        name="high-concurrency", max_concurrency=100, warmup_requests=4
-    ),
-}
+FIELDS = {f.name for f in dataclasses.fields(WorkloadProfile)} - {"name", "capacity"}
+CAPACITY_FIELDS = {f.name for f in dataclasses.fields(CapacitySpec)} - {"limits"}
+
+
+def profile_from_dict(name: str, data: Mapping[str, Any], source: str,
+                      known_metrics: tuple[str, ...] = ()) -> WorkloadProfile:
+    """A profile from a mapping of ``WorkloadProfile`` fields; ``capacity`` a mapping of
+    ``CapacitySpec`` fields with ``slo`` a list of ``METRIC<=LIMIT``."""
+    where = f"{source}: profile {name!r}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of fields")
+    unknown = set(data) - FIELDS - {"capacity", "name"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; valid: "
+                          f"{', '.join(sorted(FIELDS | {'capacity'}))}")
+    kwargs = {k: v for k, v in data.items() if k in FIELDS}
+    capacity = data.get("capacity")
+    if capacity is not None:
+        if not isinstance(capacity, Mapping):
+            raise ConfigError(f"{where}: capacity must be a mapping (load, low, high, slo, ...)")
+        bad = set(capacity) - CAPACITY_FIELDS - {"slo"}
+        if bad:
+            raise ConfigError(f"{where}: unknown capacity field(s) {', '.join(sorted(bad))}; "
+                              f"valid: {', '.join(sorted(CAPACITY_FIELDS | {'slo'}))}")
+        limits = tuple(parse_limit(str(t), f"{where}: slo", known_metrics or KNOWN_METRICS)
+                       for t in capacity.get("slo") or ())
+        try:
+            kwargs["capacity"] = CapacitySpec(
+                **{k: v for k, v in capacity.items() if k != "slo"}, limits=limits)
+        except TypeError as exc:
+            raise ConfigError(f"{where}: capacity: {exc}") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    try:
+        return WorkloadProfile(name=name, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def parse_profiles(text: str, source: str) -> dict[str, WorkloadProfile]:
+    """Profiles from YAML: a mapping of name to fields (optionally under ``profiles:``)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if isinstance(data, Mapping) and "profiles" in data:
+        data = data["profiles"]
+    if not isinstance(data, Mapping) or not data:
+        raise ConfigError(f"{source}: expected a mapping of profile names to their fields")
+    return {str(name): profile_from_dict(str(name), fields or {}, source)
+            for name, fields in data.items()}
+
+
+PROFILES: dict[str, WorkloadProfile] = parse_profiles(BUILTIN_YAML, "built-in profiles")
 
 
 @dataclass(frozen=True)
@@ -67,12 +170,15 @@ class ProfileOverrides:
     timeout_s: float | None = None
 
 
-def get_profile(name: str, overrides: ProfileOverrides | None = None) -> WorkloadProfile:
-    """The named built-in profile with ``overrides`` applied."""
-    if name not in PROFILES:
-        valid = ", ".join(PROFILES)
-        raise ConfigError(f"--profile {name!r}: unknown profile; valid: {valid}")
-    profile = PROFILES[name]
+def get_profile(name: str, overrides: ProfileOverrides | None = None,
+                defined: Mapping[str, WorkloadProfile] | None = None) -> WorkloadProfile:
+    """The named profile (of ``defined``, else the built-in ones) with ``overrides`` applied."""
+    known = {**PROFILES, **(defined or {})}
+    if name not in known:
+        valid = ", ".join(known)
+        raise ConfigError(f"--profile {name!r}: unknown profile; valid: {valid} "
+                          "(or define it in a --profile-file)")
+    profile = known[name]
     if overrides is None:
         return profile
     changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v is not None}

@@ -29,7 +29,7 @@ from autotune.core.metrics import (
     summarize,
 )
 from autotune.core.profiles import WorkloadProfile
-from autotune.core.prompts import random_prompts
+from autotune.core.prompts import random_prompts, request_lengths
 from autotune.core.sse import parse_sse_line
 from autotune.errors import BenchmarkError
 
@@ -60,11 +60,13 @@ class BenchmarkRun:
     requests: tuple[RequestResult, ...] = ()  # the measured requests, in send order
 
 
-def _payload(target: Target, prompt: list[int] | str, profile: WorkloadProfile) -> dict:
+def _payload(target: Target, prompt: list[int] | str, profile: WorkloadProfile,
+             output_len: int | None = None) -> dict:
+    tokens = output_len or profile.output_len
     body: dict = {
         "model": target.model,
-        "max_tokens": profile.output_len,
-        "min_tokens": profile.output_len,
+        "max_tokens": tokens,
+        "min_tokens": tokens,
         "ignore_eos": True,
         "temperature": profile.temperature,
         "stream": True,
@@ -79,7 +81,7 @@ def _payload(target: Target, prompt: list[int] | str, profile: WorkloadProfile) 
 
 async def send_request(
     session: aiohttp.ClientSession, target: Target, prompt: list[int] | str, prompt_len: int,
-    profile: WorkloadProfile,
+    profile: WorkloadProfile, output_len: int | None = None,
 ) -> RequestResult:
     """One streamed request; any failure becomes a failed record, never an exception."""
     url = target.url.rstrip("/") + ENDPOINTS[target.endpoint]
@@ -88,7 +90,7 @@ async def send_request(
     got_token, error = False, ""
     try:
         async with session.post(
-            url, json=_payload(target, prompt, profile), headers=target.headers(),
+            url, json=_payload(target, prompt, profile, output_len), headers=target.headers(),
             timeout=aiohttp.ClientTimeout(total=target.request_timeout_s),
         ) as resp:
             if resp.status != 200:
@@ -156,8 +158,8 @@ async def _fetch_spec_decode(session: aiohttp.ClientSession, target: Target) -> 
 
 async def _run_batch(
     client: aiohttp.ClientSession, target: Target, prompts: Sequence[list[int] | str],
-    lengths: Sequence[int], profile: WorkloadProfile, gaps: Sequence[float],
-    on_done: Callable[[], None],
+    lengths: Sequence[int], outputs: Sequence[int], profile: WorkloadProfile,
+    gaps: Sequence[float], on_done: Callable[[], None],
 ) -> list[RequestResult]:
     """Send every prompt; requests still open at the profile's time limit count as failed."""
     sem = asyncio.Semaphore(profile.max_concurrency)
@@ -168,7 +170,7 @@ async def _run_batch(
         try:
             async with sem:
                 result = await asyncio.wait_for(
-                    send_request(client, target, prompts[i], lengths[i], profile),
+                    send_request(client, target, prompts[i], lengths[i], profile, outputs[i]),
                     timeout=max(deadline - time.perf_counter(), 0.001),
                 )
         except TimeoutError:
@@ -199,19 +201,19 @@ async def run_profile_async(
         raise BenchmarkError(f"--endpoint {target.endpoint!r}: valid: {', '.join(ENDPOINTS)}")
     if target.endpoint == "chat" and text_prompt is None:
         raise BenchmarkError("chat endpoint needs a tokenizer to turn prompts into text")
-    ids = random_prompts(
-        vocab_size=vocab_size, input_len=profile.input_len,
-        count=profile.warmup_requests + profile.num_prompts, seed=seed,
-    )
+    count = profile.warmup_requests + profile.num_prompts
+    lengths, outputs = request_lengths(
+        input_len=profile.input_len, output_len=profile.output_len,
+        range_ratio=profile.range_ratio, count=count, seed=seed)
+    ids = random_prompts(vocab_size=vocab_size, lengths=lengths, count=count, seed=seed)
     prompts: list[list[int] | str] = [text_prompt(p) for p in ids] if text_prompt else list(ids)
-    lengths = [len(p) for p in ids]
     warm, measured = profile.warmup_requests, profile.num_prompts
     connector = aiohttp.TCPConnector(limit=profile.max_concurrency + 2, keepalive_timeout=60)
     async with aiohttp.ClientSession(connector=connector, trust_env=False,
                                      timeout=aiohttp.ClientTimeout(total=None)) as client:
         if warm:
-            await _run_batch(client, target, prompts[:warm], lengths[:warm], profile,
-                             [0.0] * warm, lambda: None)
+            await _run_batch(client, target, prompts[:warm], lengths[:warm], outputs[:warm],
+                             profile, [0.0] * warm, lambda: None)
         before = await _fetch_spec_decode(client, target)
         done = 0
 
@@ -223,7 +225,7 @@ async def run_profile_async(
         gaps = arrival_gaps_s(profile, measured, seed)
         start = time.perf_counter()
         results = await _run_batch(
-            client, target, prompts[warm:], lengths[warm:], profile, gaps, tick
+            client, target, prompts[warm:], lengths[warm:], outputs[warm:], profile, gaps, tick
         )
         duration = time.perf_counter() - start
         after = await _fetch_spec_decode(client, target)

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from autotune.core.model_info import ModelInfo, parse_config
+from autotune.core.profiles import WorkloadProfile, parse_profiles
 from autotune.core.space import ReferenceSet, SearchSpace, parse_references, parse_space
 from autotune.errors import ConfigError, SpaceError
 
@@ -35,6 +36,11 @@ def read_text(path: str | Path) -> str:
 def read_space(path: str | Path) -> SearchSpace:
     """A search-space YAML file, validated; SpaceError naming file and field."""
     return parse_space(read_text(path), str(path))
+
+
+def read_profiles(path: str | Path) -> dict[str, WorkloadProfile]:
+    """A profile file (``--profile-file``): named workloads, as the built-in ones are defined."""
+    return parse_profiles(read_text(path), str(path))
 
 
 def read_references(path: str | Path, space: SearchSpace) -> ReferenceSet:

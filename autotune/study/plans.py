@@ -20,9 +20,9 @@ from typing import Any
 import optuna
 
 from autotune.core.model_info import ModelInfo
-from autotune.core.objectives import Objective, Slo, default_objectives, parse_objective, parse_slo
+from autotune.core.objectives import Objective, Slo, default_objectives, parse_objective, split_slos
 from autotune.core.outcome import Value
-from autotune.core.profiles import WorkloadProfile
+from autotune.core.profiles import WorkloadProfile, profile_from_dict
 from autotune.core.space import ModelContext, ReferenceSet, SearchSpace, parse_space
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
@@ -85,6 +85,10 @@ class StudyPlan:
         return [p.name for p in self.bench.profiles]
 
     @property
+    def capacity_profiles(self) -> list[str]:
+        return [p.name for p in self.bench.profiles if p.capacity is not None]
+
+    @property
     def ctx(self) -> ModelContext:
         return ModelContext(self.model, self.max_model_len)
 
@@ -134,17 +138,23 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
             space.deployment, tensor_parallel_size=request.tp))
     references = (read_references(shipped(request.references_path), space)
                   if request.references_path else None)
+    slos, limits = split_slos(request.slos, request.profiles)
+    profiles = tuple(p.with_limits(limits.get(p.name, ())) if p.capacity else p
+                     for p in request.profiles)
+    for p in profiles:
+        if p.capacity is not None and not p.capacity.limits:
+            raise ConfigError(f"--profile {p.name}: a capacity profile needs at least one SLO, "
+                              f"e.g. --slo '{p.name}:p99_ttft_ms<=2000' (or slo: in its profile file)")
     objectives = (tuple(parse_objective(o, names) for o in request.objectives)
-                  or default_objectives(request.profiles))
+                  or default_objectives(profiles))
     if len({o.name for o in objectives}) != len(objectives):
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
-    slos = tuple(parse_slo(text, names) for text in request.slos)
     model = model_info(request.model, request.workdir, describe_only=request.describe_only,
                        say=say)
     return StudyPlan(
         model=model, space=space, objectives=objectives,
-        bench=BenchPlan(profiles=request.profiles, vocab_size=model.vocab_size,
-                        repeats=request.repeats, seed=request.seed or 0),
+        bench=BenchPlan(profiles=profiles, vocab_size=model.vocab_size,
+                        repeats=request.repeats, seed=request.seed or 0, objectives=objectives),
         trials=request.trials,
         study_name=request.study_name or default_study_name(model.name, space.name, names),
         storage=storage, workdir=request.workdir,
@@ -161,7 +171,7 @@ def plan_attr(plan: StudyPlan) -> dict[str, Any]:
         "space_yaml": plan.space.text,
         "tensor_parallel_size": plan.space.deployment.tensor_parallel_size,
         "max_model_len": plan.max_model_len,
-        "profiles": [dataclasses.asdict(p) for p in plan.bench.profiles],
+        "profiles": [p.to_dict() for p in plan.bench.profiles],
         "objectives": [f"{o.name}:{o.direction[:3]}" for o in plan.objectives],
         "repeats": plan.bench.repeats,
         "slos": [slo.key for slo in plan.slos],
@@ -198,7 +208,7 @@ def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: s
                          "`autotune run`; start it with `autotune run --storage ... --study NAME`")
     budget = trials if trials is not None else int(study.user_attrs.get(BUDGET_ATTR, 0))
     return PlanRequest(
-        workdir=workdir, profiles=tuple(WorkloadProfile(**p) for p in stored["profiles"]),
+        workdir=workdir, profiles=stored_profiles(study),
         model=model or stored["model"], space_path=stored["space_path"],
         space_yaml=stored["space_yaml"], trials=budget, repeats=stored["repeats"],
         seed=stored["seed"], study_name=study.study_name, storage=storage,
@@ -215,7 +225,8 @@ def stored_objectives(study: optuna.Study) -> tuple[Objective, ...]:
 
 
 def stored_profiles(study: optuna.Study) -> tuple[WorkloadProfile, ...]:
-    return tuple(WorkloadProfile(**p) for p in study.user_attrs.get(PLAN_ATTR, {}).get("profiles", []))
+    return tuple(profile_from_dict(p["name"], p, f"study {study.study_name!r}")
+                 for p in study.user_attrs.get(PLAN_ATTR, {}).get("profiles", []))
 
 
 def stored_defaults(study: optuna.Study) -> dict[str, Value]:

@@ -34,6 +34,8 @@ from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
+from autotune.core.analysis import incumbents
+from autotune.core.capacity import describe as describe_capacity
 from autotune.core.flags import to_argv
 from autotune.core.objectives import objective_values
 from autotune.core.outcome import TrialOutcome, params_key
@@ -58,6 +60,11 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
+
+
+def capacity_key(profile: str) -> str:
+    """Constraint: > 0 when no load of the capacity profile met its SLOs."""
+    return f"{profile}:capacity"
 REFS_ENQUEUED = "references_enqueued"
 UID = "uid"  # random id of the study, in the trial marker of every server it starts
 TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
@@ -315,7 +322,12 @@ class StudyRunner:
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
-        measured = self.trial_fn(claim.argv, plan.bench, setup,
+        bench = plan.bench
+        capacity = [p.name for p in bench.profiles if p.capacity is not None]
+        if capacity:
+            data = study_data(study, confirmed=False)
+            bench = dataclasses.replace(bench, incumbents={p: incumbents(data, p) for p in capacity})
+        measured = self.trial_fn(claim.argv, bench, setup,
                                  lambda ph: self.progress.phase(number, total, ph))
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
@@ -330,18 +342,29 @@ class StudyRunner:
         objective values (those of a trial that served nothing when it failed)."""
         plan = self.plan
         if outcome.failure is not None:
-            constraints = {FEASIBLE: 1.0, **{slo.key: 1.0 for slo in plan.slos}}
+            constraints = {FEASIBLE: 1.0, **{slo.key: 1.0 for slo in plan.slos},
+                           **{capacity_key(p): 1.0 for p in plan.capacity_profiles}}
             values = [o.infeasible_value for o in plan.objectives]
         else:
             means = {p: r.means() for p, r in outcome.results.items()}
             violations = {slo.key: slo.violation(means[slo.profile][slo.metric]) for slo in plan.slos}
             past = [key for key, v in violations.items() if v > 0]
             outcome = dataclasses.replace(outcome, slo_violations=violations)
+            none = [s for s in outcome.capacity.values()
+                    if not s.boundary.found and s.boundary.below_incumbent is None]
             if past:
                 outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED,
                                               failure_message=f"past the SLO {', '.join(past)}")
-            constraints = {FEASIBLE: 0.0, **violations}
-            values = objective_values(plan.objectives, means)
+            elif none:
+                outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED, failure_message="; ".join(
+                    f"{s.profile}: {describe_capacity(s)}" for s in none))
+            constraints = {FEASIBLE: 0.0, **violations, **{
+                capacity_key(p): float(any(s.profile == p for s in none))
+                for p in plan.capacity_profiles}}
+            # A search stopped below an incumbent measured no capacity: the sampler is told
+            # the value of a trial that carried nothing there (the trial itself is dominated).
+            values = [objective_values([o], means)[0] if o.profile in means
+                      else o.infeasible_value for o in plan.objectives]
         write_outcome(trial, outcome)
         for name, value in constraints.items():
             trial.set_constraint(name, value)

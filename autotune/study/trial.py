@@ -1,4 +1,5 @@
-"""One trial: validate flags, deploy, warm up, benchmark every profile R times, tear down.
+"""One trial: validate flags, deploy, warm up, benchmark every profile R times (a capacity
+profile: search its load), tear down.
 
 ``run_trial`` is the real trial function (the runner takes any function of its signature,
 ``TrialFunction``). It returns a ``Measurement`` whatever happens; deployment and benchmark
@@ -10,11 +11,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.core.metrics import flat_metrics, to_vllm_json
+from autotune.core.capacity import (
+    MONOTONE_IN_LOAD,
+    CapacitySearch,
+    Incumbent,
+    Probe,
+    choose_incumbent,
+    goodput_limits,
+    next_step,
+)
+from autotune.core.metrics import SloLimits, flat_metrics, to_vllm_json
+from autotune.core.objectives import Objective
 from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import Slot
@@ -27,12 +38,16 @@ from autotune.shell.validation import VllmValidator
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """How each deployment is measured."""
+    """How each deployment is measured. Fixed profiles run ``repeats`` times; a capacity
+    profile searches its load (after the fixed ones), starting at an incumbent's load where one
+    of ``incumbents`` is at least as good on the study's other ``objectives``."""
 
     profiles: tuple[WorkloadProfile, ...]
     vocab_size: int
     repeats: int = 1
     seed: int = 0
+    objectives: tuple[Objective, ...] = ()
+    incumbents: Mapping[str, tuple[Incumbent, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,11 +67,60 @@ Phase = Callable[[str], None]
 TrialFunction = Callable[[Sequence[str], "BenchPlan", "TrialSetup", Phase], Measurement]
 
 
+def _write(path: Path, payload: dict, files: list[Path]) -> None:
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    files.append(path)
+
+
+def _search_capacity(dep: Deployment, target: Target, profile: WorkloadProfile, plan: BenchPlan,
+                     seed: int, results: Mapping[str, ProfileResult], workdir: Path,
+                     on_phase: Phase, files: list[Path]) -> CapacitySearch:
+    """Probe loads on this deployment until ``next_step`` finds the boundary."""
+    spec = profile.capacity
+    assert spec is not None
+    own = {o.name: o.cost(results[o.profile].mean(o.metric)) for o in plan.objectives
+           if o.profile != profile.name and o.profile in results}
+    monotone = all(o.metric in MONOTONE_IN_LOAD for o in plan.objectives if o.profile == profile.name)
+    incumbent = (choose_incumbent(plan.incumbents.get(profile.name, ()), own) if monotone else None)
+    goodput = goodput_limits(spec)
+    slo = SloLimits(ttft_ms=goodput.get("ttft"), tpot_ms=goodput.get("tpot"),
+                    e2el_ms=goodput.get("e2el"))
+    probes: list[Probe] = []
+    while True:
+        step = next_step(spec, probes, incumbent)
+        if step.boundary is not None:
+            search = CapacitySearch(profile.name, spec.load, tuple(lim.text for lim in spec.limits),
+                                    step.boundary, tuple(probes))
+            _write(workdir / f"capacity-{profile.name}.json", search.to_dict(), files)
+            return search
+        k = len(probes) + 1
+        on_phase(f"capacity {profile.name}: probe {k} at {step.load:g} {spec.unit} ({step.why})")
+        run = run_profile(target, profile.at_load(step.load), seed=seed + k,
+                          vocab_size=plan.vocab_size, slo=slo)
+        _write(workdir / f"bench-{profile.name}-probe-{k}.json",
+               {"profile": profile.name, "load": step.load, "seed": seed + k,
+                **to_vllm_json(run.summary)}, files)
+        if not run.summary.valid and not dep.is_serving():
+            raise _InvalidRun(f"{profile.name} at {step.load:g}: {run.summary.invalid_reason}")
+        probes.append(Probe(step.load, flat_metrics(run.summary)))
+
+
 def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
-           files: list[Path]) -> dict[str, ProfileResult]:
+           files: list[Path]) -> tuple[dict[str, ProfileResult], dict[str, CapacitySearch]]:
     target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
     results: dict[str, ProfileResult] = {}
-    for p_index, profile in enumerate(plan.profiles):
+    searches: dict[str, CapacitySearch] = {}
+    # Fixed profiles first: a capacity search compares them with its incumbents'.
+    order = sorted(enumerate(plan.profiles), key=lambda ip: ip[1].capacity is not None)
+    for p_index, profile in order:
+        if profile.capacity is not None:
+            search = _search_capacity(dep, target, profile, plan, plan.seed * 1000 + p_index * 100,
+                                      results, workdir, on_phase, files)
+            searches[profile.name] = search
+            if search.boundary.found:
+                results[profile.name] = ProfileResult(profile.name,
+                                                      tuple(search.runs_at_boundary()))
+            continue
         runs = []
         for r in range(plan.repeats):
             label = f"benchmarking {profile.name}"
@@ -64,16 +128,14 @@ def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
             # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
             seed = plan.seed * 1000 + p_index * 100 + r
             run = run_profile(target, profile, seed=seed, vocab_size=plan.vocab_size)
-            path = workdir / f"bench-{profile.name}-{r + 1}.json"
-            payload = {"profile": profile.name, "seed": seed, "repeat": r + 1,
-                       **to_vllm_json(run.summary)}
-            path.write_text(json.dumps(payload, indent=2) + "\n")
-            files.append(path)
+            _write(workdir / f"bench-{profile.name}-{r + 1}.json",
+                   {"profile": profile.name, "seed": seed, "repeat": r + 1,
+                    **to_vllm_json(run.summary)}, files)
             if not run.summary.valid:
                 raise _InvalidRun(f"{profile.name}: {run.summary.invalid_reason}")
             runs.append(flat_metrics(run.summary))
         results[profile.name] = ProfileResult(profile.name, tuple(runs))
-    return results
+    return results, searches
 
 
 class _InvalidRun(Exception):
@@ -106,12 +168,13 @@ def run_trial(
     failure: FailureClass | None = None
     message = log_tail = ""
     results: dict[str, ProfileResult] = {}
+    searches: dict[str, CapacitySearch] = {}
     bench_s = 0.0
     try:
         with dep:
             b0 = time.monotonic()
             try:
-                results = _bench(dep, plan, setup.workdir, on_phase, files)
+                results, searches = _bench(dep, plan, setup.workdir, on_phase, files)
             except _InvalidRun as exc:
                 if not dep.is_serving():
                     err = dep.diagnose(str(exc))
@@ -128,6 +191,7 @@ def run_trial(
     return Measurement(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
         bench_s=bench_s, wall_s=time.monotonic() - t0, results=results if not failure else {},
+        capacity=searches if not failure else {},
         files=tuple(files), teardown_clean=report.clean if report else True,
         vllm_version=vllm_version(), hardware=hardware_description(),
     )

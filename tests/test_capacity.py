@@ -1,0 +1,155 @@
+"""The capacity search (``core.capacity``): on synthetic latency curves whose boundary is known,
+it brackets and bisects to the boundary in few probes, repeats probes near the limit, and an
+incumbent's load ends a hopeless search after one probe. Pure: no server."""
+
+import math
+
+import numpy as np
+import pytest
+
+from autotune.core.capacity import (
+    Boundary,
+    CapacitySearch,
+    CapacitySpec,
+    Incumbent,
+    Limit,
+    Probe,
+    choose_incumbent,
+    next_step,
+)
+from autotune.core.profiles import parse_profiles
+from autotune.errors import ConfigError
+
+TTFT = Limit("p99_ttft_ms", "<=", 2000.0)
+
+
+def smooth(knee: float):
+    """p99 TTFT rising smoothly with load: 2000 ms exactly at ``knee`` x 3**(1/2)."""
+    return lambda load: {"p99_ttft_ms": 500.0 * (1 + (load / knee) ** 2),
+                         "output_throughput": 40.0 * load}
+
+
+def search(spec: CapacitySpec, curve, noise: float = 0.0, seed: int = 0,
+           incumbent: Incumbent | None = None) -> tuple[Boundary, list[float]]:
+    rng = np.random.default_rng(seed)
+    probes: list[Probe] = []
+    while True:
+        step = next_step(spec, probes, incumbent)
+        if step.boundary is not None:
+            return step.boundary, [p.load for p in probes]
+        m = dict(curve(step.load))
+        m["p99_ttft_ms"] *= math.exp(rng.normal(0, noise)) if noise else 1.0
+        probes.append(Probe(step.load, m))
+
+
+def test_a_step_curve_is_bracketed_within_the_resolution():
+    spec = CapacitySpec(low=1, high=256, limits=(TTFT,))
+    boundary, loads = search(spec, lambda c: {"p99_ttft_ms": 100.0 if c <= 37 else 9000.0})
+    assert boundary.load <= 37 < boundary.fail_load <= 1.25 * boundary.load
+    assert len(loads) <= 7 and len(set(loads)) == len(loads)  # clear verdicts: no repeats
+    fine = CapacitySpec(low=1, high=256, resolution=1.01, limits=(TTFT,))
+    boundary, loads = search(fine, lambda c: {"p99_ttft_ms": 100.0 if c <= 37 else 9000.0})
+    assert (boundary.load, boundary.fail_load) == (37, 38) and len(loads) <= 10
+
+
+def test_a_smooth_rise_is_found_within_the_resolution_in_few_probes():
+    truth = 30 * math.sqrt(3)  # 51.96: where the curve crosses 2000 ms
+    spec = CapacitySpec(load="rate", low=0.25, high=256, noise=0.02, limits=(TTFT,))
+    boundary, loads = search(spec, smooth(30))
+    assert boundary.load <= truth < boundary.fail_load
+    assert boundary.fail_load / boundary.load <= spec.resolution
+    assert boundary.load <= boundary.estimate <= boundary.fail_load
+    assert abs(boundary.estimate / truth - 1) < 0.05
+    assert len(loads) <= 7  # a linear descent from 256 in steps of 1 would take ~200
+
+
+def test_with_noise_the_boundary_is_found_near_the_truth_and_unsure_loads_are_repeated():
+    truth = 30 * math.sqrt(3)
+    spec = CapacitySpec(load="rate", low=0.25, high=256, noise=0.15, limits=(TTFT,))
+    hits, repeated = 0, 0
+    for seed in range(60):
+        boundary, loads = search(spec, smooth(30), noise=0.15, seed=seed)
+        assert boundary.found and len(loads) <= spec.max_probes
+        hits += boundary.load / 1.5 <= truth <= (boundary.fail_load or math.inf) * 1.5
+        repeated += len(set(loads)) < len(loads)
+    assert hits >= 54  # the bracket widened by 1.5x holds the truth in >= 90% of seeds
+    assert repeated >= 30  # loads near the limit are measured again
+
+
+def test_every_load_passing_or_none_passing_ends_at_the_ends_of_the_range():
+    spec = CapacitySpec(low=1, high=64, limits=(TTFT,))
+    boundary, _ = search(spec, lambda c: {"p99_ttft_ms": 10.0})
+    assert (boundary.load, boundary.fail_load) == (64, None)
+    boundary, _ = search(spec, lambda c: {"p99_ttft_ms": 1e6})
+    assert not boundary.found and "lowest load" in boundary.reason
+
+
+def test_failed_requests_miss_every_slo():
+    spec = CapacitySpec(low=1, high=64, resolution=1.01, limits=(TTFT,))
+    boundary, _ = search(spec, lambda c: {"p99_ttft_ms": 10.0, "failed": float(c > 20)})
+    assert (boundary.load, boundary.fail_load) == (20, 21)
+
+
+def test_an_incumbent_load_failed_beyond_noise_ends_the_search_after_one_probe():
+    spec = CapacitySpec(low=1, high=256, limits=(TTFT,))
+    best = Incumbent(trial=3, load=100, throughput=5000.0)
+    boundary, loads = search(spec, smooth(30), incumbent=best)
+    assert loads == [100] and boundary.below_incumbent == 3 and not boundary.found
+
+
+def test_an_incumbent_load_that_is_met_starts_the_bracket_there():
+    spec = CapacitySpec(low=1, high=256, noise=0.02, resolution=1.01, limits=(TTFT,))
+    boundary, loads = search(spec, smooth(30), incumbent=Incumbent(3, load=20, throughput=800.0))
+    assert loads[0] == 20 and boundary.load == 51 and boundary.below_incumbent is None
+
+
+def test_a_failure_at_the_incumbent_load_within_the_noise_does_not_end_the_search():
+    spec = CapacitySpec(low=1, high=256, resolution=1.01, limits=(TTFT,))
+    # 2100 ms at the incumbent's load: 5% past the limit, inside one probe's noise.
+    curve = lambda c: {"p99_ttft_ms": 2100.0 if c >= 40 else 1000.0, "output_throughput": 40.0 * c}  # noqa: E731
+    boundary, loads = search(spec, curve, incumbent=Incumbent(3, load=40, throughput=5000.0))
+    assert loads[:3] == [40, 40, 40] and boundary.below_incumbent is None
+    assert (boundary.load, boundary.fail_load) == (39, 40)
+
+
+def test_an_incumbent_is_chosen_only_among_trials_as_good_on_the_other_objectives():
+    worse_latency = Incumbent(1, 64, 3000.0, {"low:mean_e2el_ms": 900.0})
+    better_latency = Incumbent(2, 32, 2000.0, {"low:mean_e2el_ms": 400.0})
+    assert choose_incumbent([worse_latency, better_latency], {"low:mean_e2el_ms": 500.0}) is better_latency
+    assert choose_incumbent([worse_latency], {"low:mean_e2el_ms": 500.0}) is None
+    assert choose_incumbent([worse_latency, better_latency], {}) is None
+
+
+def test_a_search_round_trips_through_its_stored_form():
+    spec = CapacitySpec(low=1, high=64, limits=(TTFT,))
+    boundary, _ = search(spec, smooth(10))
+    record = CapacitySearch("capacity", "concurrency", (TTFT.text,), boundary,
+                            (Probe(17.0, {"p99_ttft_ms": 1900.0}),))
+    assert CapacitySearch.from_dict(record.to_dict()) == record
+
+
+def test_profile_files_define_workloads_and_capacity_searches():
+    profiles = parse_profiles("""
+profiles:
+  chat: {input_len: 1024, output_len: 128, range_ratio: 0.5, max_concurrency: 8}
+  peak:
+    num_prompts: 50
+    capacity: {load: rate, low: 0.5, high: 32, slo: ['p99_ttft_ms<=2000', 'p99_tpot_ms<=50']}
+""", "my.yaml")
+    assert profiles["chat"].range_ratio == 0.5 and profiles["chat"].capacity is None
+    spec = profiles["peak"].capacity
+    assert spec.load == "rate" and [lim.text for lim in spec.limits] == ["p99_ttft_ms<=2000", "p99_tpot_ms<=50"]
+    assert profiles["peak"].at_load(4.0).request_rate == 4.0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x: {input_lenn: 3}", "my.yaml: profile 'x': unknown field"),
+    ("x: {capacity: {load: qps}}", "my.yaml: profile 'x': capacity load 'qps'"),
+    ("x: {capacity: {slo: ['p99_ttft<=2']}}", "unknown metric 'p99_ttft'"),
+    ("x: {capacity: {low: 8, high: 2}}", "need 0 < low < high"),
+    ("x: {range_ratio: 1.5}", "range_ratio must be in"),
+])
+def test_bad_profile_files_are_one_line_errors_naming_file_and_field(text, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as err:
+        parse_profiles(text, "my.yaml")
+    assert "\n" not in str(err.value)
