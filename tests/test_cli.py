@@ -42,6 +42,14 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     ([*DRY, "--slo", "low-concurrency:p99_ttft_ms<=-5"], "the limit must be a positive number"),
     ([*DRY, "--objective", "low-concurrency:speed"], "unknown metric 'speed'"),
     ([*DRY, "--trials", "0"], "--trials and --repeats must be >= 1"),
+    (["run", "--dry-run", "--profile", "capacity"], "a capacity profile needs at least one SLO"),
+    ([*DRY, "--slo", "p99_ttft_ms<=500"], "--slo 'p99_ttft_ms<=500': name the profile it applies to"),
+    (["run", "--dry-run", "--profile", "capacity", "--slo", "p99_tpot_ms<=50", "--load-range", "8,2"],
+     "--load-range 8,2: capacity: need 0 < low < high"),
+    (["run", "--dry-run", "--profile", "chat"], "--profile 'chat': unknown profile; valid: low-concurrency"),
+    (["run", "--dry-run", "--profile", "chat", "--profile-file", "nowhere.yaml"], "nowhere.yaml"),
+    (["bench", "--url", "http://127.0.0.1:1", "--model", "m", "--vocab-size", "512", "--profile",
+      "capacity"], "bench runs fixed workloads; a capacity profile searches its load"),
     (["pareto", "--study", "missing"], "autotune.db: no such file"),
     (["recommend", "--study", "missing", "--for", "balanced"], "no such file"),
     (["export", "--study", "missing"], "no such file"),
@@ -49,7 +57,8 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["dashboard", "--study", "missing"], "no such file"),
     (["worker", "--study", "missing"], "no such file"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials",
-        "pareto", "recommend", "export", "report", "dashboard", "worker"])
+        "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
+        "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
     result = autotune_in(tmp_path, *args)
     assert result.returncode == 2, result.stderr
@@ -78,3 +87,21 @@ def test_bench_against_a_dead_server_says_why_and_prints_no_table_of_zeros(autot
     assert result.returncode == 1
     assert "invalid run: 2 of 2 requests failed" in result.stderr
     assert "output_throughput" not in result.stdout and "benchmark" not in result.stdout
+
+
+def test_a_profile_file_defines_workloads_and_its_errors_name_file_profile_and_field(
+        autotune_in, tmp_path, tmp_path_factory):
+    files = tmp_path_factory.mktemp("profiles")
+    (files / "good.yaml").write_text("profiles:\n  chat: {input_len: 128, max_concurrency: 4}\n"
+                                     "  peak: {capacity: {load: rate, slo: ['p99_ttft_ms<=900']}}\n")
+    (files / "bad.yaml").write_text("chat: {input_len: 128, concurrency: 4}\n")
+    result = autotune_in(tmp_path, "run", "--dry-run", "--profile", "chat", "--profile", "peak",
+                         "--profile-file", str(files / "good.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "dry run: nothing launched, nothing written" in result.stdout  # both profiles known
+    result = autotune_in(tmp_path, "run", "--dry-run", "--profile", "chat",
+                         "--profile-file", str(files / "bad.yaml"))
+    assert result.returncode == 2
+    assert f"{files / 'bad.yaml'}: profile 'chat': unknown field(s) concurrency" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ stands in for is tested against real deployments in test_study.py and test_deplo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -20,7 +21,7 @@ from optuna.trial import TrialState
 
 from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import get_profile
-from autotune.errors import FailureClass
+from autotune.errors import ConfigError, FailureClass
 from autotune.study.confirm import confirm
 from autotune.study.plans import PlanRequest, build_plan
 from autotune.study.records import outcomes, read_confirmed, study_data
@@ -197,3 +198,67 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     data = study_data(study)
     assert {t.number for t in data.outcomes} == set(confirmed)
     assert data.outcomes[0].results == read_confirmed(study)[data.outcomes[0].number]
+
+
+class CapacityStandIn(StandIn):
+    """Fixed profiles as ``StandIn``; a capacity profile is searched by the real search
+    (``core.capacity.search``) over a synthetic p99 TTFT curve: -O2 carries about 4x the load
+    of -O0. Records each search's incumbent."""
+
+    def __init__(self) -> None:
+        super().__init__(sd=0.01)
+        self.incumbents: list = []
+
+    def __call__(self, argv, bench, setup, on_phase) -> Measurement:
+        from autotune.core.capacity import search
+        from autotune.study.trial import incumbent_for
+
+        fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
+        m = super().__call__(argv, fixed, setup, on_phase)
+        knee = 10.0 if argv[argv.index("--optimization-level") + 1] == "0" else 40.0
+        results, searches = dict(m.results), {}
+        for p in (p for p in bench.profiles if p.capacity):
+            incumbent = incumbent_for(p, bench, results)
+            self.incumbents.append(incumbent)
+            found = search(p.name, p.capacity, lambda load, why: {
+                "p99_ttft_ms": 500.0 * (1 + (load / knee) ** 2), "output_throughput": 40.0 * load,
+                "failed": 0.0}, incumbent)
+            searches[p.name] = found
+            if found.boundary.found:
+                results[p.name] = ProfileResult(p.name, tuple(found.runs_at_boundary()))
+        return dataclasses.replace(m, results=results, capacity=searches)
+
+
+def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_incumbent_load(tmp_path):
+    plan = make_plan(tmp_path, trials=3, references=True, name="cap")
+    capacity = get_profile("capacity")
+    plan = build_plan(PlanRequest(
+        workdir=plan.workdir, profiles=(get_profile("low-concurrency"), capacity),
+        model=plan.model.name, space_path=str(tmp_path / "space.yaml"),
+        references_path=str(tmp_path / "refs.yaml"), trials=3, repeats=2, seed=1,
+        study_name="cap", slos=("p99_ttft_ms<=2000",)))
+    assert [o.name for o in plan.objectives] == ["low-concurrency:mean_e2el_ms", "capacity:output_throughput"]
+    stand_in = CapacityStandIn()
+    study = run(plan, stand_in)
+    base, o0, ep = outcomes(study)[:3]
+    # -O2 meets p99 TTFT <= 2000 ms up to 40 x 3**0.5 = 69 concurrent requests.
+    found = base.capacity["capacity"].boundary
+    assert base.feasible and found.load <= 69 < found.fail_load
+    assert study.trials[0].values[1] == pytest.approx(base.value("capacity", "output_throughput"))
+    assert base.value("capacity", "capacity_load") == base.capacity["capacity"].boundary.load
+    # -O0 is slower at low concurrency too, so the baseline is an incumbent for it: at the
+    # baseline's load -O0 is far past the limit, its search ends after one probe.
+    assert stand_in.incumbents[1].trial == 0
+    below = o0.capacity["capacity"]
+    assert below.boundary.below_incumbent == 0 and len(below.probes) == 1
+    assert o0.state == "complete" and o0.failure is None and not o0.feasible
+    assert o0.number not in [t.number for t in study_data(study).front()]
+    assert study.trials[1].constraints["served"] == 0.0 and study.trials[1].values[1] == 0.0
+    assert ep.failure is FailureClass.ENGINE_DIED and "capacity" not in ep.capacity
+
+
+def test_a_capacity_profile_without_an_slo_is_a_one_line_error(tmp_path):
+    make_plan(tmp_path, trials=1)
+    with pytest.raises(ConfigError, match="a capacity profile needs at least one SLO"):
+        build_plan(PlanRequest(workdir=tmp_path / "studies", profiles=(get_profile("capacity"),),
+                               model=str(tmp_path / "model"), space_path=str(tmp_path / "space.yaml")))

@@ -23,6 +23,7 @@ from autotune.core.analysis import (
     describe_params,
     recommend,
 )
+from autotune.core.capacity import cell as capacity_cell
 from autotune.core.objectives import default_objectives, parse_objective
 from autotune.core.profiles import get_profile
 from autotune.errors import ConfigError
@@ -46,6 +47,9 @@ def front_table(data: StudyData, title: str) -> Table:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
         if data.baseline is not None:
             table.add_column("vs baseline", justify="right", overflow="fold")
+    capacity = list(dict.fromkeys(p for t in data.front() for p in t.capacity))
+    for p in capacity:
+        table.add_column(f"{p}\nload met of failed", justify="right", overflow="fold")
     table.add_column(f"differs from {data.reference_point}", overflow="fold")
     for t in data.front():
         cells = [t.label]
@@ -55,6 +59,7 @@ def front_table(data: StudyData, title: str) -> Table:
                 change = data.versus_baseline(t, o.profile, o.metric)
                 cells.append("-" if change is None else change.text + (
                     " *" if change.significant else " (tie)"))
+        cells += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         table.add_row(*cells, describe_params(data.differences(t)) or f"({data.reference_point})")
     return table
 
@@ -72,7 +77,7 @@ def print_front(data: StudyData, title: str) -> bool:
 
 def print_front_and_recommendations(data: StudyData, title: str) -> None:
     if print_front(data, title):
-        for use in USES:
+        for use in USES if len(data.objectives) > 1 else USES[-1:]:  # one objective: one best
             out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
 
 

@@ -28,6 +28,8 @@ from autotune.cli.common import (
     storage_of,
 )
 from autotune.core.analysis import StudyData, describe_params
+from autotune.core.capacity import cell as capacity_cell
+from autotune.core.capacity import describe as describe_capacity
 from autotune.core.outcome import TrialOutcome
 from autotune.core.slots import Slot
 from autotune.errors import ConfigError
@@ -68,7 +70,10 @@ def describe_result(t: TrialOutcome) -> str:
             and t.startup_s is None else ""
         return f"infeasible, {t.failure.value}: {t.failure_message[:200]}{dup}"
     parts = [f"{p}: {fmt(r.mean('output_throughput'))} tok/s, {fmt(r.mean('mean_e2el_ms'), 0)} ms"
-             for p, r in t.results.items()]
+             for p, r in t.results.items() if p not in t.capacity]
+    parts += [f"{p}: {describe_capacity(s)}" + (
+        f", {fmt(t.value(p, 'output_throughput'))} tok/s there" if s.boundary.found else "")
+        for p, s in t.capacity.items()]
     return f"ready in {t.startup_s or 0:.0f} s; " + "; ".join(parts)
 
 
@@ -241,15 +246,20 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
     table.add_column("result", overflow="fold")
     for o in data.objectives:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
+    capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
+    for p in capacity:
+        table.add_column(f"{p}\nload met of failed", justify="right", overflow="fold")
     table.add_column(f"differs from {data.reference_point}", overflow="fold")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
     for t in trials:
         if t.skipped:
             continue  # a duplicate or over-budget claim, given back before deploying
-        result = "ok" if t.feasible else t.failure.value if t.failure else (
+        below = [s for s in t.capacity.values() if s.boundary.below_incumbent is not None]
+        result = "ok" if t.feasible else t.failure.value if t.failure else "dominated" if below else (
             f"worker lost, retried as #{retried_as[t.number]}" if t.number in retried_as
             else t.state)
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
+        values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         changes = data.differences(t)
         name = f"{t.number}" + (f" {t.reference}" if t.reference else "")
         table.add_row(name, result, *values, describe_params(changes) or "-")

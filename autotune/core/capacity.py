@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -284,6 +284,20 @@ def next_step(spec: CapacitySpec, probes: Sequence[Probe], incumbent: Incumbent 
     return Step(load=mid, why="bisecting")
 
 
+def search(profile: str, spec: CapacitySpec, measure: Callable[[float, str], Mapping[str, float]],
+           incumbent: Incumbent | None = None) -> CapacitySearch:
+    """Run the search: ``measure(load, why)`` makes one probe (a benchmark run on the
+    deployment, or a synthetic curve in tests) and returns its flat metrics."""
+    probes: list[Probe] = []
+    while True:
+        step = next_step(spec, probes, incumbent)
+        if step.boundary is not None:
+            return CapacitySearch(profile, spec.load, tuple(lim.text for lim in spec.limits),
+                                  step.boundary, tuple(probes))
+        assert step.load is not None
+        probes.append(Probe(step.load, measure(step.load, step.why)))
+
+
 @dataclass(frozen=True)
 class CapacitySearch:
     """What one capacity profile's search measured on one deployment: every probe, where it
@@ -326,6 +340,17 @@ def describe(search: CapacitySearch, unit: str = "") -> str:
         return f"no load meets the SLOs ({b.reason})"
     above = f"fails at {b.fail_load:g}" if b.fail_load is not None else "highest load searched"
     return f"{b.load:g} {unit} ({above}; {b.probes} probes)"
+
+
+def cell(search: CapacitySearch) -> str:
+    """For a table: '48 of 57' (met at 48, not at 57), '64+' (met at the top of the range),
+    'below #3', or 'none'."""
+    b = search.boundary
+    if b.below_incumbent is not None:
+        return f"below #{b.below_incumbent}"
+    if not b.found:
+        return "none"
+    return f"{b.load:g}+" if b.fail_load is None else f"{b.load:g} of {b.fail_load:g}"
 
 
 def goodput_limits(spec: CapacitySpec) -> dict[str, float]:

@@ -129,7 +129,7 @@ class TrialOutcome:
     def with_measurement(self, m: Measurement) -> TrialOutcome:
         return dataclasses.replace(
             self, results=m.results if m.failure is None else {}, failure=m.failure,
-            capacity=m.capacity,
+            capacity=m.capacity if m.failure is None else {},
             failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
             startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
             wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import optuna
 
 from autotune.core.analysis import USES, NoFeasibleTrial, StudyData, recommend
+from autotune.core.capacity import describe as describe_capacity
 
 DASHBOARD_CONSTRAINTS_KEY = "constraints"
 
@@ -25,7 +26,7 @@ def trial_note(t, data: StudyData) -> str:
     against the baseline, launch flags."""
     title = f"## Trial {t.number}" + (f": reference `{t.reference}`" if t.reference else "")
     lines = [title, ""]
-    if t.feasible:
+    if t.feasible or (t.state == "complete" and t.failure is None and t.capacity):
         lines.append(f"Ready in {t.startup_s or 0:.0f} s.")
     else:
         lines += [f"**Infeasible: {t.failure.value if t.failure else t.state}**", "",
@@ -38,6 +39,10 @@ def trial_note(t, data: StudyData) -> str:
             versus = data.versus_baseline(t, profile, metric)
             lines.append(f"| {profile} | {metric} | {data.estimate(t, profile, metric).text} | "
                          f"{versus.text if versus else '-'} |")
+    for profile, search in t.capacity.items():
+        lines += ["", f"Capacity ({profile}, SLOs {', '.join(search.limits)}): "
+                  f"{describe_capacity(search)}. The curve is the trial's artifact "
+                  f"`capacity-{profile}.png`; every probe is in `capacity-{profile}.json`."]
     lines += ["", "Launch flags:", "", "```", "vllm serve MODEL " + " ".join(t.argv), "```"]
     return "\n".join(lines)
 

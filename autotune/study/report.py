@@ -27,9 +27,11 @@ from autotune.core.analysis import (
     recommend,
     sign_flips,
 )
+from autotune.core.capacity import describe as capacity_describe
 from autotune.core.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.plans import PLAN_ATTR
+from autotune.study.plots import plot_capacity
 from autotune.study.records import outcomes, read_confirmed, study_data
 
 MIN_TRIALS_FOR_IMPORTANCE = 8
@@ -95,6 +97,38 @@ def plot_front(data: StudyData, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def capacity_sections(data: StudyData, every: list[TrialOutcome], out_dir: Path) -> list[Section]:
+    """Per capacity profile: every trial's boundary and the front's capacity curves."""
+    sections = []
+    for profile in dict.fromkeys(p for t in every for p in t.capacity):
+        searched = [t for t in every if profile in t.capacity]
+        sec = Section(f"Capacity: {profile}")
+        first = searched[0].capacity[profile]
+        unit = "concurrent requests" if first.load == "concurrency" else "req/s"
+        sec.paragraphs.append(
+            f"The highest load ({unit}) at which every SLO held ({', '.join(first.limits)}), "
+            "found on one deployment per trial by bracketing and bisecting the load; 'not met at' "
+            "is the lowest load above it that missed an SLO, so the boundary lies between them "
+            "(the crossing is interpolated on the worst SLO's log margin). Loads near the limit "
+            "were measured again. Throughput is what the trial sustained at the load it met.")
+        rows = []
+        for t in searched:
+            b = t.capacity[profile].boundary
+            rows.append([t.label, _fmt(b.load, 2) if b.found else "-", _fmt(b.fail_load, 2),
+                         _fmt(b.estimate, 2), str(b.probes),
+                         data.estimate(t, profile, "output_throughput").text
+                         if t.has(profile, "output_throughput") else "-",
+                         capacity_describe(t.capacity[profile])])
+        sec.tables.append((["trial", "met at", "not met at", "crossing", "probes",
+                            "output tok/s there", "result"], rows))
+        front = [t for t in data.front() if profile in t.capacity] or searched[:6]
+        name = f"capacity-{profile}.png"
+        plot_capacity({t.label: t.capacity[profile] for t in front[:6]}, out_dir / name)
+        sec.images.append((name, f"capacity curves of {profile}: SLO metrics against load"))
+        sections.append(sec)
+    return sections
 
 
 def importances(study: optuna.Study, data: StudyData) -> dict[str, dict[str, tuple[float, float, float]]]:
@@ -175,10 +209,12 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     head = ["trial"] + [h for o in data.objectives for h in per_objective(o)] + \
         [f"differs from {data.reference_point}"]
     sec.tables.append((head, rows))
-    if feasible:
+    if feasible and len(data.objectives) > 1:
         plot_front(data, out_dir / "front.png")
         sec.images.append(("front.png", "the front: " + " against ".join(o.label for o in data.objectives)))
     sections.append(sec)
+
+    sections += capacity_sections(data, outcomes(study), out_dir)
 
     imp = importances(study, study_data(study, confirmed=False))
     sec = Section("Parameter importance")
@@ -223,7 +259,8 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     head = ["trial", "status", *[o.name for o in data.objectives], f"differs from {data.reference_point}"]
     rows = []
     for t in outcomes(study):
-        cells = [t.label, "ok" if t.feasible else (t.failure.value if t.failure else t.state)]
+        cells = [t.label, "ok" if t.feasible else (t.failure.value if t.failure else
+                                                    "dominated" if t.capacity else t.state)]
         cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
         cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")

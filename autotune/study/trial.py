@@ -19,10 +19,9 @@ from autotune.core.capacity import (
     MONOTONE_IN_LOAD,
     CapacitySearch,
     Incumbent,
-    Probe,
     choose_incumbent,
     goodput_limits,
-    next_step,
+    search,
 )
 from autotune.core.metrics import SloLimits, flat_metrics, to_vllm_json
 from autotune.core.objectives import Objective
@@ -75,34 +74,47 @@ def _write(path: Path, payload: dict, files: list[Path]) -> None:
 def _search_capacity(dep: Deployment, target: Target, profile: WorkloadProfile, plan: BenchPlan,
                      seed: int, results: Mapping[str, ProfileResult], workdir: Path,
                      on_phase: Phase, files: list[Path]) -> CapacitySearch:
-    """Probe loads on this deployment until ``next_step`` finds the boundary."""
+    """Probe loads on this deployment until the search finds the boundary."""
     spec = profile.capacity
     assert spec is not None
-    own = {o.name: o.cost(results[o.profile].mean(o.metric)) for o in plan.objectives
-           if o.profile != profile.name and o.profile in results}
-    monotone = all(o.metric in MONOTONE_IN_LOAD for o in plan.objectives if o.profile == profile.name)
-    incumbent = (choose_incumbent(plan.incumbents.get(profile.name, ()), own) if monotone else None)
     goodput = goodput_limits(spec)
     slo = SloLimits(ttft_ms=goodput.get("ttft"), tpot_ms=goodput.get("tpot"),
                     e2el_ms=goodput.get("e2el"))
-    probes: list[Probe] = []
-    while True:
-        step = next_step(spec, probes, incumbent)
-        if step.boundary is not None:
-            search = CapacitySearch(profile.name, spec.load, tuple(lim.text for lim in spec.limits),
-                                    step.boundary, tuple(probes))
-            _write(workdir / f"capacity-{profile.name}.json", search.to_dict(), files)
-            return search
-        k = len(probes) + 1
-        on_phase(f"capacity {profile.name}: probe {k} at {step.load:g} {spec.unit} ({step.why})")
-        run = run_profile(target, profile.at_load(step.load), seed=seed + k,
+    count = 0
+
+    def measure(load: float, why: str) -> dict[str, float]:
+        nonlocal count
+        count += 1
+        on_phase(f"capacity {profile.name}: probe {count} at {load:g} {spec.unit} ({why})")
+        run = run_profile(target, profile.at_load(load), seed=seed + count,
                           vocab_size=plan.vocab_size, slo=slo)
-        _write(workdir / f"bench-{profile.name}-probe-{k}.json",
-               {"profile": profile.name, "load": step.load, "seed": seed + k,
+        _write(workdir / f"bench-{profile.name}-probe-{count}.json",
+               {"profile": profile.name, "load": load, "seed": seed + count,
                 **to_vllm_json(run.summary)}, files)
         if not run.summary.valid and not dep.is_serving():
-            raise _InvalidRun(f"{profile.name} at {step.load:g}: {run.summary.invalid_reason}")
-        probes.append(Probe(step.load, flat_metrics(run.summary)))
+            raise _InvalidRun(f"{profile.name} at {load:g}: {run.summary.invalid_reason}")
+        return flat_metrics(run.summary)
+
+    found = search(profile.name, spec, measure, incumbent_for(profile, plan, results))
+    _write(workdir / f"capacity-{profile.name}.json", found.to_dict(), files)
+    if found.probes:
+        from autotune.study.plots import plot_capacity
+
+        plot_capacity({profile.name: found}, workdir / f"capacity-{profile.name}.png")
+        files.append(workdir / f"capacity-{profile.name}.png")
+    return found
+
+
+def incumbent_for(profile: WorkloadProfile, plan: BenchPlan,
+                  results: Mapping[str, ProfileResult]) -> Incumbent | None:
+    """The incumbent a capacity search starts from, given this trial's fixed profiles: only
+    when the profile's objectives all grow with the load (so failing at the incumbent's load
+    means carrying less)."""
+    own = {o.name: o.cost(results[o.profile].mean(o.metric)) for o in plan.objectives
+           if o.profile != profile.name and o.profile in results}
+    if not all(o.metric in MONOTONE_IN_LOAD for o in plan.objectives if o.profile == profile.name):
+        return None
+    return choose_incumbent(plan.incumbents.get(profile.name, ()), own)
 
 
 def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,

@@ -1,0 +1,56 @@
+"""Capacity curves: each SLO metric against the load probed, the limit, the boundary found.
+A matplotlib PNG (Agg backend), written per capacity trial (a dashboard artifact) and for the
+front in the report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from autotune.core.capacity import CapacitySearch, Limit, parse_limit
+from autotune.core.metrics import KNOWN_METRICS
+
+COLORS = ("#d9480f", "#1c7ed6", "#2b8a3e", "#862e9c", "#e67700", "#495057")
+
+
+def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
+    """One panel per SLO; one series per labelled search (every probe, repeats included), the
+    band between the load that met every SLO and the one that did not, the limit dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first = next(iter(searches.values()))
+    limits: list[Limit] = [parse_limit(t, "stored SLO", KNOWN_METRICS) for t in first.limits]
+    fig, axes = plt.subplots(1, len(limits), figsize=(6.5 * len(limits), 4.5), dpi=110,
+                             squeeze=False)
+    for ax, limit in zip(axes[0], limits, strict=True):
+        for (label, search), color in zip(searches.items(), COLORS * 10, strict=False):
+            probes = sorted(search.probes, key=lambda p: p.load)
+            x = [p.load for p in probes if limit.metric in p.metrics]
+            y = [p.metrics[limit.metric] for p in probes if limit.metric in p.metrics]
+            ax.plot(x, y, "o-", color=color, markersize=5, linewidth=1.2, alpha=0.9,
+                    label=f"{label}: {_ends(search)}")
+            b = search.boundary
+            if b.found:
+                ax.axvspan(b.load, b.fail_load or b.load, color=color, alpha=0.12)
+                ax.axvline(b.load, color=color, linestyle=":", linewidth=1)
+        ax.axhline(limit.limit, color="#343a40", linestyle="--", linewidth=1,
+                   label=f"SLO {limit.text}")
+        ax.set_xscale("log")
+        ax.set_xlabel("max concurrency" if first.load == "concurrency" else "request rate (req/s)")
+        ax.set_ylabel(f"{limit.metric} (ms)" if limit.metric.endswith("_ms") else limit.metric)
+        ax.set_title(f"{limit.metric} against load; band: met ... not met", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _ends(search: CapacitySearch) -> str:
+    b = search.boundary
+    if not b.found:
+        return "below an incumbent" if b.below_incumbent is not None else "no load met"
+    return f"met at {b.load:g}" + (f", not at {b.fail_load:g}" if b.fail_load else "")
