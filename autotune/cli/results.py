@@ -49,7 +49,7 @@ def front_table(data: StudyData, title: str) -> Table:
             table.add_column("vs baseline", justify="right", overflow="fold")
     capacity = list(dict.fromkeys(p for t in data.front() for p in t.capacity))
     for p in capacity:
-        table.add_column(f"{p}\nload met of failed", justify="right", overflow="fold")
+        table.add_column(f"{p}\nload met of missed", justify="right", overflow="fold")
     table.add_column(f"differs from {data.reference_point}", overflow="fold")
     for t in data.front():
         cells = [t.label]

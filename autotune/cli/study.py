@@ -248,7 +248,7 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
     capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
     for p in capacity:
-        table.add_column(f"{p}\nload met of failed", justify="right", overflow="fold")
+        table.add_column(f"{p}\nload met of missed", justify="right", overflow="fold")
     table.add_column(f"differs from {data.reference_point}", overflow="fold")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
     for t in trials:
