@@ -1,7 +1,8 @@
 """A real capacity trial on vLLM's CPU build: one deployment of the tiny MoE+MTP model, its
-load searched for the highest max concurrency at which p99 TPOT stays <= 10 ms (the tiny model
-meets it at a few concurrent requests and misses it at 64: about 6.6 ms at 8, 12 at 32 and
-17.5 at 64 on these machines), alongside a fixed low-concurrency profile."""
+load searched for the highest max concurrency at which p99 TPOT stays <= 12 ms (the tiny model
+meets it at a few concurrent requests and misses it at 128: about 6.6 ms at 8, 12 at 32 and
+17.5 at 64 on these machines, more in the first runs after a start), alongside a fixed
+low-concurrency profile."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ deployment: {tensor_parallel_size: 1, max_model_len: 4096}
 parameters:
   - {name: optimization_level, type: categorical, choices: [2], default: 2, flag: --optimization-level}
 """
-LIMIT = 10.0
+LIMIT = 12.0
 
 
 def test_a_capacity_trial_finds_the_load_where_its_slo_starts_to_fail(tmp_path, moe_model):
     (tmp_path / "space.yaml").write_text(SPACE)
     result = autotune(tmp_path, "run", "--profile", "low-concurrency", "--profile", "capacity",
-                      "--slo", f"p99_tpot_ms<={LIMIT:g}", "--load-range", "1,64",
+                      "--slo", f"p99_tpot_ms<={LIMIT:g}", "--load-range", "1,128",
                       "--model", moe_model, "--space", str(tmp_path / "space.yaml"),
                       "--study", "cap", "--trials", "1", "--repeats", "1", "--confirm", "0",
                       "--num-prompts", "8", "--input-len", "64", "--output-len", "32")
@@ -44,7 +45,7 @@ def test_a_capacity_trial_finds_the_load_where_its_slo_starts_to_fail(tmp_path, 
         by_load.setdefault(p.load, []).append(p.metrics["p99_tpot_ms"])
     assert statistics.fmean(by_load[b.load]) <= LIMIT < statistics.fmean(by_load[b.fail_load])
     # Bisected to the resolution, unless the noise near the limit spent the probe budget first.
-    assert b.fail_load / b.load <= 1.25 or "probe budget" in b.reason
+    assert b.fail_load / b.load <= 1.25 or b.fail_load - b.load <= 1 or "probe budget" in b.reason
     # The objective is the throughput sustained at the load met, measured there.
     runs = trial.results["capacity"].runs
     assert all(r["capacity_load"] == b.load for r in runs)

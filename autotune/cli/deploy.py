@@ -34,6 +34,23 @@ def cmd_make_model(args: argparse.Namespace) -> int:
     from autotune.shell.modelgen import make_model
 
     t0 = time.monotonic()
+    if args.constructed:
+        from autotune.shell.constructed import make_constructed
+
+        if args.trained or args.kind != "dense" or args.mtp:
+            raise ConfigError("--constructed makes a GLM-4-MoE+MTP model of its own: drop "
+                              "--kind, --mtp and --trained")
+        if args.mtp_acceptance is None:
+            raise ConfigError("--constructed needs --mtp-acceptance P (0..1), e.g. 0.8")
+        info = make_constructed(args.out, shape=args.constructed, mtp_acceptance=args.mtp_acceptance,
+                                seed=args.seed, reuse_base=args.reuse_base)
+        out.print(f"wrote a constructed {args.constructed} GLM-4-MoE+MTP model ({info.num_experts} "
+                  f"experts, MTP right for {args.mtp_acceptance:.0%} of tokens) to {args.out} in "
+                  f"{time.monotonic() - t0:.1f} s: {(Path(args.out) / 'constructed.json').read_text().strip()}",
+                  soft_wrap=True)
+        return 0
+    if args.mtp_acceptance is not None or args.reuse_base:
+        raise ConfigError("--mtp-acceptance and --reuse-base need --constructed SHAPE")
     info = make_model(args.out, kind=args.kind, mtp=args.mtp, seed=args.seed, trained=args.trained)
     out.print(f"wrote {info.architecture} ({'MoE, ' + str(info.num_experts) + ' experts' if info.is_moe else 'dense'}"
               f"{', MTP layers: ' + str(info.mtp_layers) if info.has_mtp else ''}) to {args.out} "
@@ -212,6 +229,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trained", action="store_true",
                    help="train base model and MTP head on a predictable synthetic language "
                         "(needs --kind moe --mtp; about a minute on CPU)")
+    p.add_argument("--constructed", metavar="SHAPE", choices=("tiny", "moe-25g"),
+                   help="constructed weights instead of random or trained ones: a GLM-4-MoE+MTP "
+                        "model that follows the synthetic language exactly and computes at full "
+                        "cost; tiny (CPU check) or moe-25g (25 GB, for a GPU)")
+    p.add_argument("--mtp-acceptance", type=float,
+                   help="with --constructed: share of tokens for which the MTP head is right")
+    p.add_argument("--reuse-base", metavar="DIR", help="with --constructed: link the base "
+                   "shards of a constructed model of the same shape and seed (only MTP differs)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(handler=cmd_make_model)
 

@@ -34,6 +34,7 @@ class ModelShape:
     native_context: int = 32768
     num_experts: int = 4
     moe_intermediate_size: int = 128
+    experts_per_tok: int = 2
 
 
 def describe(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
@@ -50,7 +51,7 @@ def describe(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = Model
     )
 
 
-def _write_tokenizer(out: Path, vocab_size: int) -> None:
+def write_tokenizer(out: Path, vocab_size: int) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -66,7 +67,7 @@ def _write_tokenizer(out: Path, vocab_size: int) -> None:
     fast.save_pretrained(out)
 
 
-def _config(kind: str, shape: ModelShape, mtp: bool):
+def hf_config(kind: str, shape: ModelShape, mtp: bool):
     from transformers import Glm4MoeConfig, LlamaConfig
 
     common = dict(
@@ -79,7 +80,8 @@ def _config(kind: str, shape: ModelShape, mtp: bool):
     if kind == "dense":
         return LlamaConfig(head_dim=shape.hidden_size // shape.num_heads, **common)
     return Glm4MoeConfig(
-        n_routed_experts=shape.num_experts, n_shared_experts=1, num_experts_per_tok=2,
+        n_routed_experts=shape.num_experts, n_shared_experts=1,
+        num_experts_per_tok=shape.experts_per_tok,
         moe_intermediate_size=shape.moe_intermediate_size, first_k_dense_replace=0,
         n_group=1, topk_group=1, num_mtp_layers=1 if mtp else 0, **common,
     )
@@ -145,7 +147,7 @@ def make_model(
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    config = _config(kind, shape, mtp)
+    config = hf_config(kind, shape, mtp)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32 if trained else
                                              torch.bfloat16)
     trained_mtp: dict = {}
@@ -161,7 +163,7 @@ def make_model(
             "mtp_accuracy": round(report.mtp_accuracy, 4),
         }, indent=2) + "\n")
     model.save_pretrained(path, safe_serialization=True)
-    _write_tokenizer(path, shape.vocab_size)
+    write_tokenizer(path, shape.vocab_size)
     cfg_path = path / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["head_dim"] = shape.hidden_size // shape.num_heads  # vLLM's GLM-4-MoE reads it

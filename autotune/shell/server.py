@@ -378,6 +378,16 @@ class Deployment:
             self.log_text()
         )
 
+    def gpu_used_mib(self) -> int | None:
+        """GPU memory this deployment holds now (NVML, over its GPUs, less what they held
+        before launch); None off GPUs or without NVML."""
+        if self._gpu_baseline is None:
+            return None
+        from autotune.shell.gpu import nvml_used_mib
+
+        now = nvml_used_mib(list(self._gpu_baseline))
+        return sum(now[i] - self._gpu_baseline[i] for i in self._gpu_baseline)
+
     def rss_bytes(self) -> int:
         """Resident memory of every process of the deployment, summed (Linux /proc)."""
         total = 0

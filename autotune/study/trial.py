@@ -182,10 +182,12 @@ def run_trial(
     results: dict[str, ProfileResult] = {}
     searches: dict[str, CapacitySearch] = {}
     bench_s = 0.0
+    gpu_mib: int | None = None
     try:
         with dep:
             b0 = time.monotonic()
             try:
+                gpu_mib = dep.gpu_used_mib()
                 results, searches = _bench(dep, plan, setup.workdir, on_phase, files)
             except _InvalidRun as exc:
                 if not dep.is_serving():
@@ -203,7 +205,7 @@ def run_trial(
     return Measurement(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
         bench_s=bench_s, wall_s=time.monotonic() - t0, results=results if not failure else {},
-        capacity=searches if not failure else {},
+        capacity=searches if not failure else {}, gpu_memory_mib=gpu_mib,
         files=tuple(files), teardown_clean=report.clean if report else True,
         vllm_version=vllm_version(), hardware=hardware_description(),
     )
