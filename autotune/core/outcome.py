@@ -62,6 +62,7 @@ class Measurement:
     capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
     files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
     teardown_clean: bool = True
+    teardown_s: float = 0.0
     gpu_memory_mib: int | None = None  # held by the server once ready (NVML; GPUs only)
     vllm_version: str = ""
     hardware: str = ""
@@ -93,6 +94,7 @@ class TrialOutcome:
     wall_s: float | None = None
     trial_wall_s: float | None = None
     teardown_clean: bool | None = None
+    teardown_s: float | None = None
     gpu_memory_mib: int | None = None
     vllm_version: str = ""
     hardware: str = ""
@@ -135,7 +137,7 @@ class TrialOutcome:
             failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
             startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
             wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,
-            gpu_memory_mib=m.gpu_memory_mib,
+            teardown_s=round(m.teardown_s, 3), gpu_memory_mib=m.gpu_memory_mib,
             vllm_version=m.vllm_version, hardware=m.hardware,
         )
 

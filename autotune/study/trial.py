@@ -207,5 +207,6 @@ def run_trial(
         bench_s=bench_s, wall_s=time.monotonic() - t0, results=results if not failure else {},
         capacity=searches if not failure else {}, gpu_memory_mib=gpu_mib,
         files=tuple(files), teardown_clean=report.clean if report else True,
+        teardown_s=report.seconds if report else 0.0,
         vllm_version=vllm_version(), hardware=hardware_description(),
     )
