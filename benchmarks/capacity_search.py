@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.core.capacity import CapacitySpec, goodput_limits, parse_limit, search
-from autotune.core.metrics import KNOWN_METRICS, SloLimits, flat_metrics
+from autotune.core.metrics import KNOWN_METRICS, flat_metrics
 from autotune.core.profiles import get_profile
 from autotune.core.slots import Slot
 from autotune.shell.client import Target, run_profile
@@ -79,8 +79,7 @@ def main() -> None:
     profile = dataclasses.replace(get_profile("capacity"), num_prompts=args.num_prompts,
                                   input_len=args.input_len, output_len=args.output_len,
                                   capacity=spec)
-    good = goodput_limits(spec)
-    slo = SloLimits(good.get("ttft"), good.get("tpot"), good.get("e2el"))
+    slo = goodput_limits(spec)
     work = Path(tempfile.mkdtemp(prefix="capacity-bench-"))
     info = make_model(work / "model", kind="moe", mtp=True, seed=0)
     model = info.name

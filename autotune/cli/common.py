@@ -81,7 +81,7 @@ def _with_load(profile: WorkloadProfile, args: argparse.Namespace) -> WorkloadPr
     try:
         spec = dataclasses.replace(profile.capacity, **changes)
     except ConfigError as exc:
-        raise ConfigError(f"--load-range {bounds}: {exc}") from None
+        raise ConfigError(f"--load {load or profile.capacity.load} --load-range {bounds}: {exc}") from None
     return dataclasses.replace(profile, capacity=spec)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from autotune.core.metrics import SloLimits
 from autotune.errors import ConfigError
 
 LOADS = ("concurrency", "rate")
@@ -353,12 +354,12 @@ def cell(search: CapacitySearch) -> str:
     return f"{b.load:g}+" if b.fail_load is None else f"{b.load:g} of {b.fail_load:g}"
 
 
-def goodput_limits(spec: CapacitySpec) -> dict[str, float]:
-    """Per-request limits for goodput (ttft/tpot/e2el in ms) implied by the SLOs: a request
-    counts as good when it meets the tightest limit on each latency it is judged by."""
+def goodput_limits(spec: CapacitySpec) -> SloLimits:
+    """Per-request limits for goodput implied by the SLOs: a request counts as good when it
+    meets the tightest limit on each latency (TTFT, TPOT, E2EL) an SLO names."""
     out: dict[str, float] = {}
     for lim in spec.limits:
         kind = lim.metric.split("_")[1] if lim.metric.count("_") >= 2 else ""
         if lim.op == "<=" and kind in ("ttft", "tpot", "e2el"):
             out[kind] = min(out.get(kind, math.inf), lim.limit)
-    return out
+    return SloLimits(ttft_ms=out.get("ttft"), tpot_ms=out.get("tpot"), e2el_ms=out.get("e2el"))

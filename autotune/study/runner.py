@@ -60,15 +60,15 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
+REFS_ENQUEUED = "references_enqueued"
+UID = "uid"  # random id of the study, in the trial marker of every server it starts
+TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
+MAX_RESAMPLES = 10  # consecutive duplicate samples before a duplicate is measured again
 
 
 def capacity_key(profile: str) -> str:
     """Constraint: > 0 when no load of the capacity profile met its SLOs."""
     return f"{profile}:capacity"
-REFS_ENQUEUED = "references_enqueued"
-UID = "uid"  # random id of the study, in the trial marker of every server it starts
-TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
-MAX_RESAMPLES = 10  # consecutive duplicate samples before a duplicate is measured again
 
 
 class Progress(Protocol):
@@ -356,8 +356,9 @@ class StudyRunner:
                 outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED,
                                               failure_message=f"past the SLO {', '.join(past)}")
             elif none:
-                outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED, failure_message="; ".join(
-                    f"{s.profile}: {describe_capacity(s)}" for s in none))
+                outcome = dataclasses.replace(
+                    outcome, failure=FailureClass.SLO_VIOLATED,
+                    failure_message="; ".join(f"{s.profile}: {describe_capacity(s)}" for s in none))
             constraints = {FEASIBLE: 0.0, **violations, **{
                 capacity_key(p): float(any(s.profile == p for s in none))
                 for p in plan.capacity_profiles}}

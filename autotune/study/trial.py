@@ -23,7 +23,7 @@ from autotune.core.capacity import (
     goodput_limits,
     search,
 )
-from autotune.core.metrics import SloLimits, flat_metrics, to_vllm_json
+from autotune.core.metrics import flat_metrics, to_vllm_json
 from autotune.core.objectives import Objective
 from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
@@ -77,9 +77,7 @@ def _search_capacity(dep: Deployment, target: Target, profile: WorkloadProfile, 
     """Probe loads on this deployment until the search finds the boundary."""
     spec = profile.capacity
     assert spec is not None
-    goodput = goodput_limits(spec)
-    slo = SloLimits(ttft_ms=goodput.get("ttft"), tpot_ms=goodput.get("tpot"),
-                    e2el_ms=goodput.get("e2el"))
+    slo = goodput_limits(spec)
     count = 0
 
     def measure(load: float, why: str) -> dict[str, float]:
@@ -126,12 +124,11 @@ def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
     order = sorted(enumerate(plan.profiles), key=lambda ip: ip[1].capacity is not None)
     for p_index, profile in order:
         if profile.capacity is not None:
-            search = _search_capacity(dep, target, profile, plan, plan.seed * 1000 + p_index * 100,
-                                      results, workdir, on_phase, files)
-            searches[profile.name] = search
-            if search.boundary.found:
-                results[profile.name] = ProfileResult(profile.name,
-                                                      tuple(search.runs_at_boundary()))
+            found = _search_capacity(dep, target, profile, plan, plan.seed * 1000 + p_index * 100,
+                                     results, workdir, on_phase, files)
+            searches[profile.name] = found
+            if found.boundary.found:
+                results[profile.name] = ProfileResult(profile.name, tuple(found.runs_at_boundary()))
             continue
         runs = []
         for r in range(plan.repeats):
