@@ -153,3 +153,19 @@ def test_bad_profile_files_are_one_line_errors_naming_file_and_field(text, messa
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as err:
         parse_profiles(text, "my.yaml")
     assert "\n" not in str(err.value)
+
+
+def test_the_noise_of_a_capacity_objective_pools_every_load_measured_more_than_once():
+    from autotune.core.analysis import noise_of
+    from autotune.core.outcome import ProfileResult, TrialOutcome
+
+    probes = (Probe(8, {"output_throughput": 100.0}), Probe(8, {"output_throughput": 110.0}),
+              Probe(16, {"output_throughput": 200.0}), Probe(16, {"output_throughput": 180.0}),
+              Probe(32, {"output_throughput": 300.0}))  # met at 16, missed at 32 (one run)
+    found = CapacitySearch("cap", "concurrency", (TTFT.text,), Boundary(16, 32, 20, "", 5), probes)
+    t = TrialOutcome(0, params={}, capacity={"cap": found},
+                     results={"cap": ProfileResult("cap", tuple(found.runs_at_boundary()))})
+    noise = noise_of([t]).of("cap:output_throughput")
+    assert noise.df == 2  # two loads measured twice; the single run at 32 adds nothing
+    expected = math.sqrt(((math.log(100 / 110) / 2) ** 2 * 2 + (math.log(200 / 180) / 2) ** 2 * 2) / 2)
+    assert noise.log_sd == pytest.approx(expected)

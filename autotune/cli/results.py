@@ -77,7 +77,7 @@ def print_front(data: StudyData, title: str) -> bool:
 
 def print_front_and_recommendations(data: StudyData, title: str) -> None:
     if print_front(data, title):
-        for use in USES if len(data.objectives) > 1 else USES[-1:]:  # one objective: one best
+        for use in USES if len(data.objectives) > 1 else ("throughput",):  # one objective: the best
             out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
 
 

@@ -97,14 +97,21 @@ def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
 
 
 def noise_of(outcomes: Sequence[TrialOutcome]) -> NoiseModel:
-    """Pooled noise per ``profile:metric`` from the repeats of every feasible trial."""
+    """Pooled noise per ``profile:metric`` from the repeats of every feasible trial; for a
+    capacity profile, from the runs at every load its search measured more than once."""
     groups: dict[str, list[list[float]]] = defaultdict(list)
     for t in outcomes:
         if not t.feasible:
             continue
         for profile, result in t.results.items():
+            if profile in t.capacity:
+                continue  # below: every load a search measured more than once
             for metric in (result.runs[0] if result.runs else {}):
                 groups[f"{profile}:{metric}"].append(result.values(metric))
+        for profile, found in t.capacity.items():
+            for runs in found.runs_by_load().values():
+                for metric in runs[0]:
+                    groups[f"{profile}:{metric}"].append([r[metric] for r in runs if metric in r])
     return pooled_noise(groups)
 
 

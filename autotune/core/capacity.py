@@ -310,6 +310,12 @@ class CapacitySearch:
     boundary: Boundary
     probes: tuple[Probe, ...] = ()
 
+    def runs_by_load(self) -> dict[float, list[Mapping[str, float]]]:
+        by_load: dict[float, list[Mapping[str, float]]] = {}
+        for p in self.probes:
+            by_load.setdefault(p.load, []).append(p.metrics)
+        return by_load
+
     def runs_at_boundary(self) -> list[dict[str, float]]:
         """The runs at the boundary load, with ``capacity_load``: the profile's result."""
         if not self.boundary.found:
