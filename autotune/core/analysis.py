@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.core.capacity import Incumbent
+from autotune.core.capacity import Incumbent, by_load
 from autotune.core.objectives import Objective
 from autotune.core.outcome import TrialOutcome, Value
 from autotune.core.pareto import knee, pareto_front
@@ -109,7 +109,7 @@ def noise_of(outcomes: Sequence[TrialOutcome]) -> NoiseModel:
             for metric in (result.runs[0] if result.runs else {}):
                 groups[f"{profile}:{metric}"].append(result.values(metric))
         for profile, found in t.capacity.items():
-            for runs in found.runs_by_load().values():
+            for runs in by_load(found.probes).values():
                 for metric in runs[0]:
                     groups[f"{profile}:{metric}"].append([r[metric] for r in runs if metric in r])
     return pooled_noise(groups)

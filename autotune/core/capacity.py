@@ -165,12 +165,17 @@ def judge(spec: CapacitySpec, load: float, runs: Sequence[Mapping[str, float]]) 
     return LoadVerdict(load, n, verdict, sure, means)
 
 
+def by_load(probes: Sequence[Probe]) -> dict[float, list[Mapping[str, float]]]:
+    """The runs of ``probes`` grouped by load, in load order."""
+    out: dict[float, list[Mapping[str, float]]] = {}
+    for p in sorted(probes, key=lambda p: p.load):
+        out.setdefault(p.load, []).append(p.metrics)
+    return out
+
+
 def verdicts(spec: CapacitySpec, probes: Sequence[Probe]) -> list[LoadVerdict]:
     """One verdict per load probed, in load order."""
-    by_load: dict[float, list[Mapping[str, float]]] = {}
-    for p in probes:
-        by_load.setdefault(p.load, []).append(p.metrics)
-    return [judge(spec, load, runs) for load, runs in sorted(by_load.items())]
+    return [judge(spec, load, runs) for load, runs in by_load(probes).items()]
 
 
 @dataclass(frozen=True)
@@ -309,12 +314,6 @@ class CapacitySearch:
     limits: tuple[str, ...]
     boundary: Boundary
     probes: tuple[Probe, ...] = ()
-
-    def runs_by_load(self) -> dict[float, list[Mapping[str, float]]]:
-        by_load: dict[float, list[Mapping[str, float]]] = {}
-        for p in self.probes:
-            by_load.setdefault(p.load, []).append(p.metrics)
-        return by_load
 
     def runs_at_boundary(self) -> list[dict[str, float]]:
         """The runs at the boundary load, with ``capacity_load``: the profile's result."""

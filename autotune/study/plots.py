@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from autotune.core.capacity import CapacitySearch, Limit, parse_limit
+from autotune.core.capacity import CapacitySearch, Limit, describe, parse_limit
 from autotune.core.metrics import KNOWN_METRICS
 
 COLORS = ("#d9480f", "#1c7ed6", "#2b8a3e", "#862e9c", "#e67700", "#495057")
@@ -31,7 +31,7 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
             x = [p.load for p in probes if limit.metric in p.metrics]
             y = [p.metrics[limit.metric] for p in probes if limit.metric in p.metrics]
             ax.plot(x, y, "o-", color=color, markersize=5, linewidth=1.2, alpha=0.9,
-                    label=f"{label}: {_ends(search)}")
+                    label=f"{label}: {describe(search)}")
             b = search.boundary
             if b.found:
                 ax.axvspan(b.load, b.fail_load or b.load, color=color, alpha=0.12)
@@ -48,9 +48,3 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
     fig.savefig(path)
     plt.close(fig)
 
-
-def _ends(search: CapacitySearch) -> str:
-    b = search.boundary
-    if not b.found:
-        return "below an incumbent" if b.below_incumbent is not None else "no load met"
-    return f"met at {b.load:g}" + (f", not at {b.fail_load:g}" if b.fail_load else "")
