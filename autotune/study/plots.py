@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from autotune.core.capacity import CapacitySearch, Limit, describe, parse_limit
+from autotune.core.capacity import CapacitySearch, Limit, by_load, describe, parse_limit
 from autotune.core.metrics import KNOWN_METRICS
 
 COLORS = ("#d9480f", "#1c7ed6", "#2b8a3e", "#862e9c", "#e67700", "#495057")
@@ -20,6 +20,7 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     first = next(iter(searches.values()))
     limits: list[Limit] = [parse_limit(t, "stored SLO", KNOWN_METRICS) for t in first.limits]
@@ -27,11 +28,13 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
                              squeeze=False)
     for ax, limit in zip(axes[0], limits, strict=True):
         for (label, search), color in zip(searches.items(), COLORS * 10, strict=False):
-            probes = sorted(search.probes, key=lambda p: p.load)
-            x = [p.load for p in probes if limit.metric in p.metrics]
-            y = [p.metrics[limit.metric] for p in probes if limit.metric in p.metrics]
-            ax.plot(x, y, "o-", color=color, markersize=5, linewidth=1.2, alpha=0.9,
-                    label=f"{label}: {describe(search)}")
+            runs = {load: [r[limit.metric] for r in rs if limit.metric in r]
+                    for load, rs in by_load(search.probes).items()}
+            runs = {load: v for load, v in runs.items() if v}
+            ax.scatter([x for x, v in runs.items() for _ in v], [y for v in runs.values() for y in v],
+                       s=14, color=color, alpha=0.45)
+            ax.plot(list(runs), [sum(v) / len(v) for v in runs.values()], "o-", color=color,
+                    markersize=6, linewidth=1.4, label=f"{label}: {describe(search)}")
             b = search.boundary
             if b.found:
                 ax.axvspan(b.load, b.fail_load or b.load, color=color, alpha=0.12)
@@ -39,9 +42,13 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
         ax.axhline(limit.limit, color="#343a40", linestyle="--", linewidth=1,
                    label=f"SLO {limit.text}")
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("max concurrency" if first.load == "concurrency" else "request rate (req/s)")
         ax.set_ylabel(f"{limit.metric} (ms)" if limit.metric.endswith("_ms") else limit.metric)
-        ax.set_title(f"{limit.metric} against load; band: met ... not met", fontsize=10)
+        ax.set_title(f"{limit.metric} against load: runs (dots), their mean (line); band: "
+                     "met ... not met", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
