@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.core.capacity import CapacitySpec, goodput_limits, parse_limit, search
-from autotune.core.metrics import KNOWN_METRICS, flat_metrics
+from autotune.core.metrics import flat_metrics
 from autotune.core.profiles import get_profile
 from autotune.core.slots import Slot
 from autotune.shell.client import Target, run_profile
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=32)
     args = ap.parse_args()
     console = Console()
-    limit = parse_limit(args.slo, "--slo", KNOWN_METRICS)
+    limit = parse_limit(args.slo, f"--slo {args.slo!r}")
     spec = CapacitySpec(low=args.low, high=args.high, limits=(limit,))
     profile = dataclasses.replace(get_profile("capacity"), num_prompts=args.num_prompts,
                                   input_len=args.input_len, output_len=args.output_len,

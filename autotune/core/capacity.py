@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from autotune.core.metrics import SloLimits
+from autotune.core.metrics import KNOWN_METRICS, SloLimits, unit_of
 from autotune.errors import ConfigError
 
 LOADS = ("concurrency", "rate")
@@ -61,20 +61,23 @@ class Limit:
         return past if self.op == "<=" else -past
 
 
-def parse_limit(text: str, where: str, known: Sequence[str]) -> Limit:
+def parse_limit(text: str, where: str) -> Limit:
+    """``METRIC<=LIMIT`` or ``>=``; a one-line ConfigError starting with ``where`` (the flag or
+    file field and the text given) otherwise."""
     m = _LIMIT.match(text)
     if not m:
-        raise ConfigError(f"{where} {text!r}: expected METRIC<=LIMIT, e.g. 'p99_ttft_ms<=2000'")
+        raise ConfigError(f"{where}: expected METRIC<=LIMIT, e.g. 'p99_ttft_ms<=2000'")
     metric, op = m.group(1), m.group(2)
-    if metric not in known:
-        raise ConfigError(f"{where} {text!r}: unknown metric {metric!r}; e.g. p99_ttft_ms, "
-                          "p99_tpot_ms, p99_e2el_ms, mean_ttft_ms")
+    if metric not in KNOWN_METRICS:
+        raise ConfigError(f"{where}: unknown metric {metric!r}; e.g. mean_ttft_ms, p99_ttft_ms, "
+                          "p99_tpot_ms, p99_e2el_ms, output_throughput")
     try:
         limit = float(m.group(3))
     except ValueError:
-        raise ConfigError(f"{where} {text!r}: limit {m.group(3)!r} is not a number") from None
+        raise ConfigError(f"{where}: limit {m.group(3)!r} is not a number") from None
     if not math.isfinite(limit) or limit <= 0:
-        raise ConfigError(f"{where} {text!r}: the limit must be a positive number")
+        raise ConfigError(f"{where}: the limit must be a positive number of {unit_of(metric)}, "
+                          f"got {m.group(3)}")
     return Limit(metric, op, limit)
 
 

@@ -210,6 +210,15 @@ def summarize(
     )
 
 
+def unit_of(metric: str) -> str:
+    """The unit of a metric named by its vLLM key (``capacity_load``: the load searched)."""
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric == "capacity_load":
+        return "load"
+    return "req/s" if metric.startswith("request") else "tok/s"
+
+
 def _pct_key(p: float) -> str:
     return str(int(p)) if float(p).is_integer() else str(p)
 

@@ -23,8 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autotune.core.capacity import Limit
-from autotune.core.metrics import KNOWN_METRICS
+from autotune.core.capacity import Limit, parse_limit
+from autotune.core.metrics import KNOWN_METRICS, unit_of
 from autotune.core.profiles import WorkloadProfile
 from autotune.errors import ConfigError
 
@@ -32,14 +32,6 @@ DIRECTIONS = {"min": "minimize", "max": "maximize", "minimize": "minimize", "max
 LABELS = {"output_throughput": "output throughput", "request_throughput": "request throughput",
           "total_token_throughput": "total token throughput", "request_goodput": "goodput",
           "capacity_load": "load carried"}
-
-
-def unit_of(metric: str) -> str:
-    if metric.endswith("_ms"):
-        return "ms"
-    if metric == "capacity_load":
-        return "load"
-    return "req/s" if metric.startswith("request") else "tok/s"
 
 
 def natural_direction(metric: str) -> str:
@@ -137,7 +129,7 @@ def objective_values(objectives: Sequence[Objective],
     return [float(means[o.profile][o.metric]) for o in objectives]
 
 
-_SLO = re.compile(r"^\s*([\w.-]+):(\w+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
+_SLO = re.compile(r"^\s*([\w.-]+):(.+)$")
 
 
 @dataclass(frozen=True)
@@ -188,19 +180,8 @@ def parse_slo(text: str, profiles: Sequence[str]) -> Slo:
         raise ConfigError(
             f"--slo {text!r}: expected PROFILE:METRIC<=LIMIT, e.g. 'high-concurrency:p99_ttft_ms<=5000'"
         )
-    profile, metric, op = m.group(1), m.group(2), m.group(3)
-    try:
-        limit = float(m.group(4))
-    except ValueError:
-        raise ConfigError(f"--slo {text!r}: limit {m.group(4)!r} is not a number") from None
+    profile = m.group(1)
     if profile not in profiles:
         raise ConfigError(f"--slo {text!r}: profile {profile!r} is not run; run: {list(profiles)}")
-    if metric not in KNOWN_METRICS:
-        raise ConfigError(
-            f"--slo {text!r}: unknown metric {metric!r}; e.g. mean_ttft_ms, p99_ttft_ms, "
-            "mean_tpot_ms, p99_e2el_ms, output_throughput"
-        )
-    if not math.isfinite(limit) or limit <= 0:
-        raise ConfigError(f"--slo {text!r}: the limit must be a positive number of "
-                          f"{unit_of(metric)}, got {m.group(4)}")
-    return Slo(profile, metric, op, limit)
+    limit = parse_limit(m.group(2), f"--slo {text!r}")
+    return Slo(profile, limit.metric, limit.op, limit.limit)

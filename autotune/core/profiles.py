@@ -19,7 +19,6 @@ from typing import Any
 import yaml
 
 from autotune.core.capacity import CapacitySpec, Limit, parse_limit
-from autotune.core.metrics import KNOWN_METRICS
 from autotune.errors import ConfigError
 
 BUILTIN_YAML = """
@@ -102,8 +101,7 @@ FIELDS = {f.name for f in dataclasses.fields(WorkloadProfile)} - {"name", "capac
 CAPACITY_FIELDS = {f.name for f in dataclasses.fields(CapacitySpec)} - {"limits"}
 
 
-def profile_from_dict(name: str, data: Mapping[str, Any], source: str,
-                      known_metrics: tuple[str, ...] = ()) -> WorkloadProfile:
+def profile_from_dict(name: str, data: Mapping[str, Any], source: str) -> WorkloadProfile:
     """A profile from a mapping of ``WorkloadProfile`` fields; ``capacity`` a mapping of
     ``CapacitySpec`` fields with ``slo`` a list of ``METRIC<=LIMIT``."""
     where = f"{source}: profile {name!r}"
@@ -122,7 +120,7 @@ def profile_from_dict(name: str, data: Mapping[str, Any], source: str,
         if bad:
             raise ConfigError(f"{where}: unknown capacity field(s) {', '.join(sorted(bad))}; "
                               f"valid: {', '.join(sorted(CAPACITY_FIELDS | {'slo'}))}")
-        limits = tuple(parse_limit(str(t), f"{where}: slo", known_metrics or KNOWN_METRICS)
+        limits = tuple(parse_limit(str(t), f"{where}: slo {str(t)!r}")
                        for t in capacity.get("slo") or ())
         try:
             kwargs["capacity"] = CapacitySpec(

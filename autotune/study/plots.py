@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from autotune.core.capacity import CapacitySearch, Limit, by_load, describe, parse_limit
-from autotune.core.metrics import KNOWN_METRICS
 
 COLORS = ("#d9480f", "#1c7ed6", "#2b8a3e", "#862e9c", "#e67700", "#495057")
 
@@ -23,7 +22,7 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     first = next(iter(searches.values()))
-    limits: list[Limit] = [parse_limit(t, "stored SLO", KNOWN_METRICS) for t in first.limits]
+    limits: list[Limit] = [parse_limit(t, f"stored SLO {t!r}") for t in first.limits]
     fig, axes = plt.subplots(1, len(limits), figsize=(6.5 * len(limits), 4.5), dpi=110,
                              squeeze=False)
     for ax, limit in zip(axes[0], limits, strict=True):
