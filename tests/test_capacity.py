@@ -15,8 +15,8 @@ from autotune.core.capacity import (
     Limit,
     Probe,
     choose_incumbent,
-    next_step,
 )
+from autotune.core.capacity import search as capacity_search
 from autotune.core.profiles import parse_profiles
 from autotune.errors import ConfigError
 
@@ -31,15 +31,17 @@ def smooth(knee: float):
 
 def search(spec: CapacitySpec, curve, noise: float = 0.0, seed: int = 0,
            incumbent: Incumbent | None = None) -> tuple[Boundary, list[float]]:
+    """The real search over ``curve``, its p99 TTFT with log-normal noise of sd ``noise``;
+    returns where it ended and the loads it probed, in order."""
     rng = np.random.default_rng(seed)
-    probes: list[Probe] = []
-    while True:
-        step = next_step(spec, probes, incumbent)
-        if step.boundary is not None:
-            return step.boundary, [p.load for p in probes]
-        m = dict(curve(step.load))
+
+    def measure(load: float, why: str) -> dict[str, float]:
+        m = dict(curve(load))
         m["p99_ttft_ms"] *= math.exp(rng.normal(0, noise)) if noise else 1.0
-        probes.append(Probe(step.load, m))
+        return m
+
+    found = capacity_search("capacity", spec, measure, incumbent)
+    return found.boundary, [p.load for p in found.probes]
 
 
 def test_a_step_curve_is_bracketed_within_the_resolution():

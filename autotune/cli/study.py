@@ -254,10 +254,8 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
     for t in trials:
         if t.skipped:
             continue  # a duplicate or over-budget claim, given back before deploying
-        below = [s for s in t.capacity.values() if s.boundary.below_incumbent is not None]
-        result = "ok" if t.feasible else t.failure.value if t.failure else "dominated" if below else (
-            f"worker lost, retried as #{retried_as[t.number]}" if t.number in retried_as
-            else t.state)
+        result = (f"worker lost, retried as #{retried_as[t.number]}"
+                  if t.number in retried_as and t.status == t.state else t.status)
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         changes = data.differences(t)

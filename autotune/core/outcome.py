@@ -114,6 +114,19 @@ class TrialOutcome:
                 and all(s.boundary.found for s in self.capacity.values()))
 
     @property
+    def dominated(self) -> bool:
+        """Complete and served, but a capacity search stopped below an incumbent's load."""
+        return self.state == "complete" and self.failure is None and any(
+            s.boundary.below_incumbent is not None for s in self.capacity.values())
+
+    @property
+    def status(self) -> str:
+        """For tables: ok, the failure class, dominated, or Optuna's state."""
+        if self.feasible:
+            return "ok"
+        return self.failure.value if self.failure else "dominated" if self.dominated else self.state
+
+    @property
     def key(self) -> str:
         return params_key(self.params)
 

@@ -26,7 +26,7 @@ def trial_note(t, data: StudyData) -> str:
     against the baseline, launch flags."""
     title = f"## Trial {t.number}" + (f": reference `{t.reference}`" if t.reference else "")
     lines = [title, ""]
-    if t.feasible or (t.state == "complete" and t.failure is None and t.capacity):
+    if t.feasible or t.dominated:
         lines.append(f"Ready in {t.startup_s or 0:.0f} s.")
     else:
         lines += [f"**Infeasible: {t.failure.value if t.failure else t.state}**", "",

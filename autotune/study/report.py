@@ -259,8 +259,7 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     head = ["trial", "status", *[o.name for o in data.objectives], f"differs from {data.reference_point}"]
     rows = []
     for t in outcomes(study):
-        cells = [t.label, "ok" if t.feasible else (t.failure.value if t.failure else
-                                                    "dominated" if t.capacity else t.state)]
+        cells = [t.label, t.status]
         cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
         cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
