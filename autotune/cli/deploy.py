@@ -27,6 +27,7 @@ from autotune.core.flags import to_argv
 from autotune.core.metrics import SloLimits, to_vllm_json
 from autotune.core.space import ModelContext, inapplicable, resolve_references, sample, space_size
 from autotune.errors import AutotuneError, ConfigError
+from autotune.shell.constructed import SHAPES
 from autotune.shell.files import read_model_info, read_references, read_space
 
 
@@ -229,7 +230,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trained", action="store_true",
                    help="train base model and MTP head on a predictable synthetic language "
                         "(needs --kind moe --mtp; about a minute on CPU)")
-    p.add_argument("--constructed", metavar="SHAPE", choices=("tiny", "moe-25g"),
+    p.add_argument("--constructed", metavar="SHAPE", choices=tuple(SHAPES),
                    help="constructed weights instead of random or trained ones: a GLM-4-MoE+MTP "
                         "model that follows the synthetic language exactly and computes at full "
                         "cost; tiny (CPU check) or moe-25g (25 GB, for a GPU)")
