@@ -33,7 +33,7 @@ from autotune.core.capacity import describe as describe_capacity
 from autotune.core.outcome import TrialOutcome
 from autotune.core.slots import Slot
 from autotune.errors import ConfigError
-from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, PlanRequest, StudyPlan
+from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, PlanRequest, StudyPlan
 from autotune.study.trial import TrialSetup
 
 CONFIRM_ROUNDS = 2
@@ -112,7 +112,8 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
     return PlanRequest(
         workdir=Path(args.workdir), profiles=profiles_of(args, names), model=args.model,
         space_path=args.space, references_path=args.references if args.seed_references else None,
-        trials=args.trials, repeats=args.repeats, seed=args.seed, study_name=args.study,
+        trials=args.trials, repeats=args.repeats, seed=args.seed, sampler=args.sampler,
+        study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
         describe_only=args.dry_run,
@@ -290,6 +291,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=2,
                    help="runs per profile per deployment (default 2: the noise is measured)")
     p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+                   help="tpe (default; chosen by replaying samplers against a recorded table, "
+                        "see README 'Which sampler'), random, nsga2 or gp")
     p.add_argument("--objective", action="append", default=[],
                    help="PROFILE:METRIC[:min|max] (repeatable; default: mean E2EL at the lowest "
                         "concurrency against output throughput at the highest)")

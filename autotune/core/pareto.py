@@ -41,3 +41,15 @@ def knee(front: Sequence[T], costs: Costs) -> T:
                             for x, lo, hi in zip(p, lows, highs, strict=True)])
 
     return min(zip(front, points, strict=True), key=lambda fp: distance(fp[1]))[0]
+
+
+def hypervolume_2d(points: Sequence[Sequence[float]], reference: Sequence[float]) -> float:
+    """The area that ``points`` dominate (both costs minimized), bounded by ``reference``;
+    points not better than the reference on both costs add nothing."""
+    inside = sorted((x, y) for x, y in points if x < reference[0] and y < reference[1])
+    area, floor = 0.0, reference[1]
+    for x, y in inside:  # left to right: each lower point adds a strip to the reference
+        if y < floor:
+            area += (reference[0] - x) * (floor - y)
+            floor = y
+    return area

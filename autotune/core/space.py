@@ -9,6 +9,7 @@ Nothing here launches, imports vLLM or touches the network.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -474,6 +475,18 @@ def resolve_references(
             seen[key] = ref.name
             out.append(ResolvedReference(ref.name, params))
     return tuple(out)
+
+
+def grid_points(space: SearchSpace) -> list[Params]:
+    """Every combination of a space of categorical and bool parameters, in the space's order
+    (the last parameter varies fastest)."""
+    choices = []
+    for p in space.parameters:
+        if p.type not in ("bool", "categorical"):
+            raise SpaceError(f"{space.path}: parameter {p.name!r} is {p.type}; a grid needs "
+                             "categorical and bool parameters only")
+        choices.append((False, True) if p.type == "bool" else p.choices)
+    return [dict(zip(space.names, values, strict=True)) for values in itertools.product(*choices)]
 
 
 def space_size(space: SearchSpace, ctx: ModelContext) -> float:

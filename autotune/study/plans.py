@@ -32,6 +32,7 @@ from autotune.study.trial import BenchPlan
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
+SAMPLERS = ("tpe", "random", "nsga2", "gp")  # built by runner.make_sampler; tpe is the default
 PLAN_ATTR = "plan"
 BUDGET_ATTR = "budget"
 # What must agree between `run`s that join one study (the budget and seed may change).
@@ -52,6 +53,7 @@ class PlanRequest:
     trials: int = 10
     repeats: int = 1
     seed: int | None = None
+    sampler: str = "tpe"
     study_name: str | None = None
     storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
     objectives: tuple[str, ...] = ()  # PROFILE:METRIC[:min|max]; empty: the default pair
@@ -77,6 +79,7 @@ class StudyPlan:
     max_model_len: int
     references: ReferenceSet | None = None
     seed: int | None = None
+    sampler: str = "tpe"
     slos: tuple[Slo, ...] = ()
     confirm: int = 0
 
@@ -127,6 +130,8 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
         raise ConfigError(f"--profile: each profile once, got {names}")
     if request.trials < 1 or request.repeats < 1 or request.confirm < 0:
         raise ConfigError("--trials and --repeats must be >= 1, --confirm >= 0")
+    if request.sampler not in SAMPLERS:
+        raise ConfigError(f"--sampler {request.sampler!r}: valid samplers are {', '.join(SAMPLERS)}")
     if request.tp is not None and request.tp < 1:
         raise ConfigError(f"--tp {request.tp}: must be >= 1")
     storage = storage_url(request.storage, f"sqlite:///{request.workdir / 'autotune.db'}")
@@ -160,7 +165,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
         storage=storage, workdir=request.workdir,
         max_model_len=(request.max_model_len or space.deployment.max_model_len
                        or model.native_context),
-        references=references, seed=request.seed, slos=slos, confirm=request.confirm,
+        references=references, seed=request.seed, sampler=request.sampler, slos=slos, confirm=request.confirm,
     )
 
 
@@ -176,6 +181,7 @@ def plan_attr(plan: StudyPlan) -> dict[str, Any]:
         "repeats": plan.bench.repeats,
         "slos": [slo.key for slo in plan.slos],
         "seed": plan.seed,
+        "sampler": plan.sampler,
         "confirm": plan.confirm,
         "defaults": {p.name: p.default for p in plan.space.parameters},
     }
@@ -211,7 +217,7 @@ def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: s
         workdir=workdir, profiles=stored_profiles(study),
         model=model or stored["model"], space_path=stored["space_path"],
         space_yaml=stored["space_yaml"], trials=budget, repeats=stored["repeats"],
-        seed=stored["seed"], study_name=study.study_name, storage=storage,
+        seed=stored["seed"], sampler=stored.get("sampler", "tpe"), study_name=study.study_name, storage=storage,
         objectives=tuple(stored["objectives"]), slos=tuple(stored["slos"]),
         tp=stored["tensor_parallel_size"], max_model_len=stored["max_model_len"],
         confirm=stored.get("confirm", 0),

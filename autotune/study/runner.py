@@ -29,7 +29,7 @@ from typing import Protocol
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
-from optuna.storages import RDBStorage
+from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
@@ -41,10 +41,10 @@ from autotune.core.objectives import objective_values
 from autotune.core.outcome import TrialOutcome, params_key
 from autotune.core.scheduling import Claim, Counts, Step, duplicate_of, next_step, over_budget, position, worker_seed
 from autotune.core.space import resolve_references, sample
-from autotune.errors import FailureClass, StudyError
+from autotune.errors import ConfigError, FailureClass, StudyError
 from autotune.shell.server import kill_processes, marked_processes
 from autotune.study.notes import mirror_constraints, study_note, trial_note
-from autotune.study.plans import StudyPlan, store_plan
+from autotune.study.plans import SAMPLERS, StudyPlan, store_plan
 from autotune.study.records import BASELINE_ATTR, read_outcome, study_data, write_outcome
 from autotune.study.storage import (
     Heartbeat,
@@ -92,20 +92,34 @@ class SilentProgress:
         pass
 
 
-def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
-    """Multivariate TPE over the conditional, mixed space; sample-efficient for a few dozen
-    expensive trials, constraint-aware through ``Trial.set_constraint``, reproducible. The
-    constant liar counts running trials (of every worker) as bad, so parallel workers spread."""
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True,
-    )
+def make_sampler(seed: int | None, name: str = "tpe") -> optuna.samplers.BaseSampler:
+    """tpe (the default): multivariate TPE over the conditional, mixed space; the choice and its
+    settings come from replaying samplers against a recorded table
+    (`benchmarks/sampler_efficiency.py`, README "Which sampler"). The constant liar counts
+    running trials (of every worker) as bad, so parallel workers spread. random, nsga2 (a
+    population of 10, not Optuna's 50, so that evolution starts within a study's budget) and
+    gp (Optuna's Gaussian-process sampler) are there to compare against. All are
+    constraint-aware through ``Trial.set_constraint`` and reproducible for a seed."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=10)
+    if name == "gp":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
+    raise ConfigError(f"--sampler {name!r}: valid samplers are {', '.join(SAMPLERS)}")
 
 
-def prepare_study(plan: StudyPlan, heartbeat: Heartbeat) -> tuple[optuna.Study, list[str], bool]:
+def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | None = None
+                  ) -> tuple[optuna.Study, list[str], bool]:
     """Create the study, or join it when it exists; store the plan; enqueue the references
     once for the study (by whichever `run` created it). Returns the study, messages for the
     user, and whether this call created it."""
-    storage = open_storage(plan.storage, heartbeat)
+    storage = storage or open_storage(plan.storage, heartbeat)
     names = [o.name for o in plan.objectives]
     with storage_errors(f"--storage: cannot create or load study {plan.study_name!r}"):
         try:
@@ -204,11 +218,15 @@ class StudyRunner:
     """One worker: runs trials on its slot until the study holds ``plan.trials`` finished
     ones. ``setup`` says where it deploys (slot, entry point, validator); ``trial_fn`` runs
     one configuration (the real deployment by default; tests of the logic above a trial pass
-    a stand-in). ``label`` names the worker among several ("" for the only one)."""
+    a stand-in, `benchmarks/sampler_efficiency.py` a replay); ``sampler_fn`` builds the sampler
+    from the seed and the plan's sampler name (the benchmark passes variants of its settings).
+    ``label`` names the worker among several ("" for the only one)."""
 
     plan: StudyPlan
     setup: TrialSetup
     trial_fn: TrialFunction = run_trial
+    sampler_fn: Callable[[int | None, str], optuna.samplers.BaseSampler] = make_sampler
+    storage: BaseStorage | None = None  # None: plan.storage (a replay passes an in-memory one)
     progress: Progress = field(default_factory=SilentProgress)
     heartbeat: Heartbeat = field(default_factory=Heartbeat)
     label: str = ""
@@ -219,11 +237,11 @@ class StudyRunner:
 
     def work(self) -> optuna.Study:
         plan = self.plan
-        storage = open_storage(plan.storage, self.heartbeat)
+        storage = self.storage or open_storage(plan.storage, self.heartbeat)
         seed = worker_seed(plan.seed, self.label) if self.label else plan.seed
         try:
             study = optuna.load_study(study_name=plan.study_name, storage=storage,
-                                      sampler=make_sampler(seed))
+                                      sampler=self.sampler_fn(seed, plan.sampler))
         except KeyError:
             raise StudyError(f"no study {plan.study_name!r} in this storage; create it with "
                              "`autotune run --storage ... --study NAME`") from None
@@ -250,7 +268,7 @@ class StudyRunner:
             waiting_said = False
             self._one_trial(study, storage, store)
 
-    def _one_trial(self, study: optuna.Study, storage: RDBStorage,
+    def _one_trial(self, study: optuna.Study, storage: BaseStorage,
                    store: FileSystemArtifactStore) -> None:
         t0 = time.monotonic()
         trial = study.ask()
@@ -312,7 +330,7 @@ class StudyRunner:
         )
         write_outcome(trial, claim)
         if same is not None and same.failed:
-            self._copy_failure(study, trial, claim, study.trials[same.number])
+            self._copy_failure(study, trial, claim, study.get_trials(deepcopy=False)[same.number])
             self._report(study, number, trial.number)
             return
         setup = dataclasses.replace(
@@ -375,10 +393,11 @@ class StudyRunner:
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
         # The search's own numbers: a confirmation comes after the search.
         data = study_data(study, confirmed=False)
-        outcome = read_outcome(study.trials[trial_number])
+        frozen = study.get_trials(deepcopy=False)[trial_number]
+        outcome = read_outcome(frozen)
         try:
             with storage_errors("dashboard note not updated"):
-                save_note(optuna.Trial(study, study.trials[trial_number]._trial_id),
+                save_note(optuna.Trial(study, frozen._trial_id),
                           trial_note(outcome, data))
                 save_note(study, study_note(study.study_name, data))
         except StudyError as exc:  # another worker wrote it at the same moment
@@ -404,7 +423,7 @@ def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
     """The argv of the first ``count`` trials (references first), from an in-memory copy of
     the study: nothing is launched or written."""
     study = optuna.create_study(directions=[o.direction for o in plan.objectives],
-                                sampler=make_sampler(plan.seed))
+                                sampler=make_sampler(plan.seed, plan.sampler))
     enqueue_references(study, plan)
     out = []
     for _ in range(count):

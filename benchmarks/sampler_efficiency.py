@@ -1,0 +1,314 @@
+"""Does the search beat the grid and random search? Samplers replayed against a recorded table.
+
+Each replay is a real autotune study (`StudyRunner`, SQLite storage, references, duplicates,
+failures, budget) whose trial function looks configurations up in the table recorded by
+`benchmarks/record_table.py` (`autotune.study.replay`): a served configuration returns runs
+drawn with replacement from its recorded runs, so noise is part of every replay; a failed one
+returns its failure. Per sampler and seed it measures, on the table's means (the truth):
+
+- trials until the front of the served configurations found reaches 95% of the table's best
+  hypervolume (interactive latency against throughput under load, each scaled to [0, 1] over
+  the table; the nadir of the table is the reference point);
+- the hypervolume after 10 and 20 trials, as a share of the best;
+- whether `autotune recommend` (its real code, on the trials so far) picks the configuration
+  that the table says is best for interactive and for throughput use, and how far off it is.
+
+    python benchmarks/sampler_efficiency.py                      # 30 seeds, every sampler
+    python benchmarks/sampler_efficiency.py --seeds 5 --only tpe,random
+
+Trials count as the budget counts them: a rejected or crashing configuration is a trial (it
+costs a launch, or a validation), a duplicate resampled before deploying is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import astuple
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autotune.core.analysis import NoFeasibleTrial, StudyData, noise_of, recommend  # noqa: E402
+from autotune.core.outcome import TrialOutcome, params_key  # noqa: E402
+from autotune.core.pareto import hypervolume_2d  # noqa: E402
+from autotune.core.profiles import get_profile  # noqa: E402
+from autotune.core.space import Reference, ReferenceSet, grid_points  # noqa: E402
+from autotune.core.stats import median_difference, median_interval, proportion_interval  # noqa: E402
+from autotune.core.table import RecordedTable, parse_csv  # noqa: E402
+from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
+from autotune.study.records import outcomes  # noqa: E402
+from autotune.study.replay import Replay  # noqa: E402
+from autotune.study.runner import StudyRunner, make_sampler, prepare_study  # noqa: E402
+from autotune.study.storage import Heartbeat  # noqa: E402
+from autotune.study.trial import TrialSetup  # noqa: E402
+
+TABLE = ROOT / "benchmarks" / "data" / "cpu-table" / "table.csv"
+SPACE = ROOT / "search_spaces" / "reference.yaml"
+REFERENCES = ROOT / "search_spaces" / "references.yaml"
+THRESHOLD = 0.95
+
+
+def tpe_startup(n: int):
+    def factory(seed, name):
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          n_startup_trials=n, constant_liar=True)
+    return factory
+
+
+# label -> (sampler name, references first, sampler factory)
+VARIANTS = {
+    "tpe": ("tpe", False, make_sampler),
+    "tpe+refs": ("tpe", True, make_sampler),
+    "tpe-startup10": ("tpe", False, tpe_startup(10)),
+    "tpe-startup10+refs": ("tpe", True, tpe_startup(10)),
+    "random": ("random", False, make_sampler),
+    "random+refs": ("random", True, make_sampler),
+    "nsga2": ("nsga2", False, make_sampler),
+    "nsga2+refs": ("nsga2", True, make_sampler),
+    "gp": ("gp", False, make_sampler),
+    "gp+refs": ("gp", True, make_sampler),
+    "grid": ("random", True, make_sampler),  # the whole grid enqueued in one-change order
+}
+
+
+# ------------------------------------------------------------------------------ the truth
+
+
+@dataclasses.dataclass(frozen=True)
+class Truth:
+    """The table's means: costs per served configuration, scaled to [0, 1] over the table."""
+
+    costs: dict[str, tuple[float, float]]  # params key -> (latency, -throughput), scaled
+    best_hv: float
+    best_for: dict[str, str]  # use -> params key of the best served configuration
+    raw: dict[str, tuple[float, float]]  # params key -> (mean E2EL ms, output tok/s)
+
+
+def truth_of(table: RecordedTable, objectives) -> Truth:
+    low, high = objectives[0], objectives[-1]
+    raw = {params_key(r.params): (r.mean(low.profile, low.metric), r.mean(high.profile, high.metric))
+           for r in table.rows if r.served}
+    lat = [v[0] for v in raw.values()]
+    tput = [v[1] for v in raw.values()]
+    costs = {k: ((a - min(lat)) / (max(lat) - min(lat)),
+                 (max(tput) - b) / (max(tput) - min(tput))) for k, (a, b) in raw.items()}
+    return Truth(costs, hypervolume_2d(list(costs.values()), (1.0, 1.0)),
+                 {"interactive": min(raw, key=lambda k: raw[k][0]),
+                  "throughput": max(raw, key=lambda k: raw[k][1])}, raw)
+
+
+def hv_curve(found: Sequence[TrialOutcome], truth: Truth) -> list[float]:
+    """Share of the best hypervolume after each trial (true means of what was found)."""
+    seen: set[str] = set()
+    curve = []
+    for t in found:
+        if t.failure is None:
+            seen.add(params_key(t.params))
+        curve.append(hypervolume_2d([truth.costs[k] for k in seen if k in truth.costs],
+                                    (1.0, 1.0)) / truth.best_hv)
+    return curve
+
+
+def regret(pick: TrialOutcome, use: str, truth: Truth) -> float:
+    """How much worse than the table's best the pick is, by the table's means (0 = the best)."""
+    got, best = truth.raw[params_key(pick.params)], truth.raw[truth.best_for[use]]
+    return got[0] / best[0] - 1 if use == "interactive" else 1 - got[1] / best[1]
+
+
+# ------------------------------------------------------------------------------ one replay
+
+
+def one_change_order(plan: StudyPlan, seed: int) -> ReferenceSet:
+    """The reference study's grid: its configs in their order (the baseline, then one change
+    at a time), then every other combination by its distance from the baseline (ties in a
+    seeded order)."""
+    refs = plan.references
+    assert refs is not None
+    base = next(c.params for c in refs.configs if c.name == refs.baseline)
+    full = {**{p.name: p.default for p in plan.space.parameters}, **base}
+    rng = random.Random(seed)
+    rest = grid_points(plan.space)
+    rng.shuffle(rest)
+    rest.sort(key=lambda p: sum(p[k] != full[k] for k in p))
+    given = [{**full, **c.params} for c in refs.configs]
+    keys = {params_key(p) for p in given}
+    order = given + [p for p in rest if params_key(p) not in keys]
+    return ReferenceSet("one-change grid", tuple(
+        Reference(f"grid-{i}", p) for i, p in enumerate(order)), refs.baseline and "grid-0")
+
+
+def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget: int
+           ) -> tuple[list[TrialOutcome], StudyPlan, int]:
+    sampler, refs_first, factory = VARIANTS[label]
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
+        plan = build_plan(PlanRequest(
+            workdir=Path(tmp), profiles=tuple(get_profile(p) for p in table.profiles),
+            model=str(model_dir), space_path=str(SPACE),
+            references_path=str(REFERENCES) if refs_first else None, trials=budget,
+            repeats=2, seed=seed, sampler=sampler, study_name="replay",
+            storage=f"sqlite:///{tmp}/replay.db"))
+        if label == "grid":
+            plan = dataclasses.replace(plan, references=one_change_order(plan, seed))
+        storage = optuna.storages.InMemoryStorage()
+        prepare_study(plan, Heartbeat(), storage)
+        trial_fn = Replay(table, plan.space, plan.ctx, seed)
+        study = StudyRunner(plan, TrialSetup(model="", workdir=Path(tmp)), trial_fn=trial_fn,
+                            sampler_fn=factory, storage=storage, poll_s=0.01).work()
+        found = [t for t in outcomes(study) if t.state == "complete"]
+    return found, plan, len(trial_fn.replayed)
+
+
+def score(label: str, seed: int, table_path: str, model_dir: str, budget: int) -> dict:
+    table = parse_csv(Path(table_path).read_text(), table_path)
+    t0 = time.monotonic()
+    found, plan, _ = replay(table, Path(model_dir), label, seed, budget)
+    truth = truth_of(table, plan.objectives)
+    curve = hv_curve(found, truth)
+    reached = next((i + 1 for i, v in enumerate(curve) if v >= THRESHOLD - 1e-12), None)
+    defaults = {p.name: p.default for p in plan.space.parameters}
+    picks = {}
+    for n in (10, 20):
+        prefix = found[:n]
+        data = StudyData(tuple(prefix), plan.objectives, noise_of(prefix), None, defaults)
+        for use in ("interactive", "throughput"):
+            try:
+                pick = recommend(data, use).trial
+            except NoFeasibleTrial:
+                picks[f"{use}@{n}"] = None
+                continue
+            picks[f"{use}@{n}"] = (params_key(pick.params) == truth.best_for[use],
+                                   regret(pick, use, truth))
+    return {"label": label, "seed": seed, "curve": curve, "reached": reached,
+            "trials": len(found), "picks": picks, "seconds": time.monotonic() - t0}
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def fmt_trials(value: float, budget: int) -> str:
+    return f">{budget}" if value > budget else f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+def summarize(results: list[dict], budget: int, grid_size: int, baseline_label: str) -> str:
+    by = {}
+    for r in results:
+        by.setdefault(r["label"], []).append(r)
+    censored = budget + 1
+    reach = {k: [r["reached"] or censored for r in v] for k, v in by.items()}
+    lines = [f"trials until 95% of the table's best hypervolume (grid: {grid_size} configurations; "
+             f"> {budget}: not reached within the budget); median [95% bootstrap interval]",
+             "",
+             "| sampler | seeds | trials to 95% | vs random (median difference) | HV@10 | HV@20 |"
+             " best for interactive @20 | best for throughput @20 | regret interactive/throughput @20 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, runs in by.items():
+        m, lo, hi = astuple(median_interval(reach[label]))
+        if label != baseline_label and baseline_label in reach:
+            d = median_difference(reach[label], reach[baseline_label])
+            verdict = {"below": "fewer", "above": "more", "tie": "tie"}[d.verdict]
+            versus = f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}] {verdict}"
+        else:
+            versus = "-"
+        hv = {}
+        for n in (10, 20):
+            vals = [r["curve"][min(n, len(r["curve"])) - 1] * 100 for r in runs]
+            h = median_interval(vals)
+            hv[n] = f"{h.value:.0f}% [{h.low:.0f}, {h.high:.0f}]"
+        right = {}
+        regrets = {}
+        for use in ("interactive", "throughput"):
+            picks = [r["picks"][f"{use}@20"] for r in runs]
+            k = sum(bool(p and p[0]) for p in picks)
+            share = proportion_interval(k, len(picks))
+            right[use] = f"{k}/{len(picks)} [{share.low:.0%}, {share.high:.0%}]"
+            regrets[use] = statistics.median(p[1] * 100 if p else 100.0 for p in picks)
+        lines.append(
+            f"| {label} | {len(runs)} | {fmt_trials(m, budget)} [{fmt_trials(lo, budget)}, "
+            f"{fmt_trials(hi, budget)}] | {versus} | {hv[10]} | {hv[20]} | {right['interactive']} | "
+            f"{right['throughput']} | {regrets['interactive']:.1f}% / {regrets['throughput']:.1f}% |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], budget: int, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {}
+    for r in results:
+        by.setdefault(r["label"], []).append(r)
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    x = np.arange(1, budget + 1)
+    for label, runs in by.items():
+        curves = np.array([(r["curve"] + [r["curve"][-1]] * budget)[:budget] for r in runs]) * 100
+        med = np.median(curves, axis=0)
+        line, = ax.plot(x, med, label=label, lw=2 if label in ("tpe", "random", "grid") else 1.2)
+        ax.fill_between(x, np.quantile(curves, 0.25, axis=0), np.quantile(curves, 0.75, axis=0),
+                        color=line.get_color(), alpha=0.08)
+    ax.axhline(THRESHOLD * 100, color="grey", ls="--", lw=1)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("hypervolume, % of the table's best (median; band: quartiles)")
+    ax.set_title("Samplers replayed against the recorded table (interactive vs throughput front)")
+    ax.set_ylim(0, 101)
+    ax.legend(ncol=2, fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--budget", type=int, default=60)
+    parser.add_argument("--only", default="", help="comma-separated labels of: " + ", ".join(VARIANTS))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="save results (JSON) and the plot next to it")
+    args = parser.parse_args(argv)
+    labels = [x for x in args.only.split(",") if x] or list(VARIANTS)
+    unknown = [x for x in labels if x not in VARIANTS]
+    if unknown:
+        parser.error(f"--only: unknown {unknown}; valid: {', '.join(VARIANTS)}")
+    table = parse_csv(args.table.read_text(), str(args.table))
+    model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))
+    (model_dir / "config.json").write_text((args.table.parent / "model-config.json").read_text())
+    jobs = [(label, seed) for seed in range(args.seeds) for label in labels]
+    results = []
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(score, label, seed, str(args.table), str(model_dir), args.budget)
+                   for label, seed in jobs]
+        for i, f in enumerate(futures, 1):
+            results.append(f.result())
+            print(f"\r[{time.monotonic() - t0:5.0f} s] replay {i} of {len(jobs)}", end="",
+                  file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    served = sum(r.served for r in table.rows)
+    print(f"table: {args.table} ({len(table.rows)} configurations, {served} served); "
+          f"{table.header.get('protocol', '')}")
+    print(summarize(results, args.budget, len(table.rows), "random"))
+    print(f"\nmean seconds per replay: {statistics.fmean(r['seconds'] for r in results):.1f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results))
+        plot(results, args.budget, args.out.with_suffix(".png"))
+        print(f"saved {args.out} and {args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
