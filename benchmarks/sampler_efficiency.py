@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import astuple
 from pathlib import Path
 
@@ -192,7 +192,7 @@ def score(label: str, seed: int, table_path: str, model_dir: str, budget: int) -
                 continue
             picks[f"{use}@{n}"] = (params_key(pick.params) == truth.best_for[use],
                                    regret(pick, use, truth))
-    return {"label": label, "seed": seed, "curve": curve, "reached": reached,
+    return {"label": label, "seed": seed, "budget": budget, "curve": curve, "reached": reached,
             "trials": len(found), "picks": picks, "seconds": time.monotonic() - t0}
 
 
@@ -274,40 +274,62 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", type=Path, default=TABLE)
     parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--budget", type=int, default=60)
     parser.add_argument("--only", default="", help="comma-separated labels of: " + ", ".join(VARIANTS))
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--out", type=Path, help="save results (JSON) and the plot next to it")
+    parser.add_argument("--out", type=Path, help="append each replay's result (JSON lines) here "
+                        "and save the plot next to it")
+    parser.add_argument("--summarize", type=Path, nargs="*", default=[],
+                        help="replay nothing: print the table and plot of saved results")
     args = parser.parse_args(argv)
     labels = [x for x in args.only.split(",") if x] or list(VARIANTS)
     unknown = [x for x in labels if x not in VARIANTS]
     if unknown:
         parser.error(f"--only: unknown {unknown}; valid: {', '.join(VARIANTS)}")
     table = parse_csv(args.table.read_text(), str(args.table))
-    model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))
-    (model_dir / "config.json").write_text((args.table.parent / "model-config.json").read_text())
-    jobs = [(label, seed) for seed in range(args.seeds) for label in labels]
-    results = []
-    t0 = time.monotonic()
-    with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(score, label, seed, str(args.table), str(model_dir), args.budget)
-                   for label, seed in jobs]
-        for i, f in enumerate(futures, 1):
-            results.append(f.result())
-            print(f"\r[{time.monotonic() - t0:5.0f} s] replay {i} of {len(jobs)}", end="",
-                  file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+    if args.summarize:
+        results = [json.loads(line) for path in args.summarize for line in path.read_text().splitlines()]
+    else:
+        results = run_all(args, labels)
     served = sum(r.served for r in table.rows)
     print(f"table: {args.table} ({len(table.rows)} configurations, {served} served); "
           f"{table.header.get('protocol', '')}")
-    print(summarize(results, args.budget, len(table.rows), "random"))
-    print(f"\nmean seconds per replay: {statistics.fmean(r['seconds'] for r in results):.1f}")
+    order = {label: i for i, label in enumerate(VARIANTS)}
+    results.sort(key=lambda r: (order[r["label"]], r["seed"]))
+    budget = max(r["budget"] for r in results)
+    print(summarize(results, budget, len(table.rows), "random"))
+    print("\nmedian seconds per replay: " + ", ".join(
+        f"{label} {statistics.median(r['seconds'] for r in results if r['label'] == label):.1f}"
+        for label in dict.fromkeys(r["label"] for r in results)))
+    if args.out or args.summarize:
+        png = (args.out or args.summarize[0]).with_suffix(".png")
+        plot(results, budget, png)
+        print(f"saved {png}")
+    return 0
+
+
+def run_all(args: argparse.Namespace, labels: list[str]) -> list[dict]:
+    model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))
+    (model_dir / "config.json").write_text((args.table.parent / "model-config.json").read_text())
+    jobs = [(label, seed) for seed in range(args.first_seed, args.first_seed + args.seeds)
+            for label in labels]
+    results = []
+    t0 = time.monotonic()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results))
-        plot(results, args.budget, args.out.with_suffix(".png"))
-        print(f"saved {args.out} and {args.out.with_suffix('.png')}")
-    return 0
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(score, label, seed, str(args.table), str(model_dir), args.budget)
+                   for label, seed in jobs]
+        for i, f in enumerate(as_completed(futures), 1):
+            results.append(f.result())
+            if args.out:
+                with args.out.open("a") as fh:
+                    fh.write(json.dumps(results[-1]) + "\n")
+            print(f"\r[{time.monotonic() - t0:5.0f} s] replay {i} of {len(jobs)}", end="",
+                  file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return results
 
 
 if __name__ == "__main__":
