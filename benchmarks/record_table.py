@@ -102,7 +102,7 @@ def export(study_name: str, storage: str, out: Path, space_path: Path) -> None:
         "model": plan["model"],
         "machine": served[0].hardware if served else "",
         "vllm": served[0].vllm_version if served else "",
-        "recorded": (f"{min(t.number for t in found)}..{max(t.number for t in found)} trials, "
+        "recorded": (f"trials {min(t.number for t in found)}-{max(t.number for t in found)}, "
                      f"{sum((t.trial_wall_s or 0) for t in found) / 3600:.2f} h of deployments"),
     }
     space = read_space(space_path)

@@ -8,7 +8,16 @@ import pytest
 from autotune.core.outcome import ProfileResult, TrialOutcome
 from autotune.core.pareto import hypervolume_2d
 from autotune.core.space import grid_points, parse_space
-from autotune.core.table import NOT_REACHED, SERVED, RecordedTable, TableRow, parse_csv, table_from_outcomes, to_csv
+from autotune.core.table import (
+    NOT_REACHED,
+    SERVED,
+    RecordedTable,
+    TableRow,
+    fill_unreached,
+    parse_csv,
+    table_from_outcomes,
+    to_csv,
+)
 from autotune.errors import ConfigError, FailureClass, SpaceError
 from tests.conftest import SPACES
 
@@ -86,3 +95,21 @@ def test_hypervolume_is_the_area_a_front_dominates_up_to_the_reference():
     assert hypervolume_2d([(0.2, 0.6), (0.6, 0.2), (0.7, 0.7), (1.2, 0.0)], (1.0, 1.0)) == \
         pytest.approx(hypervolume_2d([(0.2, 0.6), (0.6, 0.2)], (1.0, 1.0)))
     assert hypervolume_2d([], (1.0, 1.0)) == 0.0
+
+
+def test_unreached_configurations_are_inferred_only_where_every_measured_one_failed():
+    grid = grid_points(SPACE)
+    ep = [p for p in grid if p["expert_parallel"]]
+    no_ep = [p for p in grid if not p["expert_parallel"]]
+    table = RecordedTable(SPACE.names, PROFILES, (
+        TableRow(ep[0], "engine_died", {}), TableRow(ep[1], "engine_died", {}),
+        TableRow(ep[2], "startup_crash", {}), TableRow(ep[3], NOT_REACHED, {}),
+        TableRow(no_ep[0], SERVED, runs(1.0, 1.0)), TableRow(no_ep[1], NOT_REACHED, {}),
+    ), {})
+    filled, why = fill_unreached(table, {"expert_parallel": True})
+    assert filled.find(ep[3]).status == "engine_died"
+    assert filled.find(ep[3]).message.startswith("inferred: ")
+    assert "all 3 measured configurations failed (2 engine_died, 1 startup_crash)" in why
+    assert filled.find(no_ep[1]).status == NOT_REACHED
+    with pytest.raises(ConfigError, match="cannot infer .*expert_parallel=false"):
+        fill_unreached(table, {"expert_parallel": False})

@@ -11,9 +11,11 @@ protocol, the machine and the vLLM version. Replaying samplers against it
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -162,3 +164,27 @@ def _value(text: str) -> Value:
             continue
         return number if not (isinstance(number, float) and math.isnan(number)) else text
     return text
+
+
+def fill_unreached(table: RecordedTable, where: Mapping[str, Value]) -> tuple[RecordedTable, str]:
+    """Configurations matching ``where`` that the recording did not reach take the failure
+    class that the measured ones had most often, when every measured one failed; the rows say
+    "inferred" and the returned sentence says why. A ConfigError when any measured one served
+    (then nothing can be inferred)."""
+    def matches(row: TableRow) -> bool:
+        return all(row.params.get(k) == v for k, v in where.items())
+
+    matching = [r for r in table.rows if matches(r)]
+    measured = Counter(r.status for r in matching if r.status != NOT_REACHED)
+    named = " and ".join(f"{k}={_text(v)}" for k, v in where.items())
+    if not measured or SERVED in measured:
+        raise ConfigError(f"cannot infer the unreached configurations with {named}: "
+                          f"the measured ones ended {dict(measured) or 'nowhere'}")
+    status = measured.most_common(1)[0][0]
+    unreached = sum(r.status == NOT_REACHED for r in matching)
+    ended = ", ".join(f"{n} {s}" for s, n in measured.most_common())
+    why = (f"{named}: all {measured.total()} measured configurations failed ({ended}); "
+           f"the {unreached} not reached are taken as {status}")
+    rows = tuple(dataclasses.replace(r, status=status, message=f"inferred: {why}")
+                 if matches(r) and r.status == NOT_REACHED else r for r in table.rows)
+    return dataclasses.replace(table, rows=rows), why

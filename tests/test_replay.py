@@ -1,0 +1,130 @@
+"""Studies replayed against the recorded table (benchmarks/data/cpu-table/): the real runner,
+sampler, references, duplicates, failures and front on real measurements of the reference
+space, with a trial function that looks configurations up instead of deploying them
+(``autotune.study.replay``: a stand-in for vLLM through the runner's seam, said so here; the
+deployments themselves are tested in test_study.py and test_deploy.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.core.outcome import params_key
+from autotune.core.profiles import get_profile
+from autotune.core.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
+from autotune.errors import ConfigError
+from autotune.study.plans import PlanRequest, build_plan
+from autotune.study.records import outcomes, study_data
+from autotune.study.replay import Replay
+from autotune.study.runner import StudyRunner, make_sampler, prepare_study
+from autotune.study.storage import Heartbeat
+from autotune.study.trial import TrialSetup
+from tests.conftest import REPO, SPACES
+
+DATA = REPO / "benchmarks" / "data" / "cpu-table"
+RECORDED = parse_csv((DATA / "table.csv").read_text(), "table.csv")
+# Expert parallel crashes on the CPU build: configurations the recording did not reach are
+# taken to fail as every measured one did (core.table.fill_unreached), as the benchmark does.
+TABLE, INFERRED = (fill_unreached(RECORDED, {"expert_parallel": True, "yarn": True}) if RECORDED.count(NOT_REACHED)
+                   else (RECORDED, ""))
+
+
+def replay_plan(tmp_path: Path, *, trials: int, references: bool, sampler: str = "tpe", seed=1):
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text((DATA / "model-config.json").read_text())
+    return build_plan(PlanRequest(
+        workdir=tmp_path, profiles=tuple(get_profile(p) for p in TABLE.profiles),
+        model=str(model), space_path=str(SPACES / "reference.yaml"),
+        references_path=str(SPACES / "references.yaml") if references else None,
+        trials=trials, repeats=2, seed=seed, sampler=sampler, study_name="replay",
+        storage=f"sqlite:///{tmp_path}/replay.db"))
+
+
+def run_replay(plan, table: RecordedTable = TABLE, seed: int = 1):
+    storage = optuna.storages.InMemoryStorage()
+    prepare_study(plan, Heartbeat(), storage)
+    replay = Replay(table, plan.space, plan.ctx, seed)
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=replay,
+                        storage=storage, poll_s=0.01).work()
+    return study, replay
+
+
+def test_the_table_holds_every_configuration_of_the_reference_space_with_its_fate():
+    assert len(RECORDED.rows) == 192
+    assert RECORDED.count(SERVED) == 48  # no expert parallel, YaRN: every one served
+    assert RECORDED.count("config_rejected") == 96  # no YaRN: 81920 tokens over 32768 native
+    served = [r for r in RECORDED.rows if r.served]
+    assert all(len(runs) == 2 for r in served for runs in r.runs.values())
+    assert not any(r.params["expert_parallel"] for r in served)  # EP crashes on the CPU build
+    assert not TABLE.count(NOT_REACHED)
+    for key in ("protocol", "machine", "vllm"):
+        assert RECORDED.header[key]
+
+
+def test_a_replayed_study_runs_the_references_first_and_keeps_the_tables_failures(tmp_path):
+    plan = replay_plan(tmp_path, trials=16, references=True)
+    study, replay = run_replay(plan)
+    found = [t for t in outcomes(study) if t.state == "complete"]
+    assert len(found) == 16
+    refs = [r.name for r in plan.references.configs]
+    assert [t.reference for t in found[:len(refs)]] == refs
+    for t in found:
+        row = TABLE.find(t.params)
+        assert (t.failure.value if t.failure else SERVED) == row.status
+        if row.served:  # every replayed run is one of the recorded runs of that configuration
+            for profile, result in t.results.items():
+                assert all(run in row.runs[profile] for run in result.runs)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    # A failure is copied to a later duplicate, never replayed (deployed) again.
+    assert len({params_key(r.params) for r in replay.replayed}) == len(replay.replayed)
+    data = study_data(study)
+    front = data.front()
+    assert front and all(TABLE.find(t.params).served for t in front)
+
+
+def test_replaying_draws_recorded_runs_so_the_noise_is_part_of_the_replay(tmp_path):
+    plan = replay_plan(tmp_path, trials=1, references=False)
+    row = max((r for r in TABLE.rows if r.served),
+              key=lambda r: statistics.pstdev(x["output_throughput"] for x in r.runs["high-concurrency"]))
+    replay = Replay(TABLE, plan.space, plan.ctx, seed=0)
+    argv = replay_argv(plan, row.params)
+    means = set()
+    for _ in range(40):
+        m = replay(argv, plan.bench, TrialSetup(model="", workdir=tmp_path), lambda phase: None)
+        runs = m.results["high-concurrency"].runs
+        assert len(runs) == 2 and all(run in row.runs["high-concurrency"] for run in runs)
+        means.add(round(m.results["high-concurrency"].mean("output_throughput"), 6))
+    assert len(means) == 3  # (a, a), (a, b) and (b, b): a bootstrap of the two recorded runs
+
+
+def replay_argv(plan, params):
+    from autotune.core.flags import to_argv
+    return to_argv(plan.space, plan.ctx, params)
+
+
+def test_a_configuration_the_table_lacks_stops_the_replay_instead_of_inventing_numbers(tmp_path):
+    plan = replay_plan(tmp_path, trials=3, references=True)
+    served = next(r for r in TABLE.rows if r.served)
+    partial = dataclasses.replace(TABLE, rows=(served,))
+    with pytest.raises(ConfigError, match="not measured in the recorded table"):
+        run_replay(plan, partial)
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "nsga2"])
+def test_every_sampler_completes_a_replayed_study_within_its_budget(tmp_path, sampler):
+    plan = replay_plan(tmp_path, trials=12, references=False, sampler=sampler)
+    study, _ = run_replay(plan)
+    assert type(study.sampler) is type(make_sampler(1, sampler))
+    complete = [t for t in outcomes(study) if t.state == "complete"]
+    assert len(complete) == 12
+    assert study_data(study).front()
+
+
+def test_an_unknown_sampler_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match="--sampler 'bayes': valid samplers are tpe, random"):
+        replay_plan(tmp_path, trials=1, references=False, sampler="bayes")
