@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import math
 import statistics
@@ -49,6 +50,8 @@ class TableRow:
 
 @dataclass(frozen=True)
 class RecordedTable:
+    """Every configuration of a space with its fate, and how it was recorded."""
+
     parameters: tuple[str, ...]
     profiles: tuple[str, ...]
     rows: tuple[TableRow, ...]
@@ -57,7 +60,7 @@ class RecordedTable:
     def find(self, params: Mapping[str, Value]) -> TableRow | None:
         return self._index.get(params_key({k: params.get(k) for k in self.parameters}))
 
-    @property
+    @functools.cached_property
     def _index(self) -> dict[str, TableRow]:
         return {params_key(r.params): r for r in self.rows}
 

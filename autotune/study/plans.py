@@ -165,7 +165,8 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
         storage=storage, workdir=request.workdir,
         max_model_len=(request.max_model_len or space.deployment.max_model_len
                        or model.native_context),
-        references=references, seed=request.seed, sampler=request.sampler, slos=slos, confirm=request.confirm,
+        references=references, seed=request.seed, sampler=request.sampler, slos=slos,
+        confirm=request.confirm,
     )
 
 
@@ -217,7 +218,8 @@ def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: s
         workdir=workdir, profiles=stored_profiles(study),
         model=model or stored["model"], space_path=stored["space_path"],
         space_yaml=stored["space_yaml"], trials=budget, repeats=stored["repeats"],
-        seed=stored["seed"], sampler=stored.get("sampler", "tpe"), study_name=study.study_name, storage=storage,
+        seed=stored["seed"], sampler=stored.get("sampler", "tpe"), study_name=study.study_name,
+        storage=storage,
         objectives=tuple(stored["objectives"]), slos=tuple(stored["slos"]),
         tp=stored["tensor_parallel_size"], max_model_len=stored["max_model_len"],
         confirm=stored.get("confirm", 0),

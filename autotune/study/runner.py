@@ -41,7 +41,7 @@ from autotune.core.objectives import objective_values
 from autotune.core.outcome import TrialOutcome, params_key
 from autotune.core.scheduling import Claim, Counts, Step, duplicate_of, next_step, over_budget, position, worker_seed
 from autotune.core.space import resolve_references, sample
-from autotune.errors import ConfigError, FailureClass, StudyError
+from autotune.errors import FailureClass, StudyError
 from autotune.shell.server import kill_processes, marked_processes
 from autotune.study.notes import mirror_constraints, study_note, trial_note
 from autotune.study.plans import SAMPLERS, StudyPlan, store_plan
@@ -96,10 +96,11 @@ def make_sampler(seed: int | None, name: str = "tpe") -> optuna.samplers.BaseSam
     """tpe (the default): multivariate TPE over the conditional, mixed space; the choice and its
     settings come from replaying samplers against a recorded table
     (`benchmarks/sampler_efficiency.py`, README "Which sampler"). The constant liar counts
-    running trials (of every worker) as bad, so parallel workers spread. random, nsga2 (a
-    population of 10, not Optuna's 50, so that evolution starts within a study's budget) and
-    gp (Optuna's Gaussian-process sampler) are there to compare against. All are
-    constraint-aware through ``Trial.set_constraint`` and reproducible for a seed."""
+    running trials (of every worker) as bad, so parallel workers spread. gp (Optuna's
+    Gaussian-process sampler) tied it there at 30 times the sampling cost; random and nsga2 (a
+    population of 10, not Optuna's 50, so that evolution starts within a study's budget) are
+    there to compare against. All are constraint-aware through ``Trial.set_constraint`` and
+    reproducible for a seed. ``name`` is one of ``plans.SAMPLERS`` (checked by build_plan)."""
     if name == "tpe":
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=5, constant_liar=True)
@@ -111,7 +112,7 @@ def make_sampler(seed: int | None, name: str = "tpe") -> optuna.samplers.BaseSam
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
-    raise ConfigError(f"--sampler {name!r}: valid samplers are {', '.join(SAMPLERS)}")
+    raise ValueError(f"sampler {name!r} is not one of {SAMPLERS}")
 
 
 def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | None = None
