@@ -62,6 +62,8 @@ def test_the_table_holds_every_configuration_of_the_reference_space_with_its_fat
     assert all(len(runs) == 2 for r in served for runs in r.runs.values())
     assert not any(r.params["expert_parallel"] for r in served)  # EP crashes on the CPU build
     assert not TABLE.count(NOT_REACHED)
+    assert not RECORDED.count(NOT_REACHED) or INFERRED.startswith(
+        "expert_parallel=true and yarn=true: all 20 measured configurations failed")
     for key in ("protocol", "machine", "vllm"):
         assert RECORDED.header[key]
 
