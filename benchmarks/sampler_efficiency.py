@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import random
 import statistics
@@ -44,7 +45,7 @@ from autotune.core.analysis import NoFeasibleTrial, StudyData, noise_of, recomme
 from autotune.core.outcome import TrialOutcome, params_key  # noqa: E402
 from autotune.core.pareto import hypervolume_2d  # noqa: E402
 from autotune.core.profiles import get_profile  # noqa: E402
-from autotune.core.space import Reference, ReferenceSet, grid_points  # noqa: E402
+from autotune.core.space import Reference, ReferenceSet, complete, grid_points  # noqa: E402
 from autotune.core.stats import median_difference, median_interval, proportion_interval  # noqa: E402
 from autotune.core.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
 from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
@@ -62,19 +63,12 @@ THRESHOLD = 0.95
 LAUNCHABLE_EP = {"expert_parallel": True, "yarn": True}
 
 
-def tpe_startup(n: int):
-    def factory(seed, name):
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          n_startup_trials=n, constant_liar=True)
-    return factory
-
-
 # label -> (sampler name, references first, sampler factory)
 VARIANTS = {
     "tpe": ("tpe", False, make_sampler),
     "tpe+refs": ("tpe", True, make_sampler),
-    "tpe-startup10": ("tpe", False, tpe_startup(10)),
-    "tpe-startup10+refs": ("tpe", True, tpe_startup(10)),
+    "tpe-startup10": ("tpe", False, functools.partial(make_sampler, startup_trials=10)),
+    "tpe-startup10+refs": ("tpe", True, functools.partial(make_sampler, startup_trials=10)),
     "random": ("random", False, make_sampler),
     "random+refs": ("random", True, make_sampler),
     "nsga2": ("nsga2", False, make_sampler),
@@ -138,13 +132,12 @@ def one_change_order(plan: StudyPlan, seed: int) -> ReferenceSet:
     seeded order)."""
     refs = plan.references
     assert refs is not None
-    base = next(c.params for c in refs.configs if c.name == refs.baseline)
-    full = {**{p.name: p.default for p in plan.space.parameters}, **base}
+    given = [complete(plan.space, plan.ctx, c.params) for c in refs.configs]
+    base = given[[c.name for c in refs.configs].index(refs.baseline)]
     rng = random.Random(seed)
     rest = grid_points(plan.space)
     rng.shuffle(rest)
-    rest.sort(key=lambda p: sum(p[k] != full[k] for k in p))
-    given = [{**full, **c.params} for c in refs.configs]
+    rest.sort(key=lambda p: sum(p[k] != base[k] for k in p))
     keys = {params_key(p) for p in given}
     order = given + [p for p in rest if params_key(p) not in keys]
     return ReferenceSet("one-change grid", tuple(
@@ -173,6 +166,7 @@ def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget:
     return found, plan
 
 
+@functools.cache
 def load_table(path: Path) -> tuple[RecordedTable, str]:
     """The table, with configurations the recording did not reach inferred where every
     measured one like them failed (expert parallel crashes on the CPU build); and what was
@@ -191,17 +185,16 @@ def score(label: str, seed: int, table_path: str, model_dir: str, budget: int) -
     curve = [round(v, 4) for v in hv_curve(found, truth)]
     defaults = {p.name: p.default for p in plan.space.parameters}
     picks = {}
-    for n in (10, 20):
-        prefix = found[:n]
-        data = StudyData(tuple(prefix), plan.objectives, noise_of(prefix), None, defaults)
-        for use in ("interactive", "throughput"):
-            try:
-                pick = recommend(data, use).trial
-            except NoFeasibleTrial:
-                picks[f"{use}@{n}"] = None
-                continue
-            picks[f"{use}@{n}"] = (params_key(pick.params) == truth.best_for[use],
-                                   regret(pick, use, truth))
+    prefix = found[:20]
+    data = StudyData(tuple(prefix), plan.objectives, noise_of(prefix), None, defaults)
+    for use in ("interactive", "throughput"):
+        try:
+            pick = recommend(data, use).trial
+        except NoFeasibleTrial:
+            picks[f"{use}@20"] = None
+            continue
+        picks[f"{use}@20"] = (params_key(pick.params) == truth.best_for[use],
+                              regret(pick, use, truth))
     return {"label": label, "seed": seed, "budget": budget, "curve": curve,
             "served": [t.failure is None for t in found],
             "trials": len(found), "picks": picks, "seconds": time.monotonic() - t0}

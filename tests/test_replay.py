@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.core.flags import to_argv
 from autotune.core.outcome import params_key
 from autotune.core.profiles import get_profile
 from autotune.core.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
@@ -94,7 +95,7 @@ def test_replaying_draws_recorded_runs_so_the_noise_is_part_of_the_replay(tmp_pa
     row = max((r for r in TABLE.rows if r.served),
               key=lambda r: statistics.pstdev(x["output_throughput"] for x in r.runs["high-concurrency"]))
     replay = Replay(TABLE, plan.space, plan.ctx, seed=0)
-    argv = replay_argv(plan, row.params)
+    argv = to_argv(plan.space, plan.ctx, row.params)
     means = set()
     for _ in range(40):
         m = replay(argv, plan.bench, TrialSetup(model="", workdir=tmp_path), lambda phase: None)
@@ -102,11 +103,6 @@ def test_replaying_draws_recorded_runs_so_the_noise_is_part_of_the_replay(tmp_pa
         assert len(runs) == 2 and all(run in row.runs["high-concurrency"] for run in runs)
         means.add(round(m.results["high-concurrency"].mean("output_throughput"), 6))
     assert len(means) == 3  # (a, a), (a, b) and (b, b): a bootstrap of the two recorded runs
-
-
-def replay_argv(plan, params):
-    from autotune.core.flags import to_argv
-    return to_argv(plan.space, plan.ctx, params)
 
 
 def test_a_configuration_the_table_lacks_stops_the_replay_instead_of_inventing_numbers(tmp_path):
