@@ -30,10 +30,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.capacity import CapacitySpec, goodput_limits, parse_limit, search
+from autotune.core.capacity import CapacitySpec, goodput_limits, search
 from autotune.core.metrics import flat_metrics
 from autotune.core.profiles import get_profile
+from autotune.core.slo import parse_limit
 from autotune.core.slots import Slot
+from autotune.core.workload import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.server import Deployment, DeploymentSpec
@@ -95,7 +97,7 @@ def main() -> None:
             nonlocal seed
             seed += 1
             return flat_metrics(run_profile(target, profile.at_load(load), seed=seed,
-                                            vocab_size=info.vocab_size, slo=slo).summary)
+                                            source=RandomPrompts(info.vocab_size), slo=slo).summary)
 
         measure(8, "warm-up")  # the first runs after start are slower; not counted
         for r in range(1, args.rounds + 1):

@@ -23,6 +23,7 @@ from rich.table import Table
 from autotune.core.metrics import to_vllm_json
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import make_slots
+from autotune.core.workload import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.reference_bench import run_vllm_bench
@@ -34,7 +35,7 @@ KEYS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
 def measure(tool: str, target: Target, profile: WorkloadProfile, seed: int) -> dict:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if tool == "autotune":
-        result = to_vllm_json(run_profile(target, profile, seed=seed, vocab_size=512).summary)
+        result = to_vllm_json(run_profile(target, profile, seed=seed, source=RandomPrompts(512)).summary)
     else:
         result = run_vllm_bench(target.url, target.model, target.api_key, profile, seed=seed)
     cpu = time.process_time() - cpu0

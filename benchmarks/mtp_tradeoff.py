@@ -20,6 +20,7 @@ from rich.table import Table
 
 from autotune.core.profiles import ProfileOverrides, get_profile
 from autotune.core.slots import make_slots
+from autotune.core.workload import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.server import Deployment, DeploymentSpec
@@ -47,7 +48,7 @@ def main() -> None:
         with Deployment(spec) as dep:
             target = Target(dep.url, dep.model_name, dep.api_key)
             for profile in profiles:
-                runs = [run_profile(target, profile, seed=100 + r, vocab_size=512).summary
+                runs = [run_profile(target, profile, seed=100 + r, source=RandomPrompts(512)).summary
                         for r in range(args.repeats)]
                 rows.append((label, profile.name, runs, dep.startup_s))
     table = Table(title=f"MTP on the trained tiny MoE (CPU, TP=2), {args.repeats} runs each")

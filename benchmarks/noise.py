@@ -26,6 +26,7 @@ from rich.table import Table
 from autotune.core.metrics import flat_metrics
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import make_slots
+from autotune.core.workload import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.server import Deployment, DeploymentSpec
@@ -85,7 +86,7 @@ def main() -> None:
                     for r in range(args.repeats):
                         t0 = time.monotonic()
                         run = run_profile(target, profile, seed=1000 * d + 10 * count + r,
-                                          vocab_size=512)
+                                          source=RandomPrompts(512))
                         seconds.setdefault((name, count), []).append(time.monotonic() - t0)
                         flat = flat_metrics(run.summary)
                         for m in METRICS:

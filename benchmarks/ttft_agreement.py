@@ -21,6 +21,7 @@ from rich.table import Table
 from autotune.core.metrics import to_vllm_json
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import make_slots
+from autotune.core.workload import RandomPrompts
 from autotune.shell import client
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
@@ -41,7 +42,7 @@ def ours(target: Target, profile: WorkloadProfile, seed: int, drop: str | None) 
 
     client._payload = payload
     try:
-        return to_vllm_json(run_profile(target, profile, seed=seed, vocab_size=512).summary)
+        return to_vllm_json(run_profile(target, profile, seed=seed, source=RandomPrompts(512)).summary)
     finally:
         client._payload = original
 

@@ -12,15 +12,15 @@ from autotune.core.capacity import (
     CapacitySearch,
     CapacitySpec,
     Incumbent,
-    Limit,
     Probe,
     choose_incumbent,
 )
 from autotune.core.capacity import search as capacity_search
 from autotune.core.profiles import parse_profiles
+from autotune.core.slo import Slo
 from autotune.errors import ConfigError
 
-TTFT = Limit("p99_ttft_ms", "<=", 2000.0)
+TTFT = Slo("p99_ttft_ms", "<=", 2000.0)
 
 
 def smooth(knee: float):

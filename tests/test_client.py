@@ -13,7 +13,8 @@ from aiohttp import web
 
 from autotune.core.metrics import to_vllm_json
 from autotune.core.profiles import WorkloadProfile
-from autotune.shell.client import Target, arrival_gaps_s, run_profile, run_profile_async
+from autotune.core.workload import RandomPrompts, arrival_gaps_s
+from autotune.shell.client import Target, run_profile, run_profile_async
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=4, max_concurrency=2,
                           warmup_requests=0)
@@ -43,7 +44,7 @@ async def _bench_against(handler, profile: WorkloadProfile, api_key: str):
     port = site._server.sockets[0].getsockname()[1]
     try:
         return await run_profile_async(Target(f"http://127.0.0.1:{port}", "m", api_key=api_key),
-                                       profile, seed=0, vocab_size=100)
+                                       profile, seed=0, source=RandomPrompts(100))
     finally:
         await runner.cleanup()
 
@@ -134,7 +135,7 @@ def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server
     ours, theirs, our_requests, their_requests = [], [], [], []
     for r, tool in enumerate(["ours", "theirs", "theirs", "ours"] * 2):
         if tool == "ours":
-            run = run_profile(target, profile, seed=10 + r, vocab_size=512)
+            run = run_profile(target, profile, seed=10 + r, source=RandomPrompts(512))
             ours.append(to_vllm_json(run.summary))
             our_requests += run.requests
         else:

@@ -13,6 +13,7 @@ import pytest
 
 from autotune.core.profiles import ProfileOverrides, get_profile
 from autotune.core.slots import Slot
+from autotune.core.workload import RandomPrompts
 from autotune.errors import ConfigError
 from autotune.shell.client import Target, run_profile
 from autotune.shell.constructed import make_constructed, mtp_map
@@ -83,7 +84,7 @@ def test_measured_mtp_acceptance_matches_the_chosen_rate(constructed_server):
     profile = get_profile("low-concurrency", ProfileOverrides(num_prompts=16, input_len=64,
                                                               output_len=64))
     run = run_profile(Target(dep.url, dep.model_name, dep.api_key), profile, seed=3,
-                      vocab_size=info.vocab_size)
+                      source=RandomPrompts(info.vocab_size))
     assert run.summary.valid and run.summary.spec_decode is not None
     # 16 x 64 tokens along random walks of f: the share of "right" tokens visited varies a little.
     assert abs(run.summary.spec_decode.acceptance_rate - CHOSEN) < 0.12, run.summary.spec_decode

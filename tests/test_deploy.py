@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from autotune.core.profiles import ProfileOverrides, get_profile
+from autotune.core.workload import RandomPrompts
 from autotune.errors import DeploymentError, FailureClass
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
@@ -83,7 +84,7 @@ def test_a_killed_worker_is_detected_as_engine_death_and_the_run_is_invalid(dens
             num_prompts=6, input_len=64, output_len=256, warmup_requests=0))
         threading.Timer(2.0, os.kill, (victim, signal.SIGKILL)).start()
         run = run_profile(Target(dep.url, dep.model_name, dep.api_key), profile, seed=0,
-                          vocab_size=512)
+                          source=RandomPrompts(512))
         assert not run.summary.valid and run.summary.failed > 0
         assert run.summary.invalid_reason.startswith(f"{run.summary.failed} of 6 requests failed")
         assert not dep.is_serving()

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from autotune.core.objectives import Objective, default_objectives, objective_values, parse_objective, parse_slo
+from autotune.core.objectives import Objective, default_objectives, objective_values, parse_objective
 from autotune.core.profiles import get_profile
+from autotune.core.slo import parse_slo
 from autotune.errors import ConfigError
 
 LOW, HIGH = get_profile("low-concurrency"), get_profile("high-concurrency")

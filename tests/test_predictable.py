@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.core.profiles import ProfileOverrides, get_profile
+from autotune.core.workload import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.predictable import successor_map
 from autotune.shell.server import Deployment, DeploymentSpec
@@ -37,7 +38,7 @@ def test_mtp_speculation_on_the_trained_model_is_mostly_accepted(trained_model, 
                                                               output_len=64))
     with Deployment(spec) as dep:
         run = run_profile(Target(dep.url, dep.model_name, dep.api_key), profile, seed=0,
-                          vocab_size=512)
+                          source=RandomPrompts(512))
     assert run.summary.valid
     assert run.summary.spec_decode is not None
     assert run.summary.spec_decode.acceptance_rate > 0.8, run.summary.spec_decode

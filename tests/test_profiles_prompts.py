@@ -3,7 +3,7 @@
 import pytest
 
 from autotune.core.profiles import ProfileOverrides, get_profile
-from autotune.core.prompts import random_prompts
+from autotune.core.workload import random_prompts
 from autotune.errors import ConfigError
 
 

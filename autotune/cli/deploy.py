@@ -113,6 +113,7 @@ def _summary_table(title: str, rows: dict[str, dict]) -> Table:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
+    from autotune.core.workload import RandomPrompts
     from autotune.shell.client import Target, run_profile
 
     vocab = args.vocab_size
@@ -139,7 +140,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         name = profile.name
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
-            run = run_profile(target, profile, seed=args.seed, vocab_size=vocab, slo=slo,
+            run = run_profile(target, profile, seed=args.seed, source=RandomPrompts(vocab), slo=slo,
                               text_prompt=text_prompt,
                               on_progress=lambda done, total, t=task: bar.update(t, completed=done))
         rows[name] = to_vllm_json(run.summary)

@@ -24,6 +24,7 @@ from autotune.core.analysis import (
     recommend,
 )
 from autotune.core.capacity import cell as capacity_cell
+from autotune.core.metric_registry import SUMMARY_METRICS
 from autotune.core.objectives import default_objectives, parse_objective
 from autotune.core.profiles import get_profile
 from autotune.errors import ConfigError
@@ -115,6 +116,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
+    from autotune.core.workload import RandomPrompts
+    from autotune.shell.files import read_model_info
     from autotune.shell.server import detect_platform
     from autotune.study.plans import stored_profiles
     from autotune.study.trial import BenchPlan, TrialSetup, run_trial
@@ -127,8 +130,8 @@ def _verify(args, study, trial, export) -> int:
     tp = int(export.argv[export.argv.index("--tensor-parallel-size") + 1])
     setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
                        slot=cpu_slot(tp, 1.0))  # entrypoint None: resolved as for any deployment
-    vocab = int(study.user_attrs.get("plan", {}).get("vocab_size", 0)) or _vocab(export.model)
-    measured = run_trial(export.argv, BenchPlan(profiles=profiles, vocab_size=vocab, seed=10_000),
+    source = RandomPrompts(read_model_info(export.model).vocab_size)
+    measured = run_trial(export.argv, BenchPlan(profiles=profiles, source=source, seed=10_000),
                          setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.value}: {measured.message}")
@@ -137,18 +140,12 @@ def _verify(args, study, trial, export) -> int:
     for col in ("profile", "metric", "stored", "relaunched", "difference"):
         table.add_column(col, justify="right")
     for name, result in measured.results.items():
-        for metric in ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms"):
+        for metric in SUMMARY_METRICS:
             a, b = trial.value(name, metric), result.mean(metric)
             # A TPOT of 0 is possible: every stream of that run arrived in one burst.
             table.add_row(name, metric, fmt(a, 2), fmt(b, 2), f"{(b - a) / a * 100:+.1f}%" if a else "-")
     out.print(table)
     return 0
-
-
-def _vocab(model: str) -> int:
-    from autotune.shell.files import read_model_info
-
-    return read_model_info(model).vocab_size
 
 
 def cmd_report(args: argparse.Namespace) -> int:

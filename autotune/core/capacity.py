@@ -25,60 +25,20 @@ that met every SLO, lowest load above it that did not], with the crossing interp
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from autotune.core.metrics import KNOWN_METRICS, SloLimits, unit_of
+from autotune.core.metric_registry import METRICS
+from autotune.core.metrics import SloLimits
+from autotune.core.slo import Slo
 from autotune.errors import ConfigError
 
 LOADS = ("concurrency", "rate")
 # Objectives a capacity search may stop early for: they grow with the load carried.
-MONOTONE_IN_LOAD = ("output_throughput", "request_throughput", "request_goodput",
-                    "total_token_throughput", "capacity_load")
+MONOTONE_IN_LOAD = tuple(k for k, m in METRICS.items() if m.grows_with_load)
 Z = 1.645  # one-sided 95%: a verdict the noise could have produced is not a verdict
-_LIMIT = re.compile(r"^\s*(\w+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
-
-
-@dataclass(frozen=True)
-class Limit:
-    """An SLO on a metric of one run (a ``vllm bench serve`` key): ``p99_ttft_ms<=2000``."""
-
-    metric: str
-    op: str
-    limit: float
-
-    @property
-    def text(self) -> str:
-        return f"{self.metric}{self.op}{self.limit:g}"
-
-    def margin(self, value: float) -> float:
-        """log(value / limit) with the sign that makes > 0 mean past the limit."""
-        value = max(value, 1e-9)
-        past = math.log(value / self.limit)
-        return past if self.op == "<=" else -past
-
-
-def parse_limit(text: str, where: str) -> Limit:
-    """``METRIC<=LIMIT`` or ``>=``; a one-line ConfigError starting with ``where`` (the flag or
-    file field and the text given) otherwise."""
-    m = _LIMIT.match(text)
-    if not m:
-        raise ConfigError(f"{where}: expected METRIC<=LIMIT, e.g. 'p99_ttft_ms<=2000'")
-    metric, op = m.group(1), m.group(2)
-    if metric not in KNOWN_METRICS:
-        raise ConfigError(f"{where}: unknown metric {metric!r}; e.g. mean_ttft_ms, p99_ttft_ms, "
-                          "p99_tpot_ms, p99_e2el_ms, output_throughput")
-    try:
-        limit = float(m.group(3))
-    except ValueError:
-        raise ConfigError(f"{where}: limit {m.group(3)!r} is not a number") from None
-    if not math.isfinite(limit) or limit <= 0:
-        raise ConfigError(f"{where}: the limit must be a positive number of {unit_of(metric)}, "
-                          f"got {m.group(3)}")
-    return Limit(metric, op, limit)
 
 
 @dataclass(frozen=True)
@@ -94,7 +54,7 @@ class CapacitySpec:
     max_probes: int = 12  # measured runs in all, repeats included
     max_repeats: int = 3  # runs at one load while its verdict is unsure
     noise: float = 0.15  # assumed log-sd of one run's SLO metric, until repeats measure it
-    limits: tuple[Limit, ...] = ()
+    limits: tuple[Slo, ...] = ()
 
     def __post_init__(self) -> None:
         if self.load not in LOADS:

@@ -15,15 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
-SLO_METRICS = ("ttft", "tpot", "e2el")
-# Metrics an objective or SLO may name: the benchmark's keys, as vLLM's `bench serve` writes them,
-# and a capacity profile's load (``capacity_load``, concurrency or req/s).
-KNOWN_METRICS = (
-    "output_throughput", "request_throughput", "total_token_throughput", "request_goodput",
-    "capacity_load",
-    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-      for s in ("mean", "median", "std", "p50", "p90", "p99")),
-)
 # Token chunks closer than this arrived in one read of the socket: the server sent them at once.
 BURST_GAP_S = 1e-4
 
@@ -85,6 +76,19 @@ class SpecDecodeStats:
 
 
 @dataclass(frozen=True)
+class PrefixCacheStats:
+    """Prompt tokens looked up in the server's prefix cache over the run, and those found."""
+
+    queried_tokens: int
+    hit_tokens: int
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of queried prompt tokens found in the cache (0..1)."""
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+
+@dataclass(frozen=True)
 class SloLimits:
     """Goodput limits in ms; None means no limit on that metric."""
 
@@ -115,6 +119,7 @@ class BenchmarkSummary:
     e2el: LatencyStats
     goodput_req_s: float | None = None
     spec_decode: SpecDecodeStats | None = None
+    prefix_cache: PrefixCacheStats | None = None
     errors: tuple[str, ...] = ()  # distinct error messages of failed requests
     delivery_bursts: int = 0  # successful requests whose whole stream arrived at once
 
@@ -176,6 +181,7 @@ def summarize(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     slo: SloLimits | None = None,
     spec_decode: SpecDecodeStats | None = None,
+    prefix_cache: PrefixCacheStats | None = None,
 ) -> BenchmarkSummary:
     """Summarize the measured requests of one run that took ``duration_s`` of wall time."""
     ok = [r for r in results if r.success]
@@ -205,18 +211,10 @@ def summarize(
         e2el=LatencyStats.of([r.latency_s for r in ok], percentiles),
         goodput_req_s=goodput,
         spec_decode=spec_decode,
+        prefix_cache=prefix_cache,
         errors=tuple(dict.fromkeys(r.error for r in failed)),
         delivery_bursts=sum(burst_delivered(r) for r in ok),
     )
-
-
-def unit_of(metric: str) -> str:
-    """The unit of a metric named by its vLLM key (``capacity_load``: the load searched)."""
-    if metric.endswith("_ms"):
-        return "ms"
-    if metric == "capacity_load":
-        return "load"
-    return "req/s" if metric.startswith("request") else "tok/s"
 
 
 def _pct_key(p: float) -> str:
@@ -252,6 +250,10 @@ def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
         out["spec_decode_num_drafts"] = sd.drafts
         out["spec_decode_draft_tokens"] = sd.draft_tokens
         out["spec_decode_accepted_tokens"] = sd.accepted_tokens
+    if summary.prefix_cache is not None:
+        out["prefix_cache_hit_rate"] = summary.prefix_cache.hit_rate * 100.0
+        out["prefix_cache_queried_tokens"] = summary.prefix_cache.queried_tokens
+        out["prefix_cache_hit_tokens"] = summary.prefix_cache.hit_tokens
     out["valid"] = summary.valid
     out["invalid_reason"] = summary.invalid_reason
     out["errors"] = list(summary.errors)
@@ -267,40 +269,47 @@ def flat_metrics(summary: BenchmarkSummary) -> dict[str, float]:
     }
 
 
-def parse_spec_decode_counters(prometheus_text: str) -> SpecDecodeStats | None:
-    """Speculative-decoding counters (summed over labels) from a /metrics page, as vLLM's
-    benchmark reads them; None when the server exposes none (no speculation)."""
-    totals = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
-    found = False
+def parse_counters(prometheus_text: str) -> dict[str, float]:
+    """Every counter (``*_total``) of a /metrics page, summed over its labels."""
+    totals: dict[str, float] = {}
     for line in prometheus_text.splitlines():
         line = line.strip()
-        if not line.startswith("vllm:spec_decode"):
+        if not line or line.startswith("#"):
             continue
         name = line.split(None, 1)[0].split("{")[0]
-        if not name.endswith("_total") or "per_pos" in name:
+        if not name.endswith("_total"):
             continue
-        for key in totals:
-            if name == f"vllm:spec_decode_{key}_total":
-                found = True
-                try:
-                    totals[key] += int(float(line.rsplit(None, 1)[-1]))
-                except ValueError:
-                    pass
-    if not found:
-        return None
-    return SpecDecodeStats(
-        totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"]
-    )
+        try:
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(None, 1)[-1])
+        except ValueError:
+            continue
+    return totals
 
 
-def spec_decode_delta(
-    before: SpecDecodeStats | None, after: SpecDecodeStats | None
-) -> SpecDecodeStats | None:
-    """Counters accumulated between two /metrics reads."""
-    if before is None or after is None or after.draft_tokens == before.draft_tokens:
+def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> int | None:
+    if name not in before or name not in after:
         return None
-    return SpecDecodeStats(
-        after.drafts - before.drafts,
-        after.draft_tokens - before.draft_tokens,
-        after.accepted_tokens - before.accepted_tokens,
-    )
+    return int(after[name] - before[name])
+
+
+def spec_decode_delta(before: Mapping[str, float], after: Mapping[str, float]
+                      ) -> SpecDecodeStats | None:
+    """Speculative decoding between two /metrics reads, as vLLM's benchmark reads it; None
+    when the server exposes no such counters or none moved (no speculation)."""
+    found = [_delta(before, after, f"vllm:spec_decode_{k}_total")
+             for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")]
+    if None in found or not found[1]:
+        return None
+    drafts, draft_tokens, accepted = (int(v or 0) for v in found)
+    return SpecDecodeStats(drafts, draft_tokens, accepted)
+
+
+def prefix_cache_delta(before: Mapping[str, float], after: Mapping[str, float]
+                       ) -> PrefixCacheStats | None:
+    """Prefix-cache lookups between two /metrics reads (counted in tokens); None when the
+    server exposes no such counters or looked nothing up (prefix caching off)."""
+    queried = _delta(before, after, "vllm:prefix_cache_queries_total")
+    hits = _delta(before, after, "vllm:prefix_cache_hits_total")
+    if not queried or hits is None:
+        return None
+    return PrefixCacheStats(queried, hits)

@@ -19,24 +19,15 @@ each violation (how far past the limit) is <= 0.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autotune.core.capacity import Limit, parse_limit
-from autotune.core.metrics import KNOWN_METRICS, unit_of
+from autotune.core.metric_registry import label_of, metric, unit_of
 from autotune.core.profiles import WorkloadProfile
+from autotune.core.slo import Slo, parse_slo
 from autotune.errors import ConfigError
 
 DIRECTIONS = {"min": "minimize", "max": "maximize", "minimize": "minimize", "maximize": "maximize"}
-LABELS = {"output_throughput": "output throughput", "request_throughput": "request throughput",
-          "total_token_throughput": "total token throughput", "request_goodput": "goodput",
-          "capacity_load": "load carried"}
-
-
-def natural_direction(metric: str) -> str:
-    """Latencies are minimized, throughputs maximized."""
-    return "minimize" if metric.endswith("_ms") else "maximize"
 
 
 @dataclass(frozen=True)
@@ -71,10 +62,7 @@ class Objective:
     @property
     def label(self) -> str:
         """For axes and table headers: 'mean E2EL at low-concurrency (ms)'."""
-        metric = LABELS.get(self.metric) or self.metric.removesuffix("_ms").replace(
-            "_", " ").replace("ttft", "TTFT").replace("tpot", "TPOT").replace(
-            "e2el", "E2EL").replace("itl", "ITL")
-        return f"{metric} at {self.profile} ({self.unit})"
+        return f"{label_of(self.metric)} at {self.profile} ({self.unit})"
 
 
 def parse_objective(text: str, profiles: Sequence[str]) -> Objective:
@@ -83,16 +71,14 @@ def parse_objective(text: str, profiles: Sequence[str]) -> Objective:
     if len(parts) not in (2, 3) or not all(parts):
         raise ConfigError(f"--objective {text!r}: expected PROFILE:METRIC[:min|max], "
                           "e.g. 'low-concurrency:p99_ttft_ms:min'")
-    profile, metric = parts[0], parts[1]
+    profile, key = parts[0], parts[1]
     if profile not in profiles:
         raise ConfigError(f"--objective {text!r}: profile {profile!r} is not run; run: {list(profiles)}")
-    if metric not in KNOWN_METRICS:
-        raise ConfigError(f"--objective {text!r}: unknown metric {metric!r}; valid: "
-                          f"{', '.join(KNOWN_METRICS[:6])}, ... (vLLM bench serve's keys)")
-    direction = DIRECTIONS.get(parts[2]) if len(parts) == 3 else natural_direction(metric)
+    known = metric(key, f"--objective {text!r}")
+    direction = DIRECTIONS.get(parts[2]) if len(parts) == 3 else known.direction
     if direction is None:
         raise ConfigError(f"--objective {text!r}: direction {parts[2]!r} is not min or max")
-    return Objective(profile, metric, direction)
+    return Objective(profile, key, direction)
 
 
 def default_objectives(profiles: Sequence[WorkloadProfile]) -> tuple[Objective, ...]:
@@ -129,35 +115,14 @@ def objective_values(objectives: Sequence[Objective],
     return [float(means[o.profile][o.metric]) for o in objectives]
 
 
-_SLO = re.compile(r"^\s*([\w.-]+):(.+)$")
-
-
-@dataclass(frozen=True)
-class Slo:
-    """One service-level objective on a profile's metric (a vLLM benchmark key)."""
-
-    profile: str
-    metric: str
-    op: str
-    limit: float
-
-    @property
-    def key(self) -> str:
-        return f"{self.profile}:{self.metric}{self.op}{self.limit:g}"
-
-    def violation(self, value: float) -> float:
-        """How far ``value`` is past the limit (<= 0 means met)."""
-        return value - self.limit if self.op == "<=" else self.limit - value
-
-
 def split_slos(texts: Sequence[str], profiles: Sequence[WorkloadProfile]
-               ) -> tuple[tuple[Slo, ...], dict[str, tuple[Limit, ...]]]:
+               ) -> tuple[tuple[Slo, ...], dict[str, tuple[Slo, ...]]]:
     """``--slo`` flags into constraints on fixed profiles and limits of capacity profiles. An
     SLO naming no profile belongs to the only capacity profile, or to the only profile."""
     names = [p.name for p in profiles]
     capacity = [p.name for p in profiles if p.capacity is not None]
     slos: list[Slo] = []
-    limits: dict[str, list[Limit]] = {}
+    limits: dict[str, list[Slo]] = {}
     for text in texts:
         if ":" not in text.split("<")[0].split(">")[0]:
             owners = capacity or names
@@ -167,21 +132,7 @@ def split_slos(texts: Sequence[str], profiles: Sequence[WorkloadProfile]
             text = f"{owners[0]}:{text.strip()}"
         slo = parse_slo(text, names)
         if slo.profile in capacity:
-            limits.setdefault(slo.profile, []).append(Limit(slo.metric, slo.op, slo.limit))
+            limits.setdefault(slo.profile, []).append(slo.on(""))
         else:
             slos.append(slo)
     return tuple(slos), {p: tuple(v) for p, v in limits.items()}
-
-
-def parse_slo(text: str, profiles: Sequence[str]) -> Slo:
-    """``PROFILE:METRIC<=LIMIT`` or ``>=``; a one-line error naming --slo otherwise."""
-    m = _SLO.match(text)
-    if not m:
-        raise ConfigError(
-            f"--slo {text!r}: expected PROFILE:METRIC<=LIMIT, e.g. 'high-concurrency:p99_ttft_ms<=5000'"
-        )
-    profile = m.group(1)
-    if profile not in profiles:
-        raise ConfigError(f"--slo {text!r}: profile {profile!r} is not run; run: {list(profiles)}")
-    limit = parse_limit(m.group(2), f"--slo {text!r}")
-    return Slo(profile, limit.metric, limit.op, limit.limit)

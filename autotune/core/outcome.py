@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.capacity import CapacitySearch
+from autotune.core.metric_registry import SUMMARY_METRICS
 from autotune.core.stats import Estimate, Noise, estimate
 from autotune.errors import FailureClass
 
@@ -156,7 +157,6 @@ class TrialOutcome:
 
 
 _FROM_OPTUNA = ("number", "state", "params")  # Optuna keeps these itself
-SUMMARY_METRICS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
 
 
 def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from autotune.core.capacity import CapacitySpec, Limit, parse_limit
+from autotune.core.capacity import CapacitySpec
+from autotune.core.slo import Slo, parse_limit
 from autotune.errors import ConfigError
 
 BUILTIN_YAML = """
@@ -83,7 +84,7 @@ class WorkloadProfile:
         return dataclasses.replace(self, capacity=None, request_rate=float(load),
                                    max_concurrency=max(self.max_concurrency, 1024))
 
-    def with_limits(self, limits: tuple[Limit, ...]) -> WorkloadProfile:
+    def with_limits(self, limits: tuple[Slo, ...]) -> WorkloadProfile:
         assert self.capacity is not None
         return dataclasses.replace(self, capacity=dataclasses.replace(
             self.capacity, limits=self.capacity.limits + limits))

@@ -18,14 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from autotune.core.metric_registry import ASSUMED_LOG_SD, METRICS
 from scipy.special import ndtri, stdtrit  # scipy.stats costs a second to import
 
 LEVEL = 0.95
-# Without any repeat in a study: identical runs on these machines differ by 6-12% in throughput
-# and E2EL (../shared/notes/vllm-on-cpu.md) and by far more in TTFT; a log-sd of 0.08 (and 0.5
-# for TTFT) keeps the assumed intervals on the honest side of that.
-ASSUMED_LOG_SD = 0.08
-ASSUMED_LOG_SD_TTFT = 0.5
 
 
 def t_quantile(df: float, level: float = LEVEL) -> float:
@@ -35,7 +32,8 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
 
 
 def assumed_log_sd(metric: str) -> float:
-    return ASSUMED_LOG_SD_TTFT if "ttft" in metric else ASSUMED_LOG_SD
+    """The noise assumed for ``metric`` before a study has repeats (its registry record's)."""
+    return METRICS[metric].assumed_log_sd if metric in METRICS else ASSUMED_LOG_SD
 
 
 @dataclass(frozen=True)

@@ -2,35 +2,34 @@
 
 The only module that speaks HTTP to a server under test (aiohttp, as `vllm bench serve`: it
 costs a fraction of httpx's CPU per streamed chunk, and a client that competes with the API
-server for a core inflates the very latencies it measures). It sends a profile's prompts with
-bounded concurrency and an optional Poisson/gamma arrival process, times every streamed chunk,
-and hands the per-request records to ``core.metrics``.
+server for a core inflates the very latencies it measures). It sends the requests of a source
+(``core.workload``) with bounded concurrency at their send times, times every streamed chunk,
+reads the server's counters before and after, and hands the per-request records to
+``core.metrics``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
-import numpy as np
 
 from autotune.core.metrics import (
     DEFAULT_PERCENTILES,
     BenchmarkSummary,
     RequestResult,
     SloLimits,
-    SpecDecodeStats,
-    parse_spec_decode_counters,
+    parse_counters,
+    prefix_cache_delta,
     spec_decode_delta,
     summarize,
 )
 from autotune.core.profiles import WorkloadProfile
-from autotune.core.prompts import random_prompts, request_lengths
 from autotune.core.sse import parse_sse_line
+from autotune.core.workload import Request, RequestSource, send_offsets_s
 from autotune.errors import BenchmarkError
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -135,47 +134,40 @@ async def send_request(
     )
 
 
-def arrival_gaps_s(profile: WorkloadProfile, count: int, seed: int) -> list[float]:
-    """Gaps between request sends: zeros at an infinite rate, else gamma-distributed with
-    mean 1/rate and shape ``burstiness`` (1.0 is a Poisson process), as vLLM's benchmark."""
-    if math.isinf(profile.request_rate):
-        return [0.0] * count
-    rng = np.random.default_rng(seed + 1)
-    theta = 1.0 / (profile.request_rate * profile.burstiness)
-    return rng.gamma(profile.burstiness, theta, size=count).tolist()
-
-
-async def _fetch_spec_decode(session: aiohttp.ClientSession, target: Target) -> SpecDecodeStats | None:
+async def _fetch_counters(session: aiohttp.ClientSession, target: Target) -> dict[str, float]:
+    """The server's counters from /metrics (empty when it has none to give)."""
     try:
         async with session.get(target.url.rstrip("/") + "/metrics", headers=target.headers(),
                                timeout=aiohttp.ClientTimeout(total=10)) as resp:
             text = await resp.text()
             status = resp.status
     except (aiohttp.ClientError, TimeoutError):
-        return None
-    return parse_spec_decode_counters(text) if status == 200 else None
+        return {}
+    return parse_counters(text) if status == 200 else {}
 
 
 async def _run_batch(
-    client: aiohttp.ClientSession, target: Target, prompts: Sequence[list[int] | str],
-    lengths: Sequence[int], outputs: Sequence[int], profile: WorkloadProfile,
-    gaps: Sequence[float], on_done: Callable[[], None],
+    client: aiohttp.ClientSession, target: Target, requests: Sequence[Request],
+    profile: WorkloadProfile, offsets_s: Sequence[float], on_done: Callable[[], None],
+    prompt_of: Callable[[Request], list[int] | str],
 ) -> list[RequestResult]:
-    """Send every prompt; requests still open at the profile's time limit count as failed."""
+    """Send every request at its offset from now; requests still open at the profile's time
+    limit count as failed."""
     sem = asyncio.Semaphore(profile.max_concurrency)
-    deadline = time.perf_counter() + profile.timeout_s
+    t0 = time.perf_counter()
+    deadline = t0 + profile.timeout_s
 
-    async def limited(i: int) -> RequestResult:
+    async def limited(r: Request) -> RequestResult:
         start = time.perf_counter()
         try:
             async with sem:
                 result = await asyncio.wait_for(
-                    send_request(client, target, prompts[i], lengths[i], profile, outputs[i]),
+                    send_request(client, target, prompt_of(r), r.prompt_len, profile, r.output_len),
                     timeout=max(deadline - time.perf_counter(), 0.001),
                 )
         except TimeoutError:
             result = RequestResult(
-                prompt_len=lengths[i], start_s=start, success=False,
+                prompt_len=r.prompt_len, start_s=start, success=False,
                 latency_s=time.perf_counter() - start,
                 error=f"run time limit of {profile.timeout_s:g} s reached",
             )
@@ -183,38 +175,41 @@ async def _run_batch(
         return result
 
     tasks = []
-    for i, gap in enumerate(gaps):
-        if gap > 0:
-            await asyncio.sleep(gap)
-        tasks.append(asyncio.create_task(limited(i)))
+    for request, offset in zip(requests, offsets_s, strict=True):
+        wait = t0 + offset - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.create_task(limited(request)))
     return list(await asyncio.gather(*tasks))
 
 
 async def run_profile_async(
-    target: Target, profile: WorkloadProfile, *, seed: int, vocab_size: int,
+    target: Target, profile: WorkloadProfile, *, source: RequestSource, seed: int,
     slo: SloLimits | None = None, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     text_prompt: Callable[[list[int]], str] | None = None,
 ) -> BenchmarkRun:
-    """Warm up, then measure one profile. Fresh prompts per ``seed`` defeat prefix caching."""
+    """Warm up, then measure one profile with requests from ``source``. ``text_prompt`` turns
+    token-id prompts into text (the chat endpoint takes only text)."""
     if target.endpoint not in ENDPOINTS:
         raise BenchmarkError(f"--endpoint {target.endpoint!r}: valid: {', '.join(ENDPOINTS)}")
     if target.endpoint == "chat" and text_prompt is None:
         raise BenchmarkError("chat endpoint needs a tokenizer to turn prompts into text")
-    count = profile.warmup_requests + profile.num_prompts
-    lengths, outputs = request_lengths(
-        input_len=profile.input_len, output_len=profile.output_len,
-        range_ratio=profile.range_ratio, count=count, seed=seed)
-    ids = random_prompts(vocab_size=vocab_size, lengths=lengths, count=count, seed=seed)
-    prompts: list[list[int] | str] = [text_prompt(p) for p in ids] if text_prompt else list(ids)
     warm, measured = profile.warmup_requests, profile.num_prompts
+    requests = source.requests(profile, warm + measured, seed)
+
+    def prompt_of(r: Request) -> list[int] | str:
+        if isinstance(r.prompt, str):
+            return r.prompt
+        return text_prompt(list(r.prompt)) if text_prompt else list(r.prompt)
+
     connector = aiohttp.TCPConnector(limit=profile.max_concurrency + 2, keepalive_timeout=60)
     async with aiohttp.ClientSession(connector=connector, trust_env=False,
                                      timeout=aiohttp.ClientTimeout(total=None)) as client:
         if warm:
-            await _run_batch(client, target, prompts[:warm], lengths[:warm], outputs[:warm],
-                             profile, [0.0] * warm, lambda: None)
-        before = await _fetch_spec_decode(client, target)
+            await _run_batch(client, target, requests[:warm], profile, [0.0] * warm,
+                             lambda: None, prompt_of)
+        before = await _fetch_counters(client, target)
         done = 0
 
         def tick() -> None:
@@ -222,15 +217,15 @@ async def run_profile_async(
             done += 1
             on_progress(done, measured)
 
-        gaps = arrival_gaps_s(profile, measured, seed)
+        offsets = send_offsets_s(requests[warm:], profile, seed)
         start = time.perf_counter()
-        results = await _run_batch(
-            client, target, prompts[warm:], lengths[warm:], outputs[warm:], profile, gaps, tick
-        )
+        results = await _run_batch(client, target, requests[warm:], profile, offsets, tick,
+                                   prompt_of)
         duration = time.perf_counter() - start
-        after = await _fetch_spec_decode(client, target)
+        after = await _fetch_counters(client, target)
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
-                        spec_decode=spec_decode_delta(before, after))
+                        spec_decode=spec_decode_delta(before, after),
+                        prefix_cache=prefix_cache_delta(before, after))
     return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results))
 
 

@@ -11,6 +11,7 @@ import optuna
 
 from autotune.core.analysis import USES, NoFeasibleTrial, StudyData, recommend
 from autotune.core.capacity import describe as describe_capacity
+from autotune.core.metric_registry import SUMMARY_METRICS
 
 DASHBOARD_CONSTRAINTS_KEY = "constraints"
 
@@ -33,7 +34,7 @@ def trial_note(t, data: StudyData) -> str:
                   f"> {t.failure_message[:500]}"]
     lines += ["", "| profile | metric | mean [95% interval] | vs baseline |", "|---|---|---|---|"]
     for profile in t.results:
-        for metric in ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms"):
+        for metric in SUMMARY_METRICS:
             if not t.has(profile, metric):
                 continue
             versus = data.versus_baseline(t, profile, metric)

@@ -20,10 +20,12 @@ from typing import Any
 import optuna
 
 from autotune.core.model_info import ModelInfo
-from autotune.core.objectives import Objective, Slo, default_objectives, parse_objective, split_slos
+from autotune.core.objectives import Objective, default_objectives, parse_objective, split_slos
 from autotune.core.outcome import Value
 from autotune.core.profiles import WorkloadProfile, profile_from_dict
+from autotune.core.slo import Slo
 from autotune.core.space import ModelContext, ReferenceSet, SearchSpace, parse_space
+from autotune.core.workload import RandomPrompts
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
 from autotune.study.storage import check_url, storage_url
@@ -158,7 +160,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
                        say=say)
     return StudyPlan(
         model=model, space=space, objectives=objectives,
-        bench=BenchPlan(profiles=profiles, vocab_size=model.vocab_size,
+        bench=BenchPlan(profiles=profiles, source=RandomPrompts(model.vocab_size),
                         repeats=request.repeats, seed=request.seed or 0, objectives=objectives),
         trials=request.trials,
         study_name=request.study_name or default_study_name(model.name, space.name, names),

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from autotune.core.capacity import CapacitySearch, Limit, by_load, describe, parse_limit
+from autotune.core.capacity import CapacitySearch, by_load, describe
+from autotune.core.metric_registry import label_of, unit_of
+from autotune.core.slo import Slo, parse_limit
 
 COLORS = ("#d9480f", "#1c7ed6", "#2b8a3e", "#862e9c", "#e67700", "#495057")
 
@@ -22,7 +24,7 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     first = next(iter(searches.values()))
-    limits: list[Limit] = [parse_limit(t, f"stored SLO {t!r}") for t in first.limits]
+    limits: list[Slo] = [parse_limit(t, f"stored SLO {t!r}") for t in first.limits]
     fig, axes = plt.subplots(1, len(limits), figsize=(6.5 * len(limits), 4.5), dpi=110,
                              squeeze=False)
     for ax, limit in zip(axes[0], limits, strict=True):
@@ -45,7 +47,7 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("max concurrency" if first.load == "concurrency" else "request rate (req/s)")
-        ax.set_ylabel(f"{limit.metric} (ms)" if limit.metric.endswith("_ms") else limit.metric)
+        ax.set_ylabel(f"{label_of(limit.metric)} ({unit_of(limit.metric)})")
         ax.set_title(f"{limit.metric} against load: runs (dots), their mean (line); band: "
                      "met ... not met", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)

@@ -28,6 +28,7 @@ from autotune.core.objectives import Objective
 from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import Slot
+from autotune.core.workload import RequestSource
 from autotune.errors import DeploymentError, FailureClass, ValidationError
 from autotune.shell.client import Target, run_profile
 from autotune.shell.hardware import hardware_description
@@ -42,7 +43,7 @@ class BenchPlan:
     of ``incumbents`` is at least as good on the study's other ``objectives``."""
 
     profiles: tuple[WorkloadProfile, ...]
-    vocab_size: int
+    source: RequestSource
     repeats: int = 1
     seed: int = 0
     objectives: tuple[Objective, ...] = ()
@@ -85,7 +86,7 @@ def _search_capacity(dep: Deployment, target: Target, profile: WorkloadProfile, 
         count += 1
         on_phase(f"capacity {profile.name}: probe {count} at {load:g} {spec.unit} ({why})")
         run = run_profile(target, profile.at_load(load), seed=seed + count,
-                          vocab_size=plan.vocab_size, slo=slo)
+                          source=plan.source, slo=slo)
         _write(workdir / f"bench-{profile.name}-probe-{count}.json",
                {"profile": profile.name, "load": load, "seed": seed + count,
                 **to_vllm_json(run.summary)}, files)
@@ -136,7 +137,7 @@ def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
             on_phase(label + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
             # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
             seed = plan.seed * 1000 + p_index * 100 + r
-            run = run_profile(target, profile, seed=seed, vocab_size=plan.vocab_size)
+            run = run_profile(target, profile, seed=seed, source=plan.source)
             _write(workdir / f"bench-{profile.name}-{r + 1}.json",
                    {"profile": profile.name, "seed": seed, "repeat": r + 1,
                     **to_vllm_json(run.summary)}, files)

@@ -1,0 +1,97 @@
+"""The registry of metrics: one frozen record per metric autotune knows. Pure.
+
+Every fact about a metric lives in its ``Metric`` record: the key (vLLM's ``bench serve`` key
+where vLLM has one), unit, which way is better, the label people read, whether it grows with
+the load carried, where it is read, and the noise assumed for it before a study has repeats.
+Every list, label, unit or direction elsewhere is derived from ``METRICS``: adding a metric is
+one ``_register`` call here plus the code that computes it. Any registered metric can be an
+objective or an SLO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from autotune.errors import ConfigError
+
+
+class Source(StrEnum):
+    """Where a metric's value comes from."""
+
+    BENCHMARK = "benchmark run"  # computed from the run's requests (core.metrics.summarize)
+    SERVER = "server /metrics"  # counters of the server under test, read before and after a run
+    SEARCH = "capacity search"  # the load a capacity search found (core.capacity)
+
+
+# Without any repeat in a study: identical runs on these machines differ by 6-12% in throughput
+# and E2EL (../shared/notes/vllm-on-cpu.md) and by far more in TTFT; a log-sd of 0.08 (and 0.5
+# for TTFT) keeps the assumed intervals on the honest side of that.
+ASSUMED_LOG_SD = 0.08
+ASSUMED_LOG_SD_TTFT = 0.5
+
+
+@dataclass(frozen=True)
+class Metric:
+    """Everything autotune knows about one metric."""
+
+    key: str
+    unit: str
+    higher_is_better: bool
+    label: str
+    grows_with_load: bool = False  # carried load: a capacity search may stop early on it
+    source: Source = Source.BENCHMARK
+    assumed_log_sd: float = ASSUMED_LOG_SD
+    summary: bool = False  # one of the few shown per profile in notes and checks
+
+    @property
+    def direction(self) -> str:
+        """Optuna's word for the better way."""
+        return "maximize" if self.higher_is_better else "minimize"
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def _register(metric: Metric) -> None:
+    assert metric.key not in METRICS, metric.key
+    METRICS[metric.key] = metric
+
+
+for _key, _label, _unit in (("output_throughput", "output throughput", "tok/s"),
+                            ("total_token_throughput", "total token throughput", "tok/s"),
+                            ("request_throughput", "request throughput", "req/s"),
+                            ("request_goodput", "goodput", "req/s")):
+    _register(Metric(_key, _unit, True, _label, grows_with_load=True,
+                     summary=_key == "output_throughput"))
+_register(Metric("capacity_load", "load", True, "load carried", grows_with_load=True,
+                 source=Source.SEARCH))
+for _m, _name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+    for _stat in ("mean", "median", "std", "p50", "p90", "p99"):
+        _register(Metric(f"{_stat}_{_m}_ms", "ms", False, f"{_stat} {_name}",
+                         assumed_log_sd=ASSUMED_LOG_SD_TTFT if _m == "ttft" else ASSUMED_LOG_SD,
+                         summary=_stat == "mean" and _m != "itl"))
+# The share of prompt tokens the server found in its prefix cache during the run.
+_register(Metric("prefix_cache_hit_rate", "%", True, "prefix-cache hit rate",
+                 source=Source.SERVER, assumed_log_sd=0.2))
+
+SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
+
+
+def metric(key: str, where: str = "") -> Metric:
+    """The registered metric ``key``; a one-line error naming ``where`` otherwise."""
+    found = METRICS.get(key)
+    if found is None:
+        examples = "output_throughput, mean_e2el_ms, p99_ttft_ms, prefix_cache_hit_rate"
+        raise ConfigError(f"{where + ': ' if where else ''}unknown metric {key!r}; valid: "
+                          f"{examples}, ... ({len(METRICS)} in all: vLLM bench serve's keys)")
+    return found
+
+
+def unit_of(key: str) -> str:
+    """The unit of a registered metric (a key it does not know: no unit)."""
+    return METRICS[key].unit if key in METRICS else ""
+
+
+def label_of(key: str) -> str:
+    return METRICS[key].label if key in METRICS else key
