@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from autotune.core.metrics import (
+    PrefixCacheStats,
     RequestResult,
     SloLimits,
     SpecDecodeStats,
     burst_delivered,
     flat_metrics,
     max_concurrency,
-    PrefixCacheStats,
     parse_counters,
     prefix_cache_delta,
     spec_decode_delta,

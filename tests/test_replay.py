@@ -14,8 +14,8 @@ import optuna
 import pytest
 
 from autotune.core.flags import to_argv
-from autotune.core.outcome import params_key
 from autotune.core.profiles import get_profile
+from autotune.core.space import params_key
 from autotune.core.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
 from autotune.errors import ConfigError
 from autotune.study.plans import PlanRequest, build_plan

@@ -119,10 +119,11 @@ def _verify(args, study, trial, export) -> int:
     from autotune.core.workload import RandomPrompts
     from autotune.shell.files import read_model_info
     from autotune.shell.server import detect_platform
-    from autotune.study.plans import stored_profiles
+    from autotune.study.plans import read_plan
     from autotune.study.trial import BenchPlan, TrialSetup, run_trial
 
-    profiles = stored_profiles(study)
+    stored = read_plan(study)
+    profiles = stored.profiles if stored else ()
     if not profiles:
         raise ConfigError(f"study {study.study_name!r} does not record its profiles; cannot verify")
     if detect_platform() != "cpu":

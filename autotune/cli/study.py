@@ -37,6 +37,7 @@ from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, Pl
 from autotune.study.trial import TrialSetup
 
 CONFIRM_ROUNDS = 2
+DEFAULTS = PlanRequest(workdir=Path(), profiles=())  # the one source of run's defaults
 
 
 class ConsoleProgress:
@@ -200,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.shell.server import detect_platform
-    from autotune.study.plans import build_plan, stored_request
+    from autotune.study.plans import build_plan, set_budget, stored_request
     from autotune.study.storage import hostname, load_existing, redact
 
     if args.trials is not None and args.trials < 1:
@@ -211,7 +212,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                              trials=args.trials)
     plan = build_plan(request)
     if args.trials is not None:
-        study.set_user_attr("budget", args.trials)
+        set_budget(study, args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
     label = args.worker_label or hostname()
@@ -283,15 +284,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"reference configs (default {DEFAULT_REFERENCES})")
     p.add_argument("--seed-references", action="store_true",
                    help="run the applicable reference configs first (enqueued once per study)")
-    p.add_argument("--trials", type=int, default=10, help="study-wide budget of finished trials")
+    p.add_argument("--trials", type=int, default=DEFAULTS.trials,
+                   help=f"study-wide budget of finished trials (default {DEFAULTS.trials})")
     p.add_argument("--study", help="study name (default: from model, space and profiles)")
     p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
                    "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "
                    "sqlite:///<workdir>/autotune.db")
-    p.add_argument("--repeats", type=int, default=2,
-                   help="runs per profile per deployment (default 2: the noise is measured)")
+    p.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
+                   help=f"runs per profile per deployment (default {DEFAULTS.repeats}: the noise "
+                        "is measured)")
     p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
-    p.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
                    help="tpe (default; chosen by replaying samplers against a recorded table, "
                         "see README 'Which sampler'), random, nsga2 or gp")
     p.add_argument("--objective", action="append", default=[],
@@ -301,9 +304,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="repeatable: a constraint on a profile, e.g. 'high-concurrency:"
                         "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
                         "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
-    p.add_argument("--confirm", type=int, default=3, metavar="K",
+    p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
                    help=f"at the end, redeploy up to K front members and the baseline, "
-                        f"{CONFIRM_ROUNDS} interleaved rounds (default 3; 0: off)")
+                        f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")
     p.add_argument("--max-model-len", type=int, help="override the space's deployment setting")
     p.add_argument("--tp", type=int, help="override the space's tensor parallel size")
     p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
@@ -328,8 +331,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("confirm", help="redeploy a study's front and baseline in interleaved "
                        "rounds; recommend, export and report then use the confirmed numbers")
     add_study_args(p)
-    p.add_argument("--finalists", dest="k", type=int, default=3, metavar="K",
-                   help="front members to confirm, with the baseline (default 3)")
+    p.add_argument("--finalists", dest="k", type=int, default=DEFAULTS.confirm, metavar="K",
+                   help=f"front members to confirm, with the baseline (default {DEFAULTS.confirm})")
     p.add_argument("--model", help="this node's path of the model (default: the study's)")
     add_deploy_args(p)
     p.set_defaults(handler=cmd_confirm)

@@ -22,8 +22,9 @@ import numpy as np
 
 from autotune.core.capacity import Incumbent, by_load
 from autotune.core.objectives import Objective
-from autotune.core.outcome import TrialOutcome, Value
+from autotune.core.outcome import TrialOutcome
 from autotune.core.pareto import knee, pareto_front
+from autotune.core.space import Value
 from autotune.core.stats import Change, Estimate, NoiseModel, compare, mean_log_change, pooled_noise
 
 USES = ("interactive", "throughput", "balanced")

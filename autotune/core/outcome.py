@@ -10,7 +10,6 @@ how an outcome is spelled as Optuna user attributes (``study.records`` writes an
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,10 +18,9 @@ from typing import Any
 
 from autotune.core.capacity import CapacitySearch
 from autotune.core.metric_registry import SUMMARY_METRICS
+from autotune.core.space import Value, params_key
 from autotune.core.stats import Estimate, Noise, estimate
 from autotune.errors import FailureClass
-
-Value = bool | int | float | str | None
 
 
 @dataclass(frozen=True)
@@ -67,11 +65,6 @@ class Measurement:
     gpu_memory_mib: int | None = None  # held by the server once ready (NVML; GPUs only)
     vllm_version: str = ""
     hardware: str = ""
-
-
-def params_key(params: Mapping[str, Value]) -> str:
-    """A configuration's identity, for finding duplicates."""
-    return json.dumps(dict(params), sort_keys=True)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Nothing here launches, imports vLLM or touches the network.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,12 @@ from autotune.errors import SpaceError
 
 Value = bool | int | float | str | None
 Params = dict[str, Value]
+
+
+def params_key(params: Mapping[str, Value]) -> str:
+    """A configuration's one identity (duplicates, references, recorded tables)."""
+    return json.dumps(dict(params), sort_keys=True)
+
 
 TYPES = ("categorical", "int", "float", "bool")
 APPLIES_TO = {
@@ -433,9 +440,10 @@ def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester) -> Params:
     return params
 
 
-def complete(space: SearchSpace, ctx: ModelContext, given: Mapping[str, Value]) -> Params:
-    """Applicable, active parameters with ``given`` values and defaults for the rest."""
-    skip = inapplicable(space, ctx)
+def complete(space: SearchSpace, ctx: ModelContext | None, given: Mapping[str, Value]) -> Params:
+    """Applicable, active parameters with ``given`` values and defaults for the rest. Without
+    a model (``ctx`` None: results measured elsewhere) every parameter applies."""
+    skip = inapplicable(space, ctx) if ctx is not None else {}
     params: Params = {}
     for p in space.parameters:
         if p.name not in skip and _active(p, {**params}):
@@ -458,14 +466,14 @@ def resolve_references(
     """Each reference for this model; skipped when its change does not apply or repeats one."""
     skip = inapplicable(space, ctx)
     out: list[ResolvedReference] = []
-    seen: dict[tuple, str] = {}
+    seen: dict[str, str] = {}
     by_name = {r.name: r for r in refs}
     for ref in refs:
         params = complete(space, ctx, ref.params)
         base = by_name.get(ref.base)
         changed = {k for k, v in ref.params.items() if base is None or base.params.get(k) != v}
         dropped = sorted(changed & set(skip))
-        key = tuple(sorted(params.items(), key=lambda kv: kv[0]))
+        key = params_key(params)
         if base is not None and dropped and dropped == sorted(changed):
             reasons = "; ".join(f"{name}: {skip[name]}" for name in dropped)
             out.append(ResolvedReference(ref.name, params, f"does not apply ({reasons})"))

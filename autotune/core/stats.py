@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtri, stdtrit  # scipy.stats costs a second to import
 
 from autotune.core.metric_registry import ASSUMED_LOG_SD, METRICS
-from scipy.special import ndtri, stdtrit  # scipy.stats costs a second to import
 
 LEVEL = 0.95
 

@@ -20,7 +20,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from autotune.core.outcome import TrialOutcome, Value, params_key
+from autotune.core.outcome import TrialOutcome
+from autotune.core.space import Value, params_key
 from autotune.errors import ConfigError
 
 SERVED = "served"

@@ -11,7 +11,6 @@ measurement (a file gives no repeats), so its intervals use the study's assumed 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,9 +27,10 @@ from optuna.distributions import (
 from autotune.core.objectives import Objective, objective_values
 from autotune.core.outcome import ProfileResult, TrialOutcome
 from autotune.core.profiles import WorkloadProfile
-from autotune.core.space import Parameter, ReferenceSet, SearchSpace
+from autotune.core.space import Parameter, ReferenceSet, SearchSpace, complete, params_key
+from autotune.core.stored_plan import StoredPlan
 from autotune.errors import ConfigError
-from autotune.study.plans import PLAN_ATTR
+from autotune.study.plans import write_plan
 from autotune.study.records import BASELINE_ATTR, write_outcome
 from autotune.study.runner import FEASIBLE, REFS_ENQUEUED
 
@@ -96,11 +96,7 @@ def _params_for(row: dict, space: SearchSpace, refs: ReferenceSet | None, where:
             if not p.contains(value):
                 raise ConfigError(f"{where}: value {value!r} of {p.name!r} is outside the space")
             given[p.name] = value
-    params: dict = {}
-    for p in space.parameters:
-        if all(params.get(o) in vs for o, vs in p.when.items()):
-            params[p.name] = given.get(p.name, p.default)
-    return ref or json.dumps(given, sort_keys=True), params
+    return ref or params_key(given), complete(space, None, given)
 
 
 def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
@@ -170,9 +166,8 @@ def import_results(study_name: str, storage: str, path: Path, space: SearchSpace
         study.set_user_attr(BASELINE_ATTR, refs.baseline)
         study.set_user_attr(REFS_ENQUEUED, True)
     # What readers need of a plan; no space text, so no worker can run an imported study.
-    study.set_user_attr(PLAN_ATTR, {
-        "model": f"imported from {path.name}", "space_path": space.path,
-        "profiles": [dataclasses.asdict(p) for p in profiles],
-        "objectives": [f"{o.name}:{o.direction[:3]}" for o in objectives],
-        "defaults": {p.name: p.default for p in space.parameters}})
+    write_plan(study, StoredPlan(
+        model=f"imported from {path.name}", space_path=space.path, profiles=profiles,
+        objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
+        defaults={p.name: p.default for p in space.parameters}))
     return study, skipped

@@ -6,8 +6,9 @@ the profiles, objectives and SLOs, the budget and the storage. `autotune run`, `
 worker` (another node, same storage) and the dry run all call it; `worker` and the dry run
 with ``describe_only`` never write a model.
 
-The plan is a study user attribute (JSON), so that every worker runs exactly the trials that
-`run` defined; readers take the objectives, profiles and vLLM's defaults from it.
+The plan is stored in the study as a ``core.stored_plan.StoredPlan`` (a user attribute, JSON),
+so that every worker runs exactly the trials that `run` defined; readers take the objectives,
+profiles and vLLM's defaults from it. This module is the only code that reads or writes it.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import optuna
 
 from autotune.core.model_info import ModelInfo
 from autotune.core.objectives import Objective, default_objectives, parse_objective, split_slos
-from autotune.core.outcome import Value
-from autotune.core.profiles import WorkloadProfile, profile_from_dict
+from autotune.core.profiles import WorkloadProfile
 from autotune.core.slo import Slo
 from autotune.core.space import ModelContext, ReferenceSet, SearchSpace, parse_space
+from autotune.core.stored_plan import StoredPlan
 from autotune.core.workload import RandomPrompts
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
@@ -37,9 +38,6 @@ GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
 SAMPLERS = ("tpe", "random", "nsga2", "gp")  # built by runner.make_sampler; tpe is the default
 PLAN_ATTR = "plan"
 BUDGET_ATTR = "budget"
-# What must agree between `run`s that join one study (the budget and seed may change).
-SHAPE_KEYS = ("space_yaml", "tensor_parallel_size", "max_model_len", "profiles", "repeats",
-              "slos", "objectives")
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class PlanRequest:
     space_yaml: str | None = None  # a stored plan's space text, instead of reading space_path
     references_path: str | None = None  # given: its references are enqueued first
     trials: int = 10
-    repeats: int = 1
+    repeats: int = 2  # runs per profile per deployment: 2 measure the noise
     seed: int | None = None
     sampler: str = "tpe"
     study_name: str | None = None
@@ -62,7 +60,7 @@ class PlanRequest:
     slos: tuple[str, ...] = ()
     tp: int | None = None
     max_model_len: int | None = None
-    confirm: int = 0  # finalists confirmed at the end
+    confirm: int = 3  # front members confirmed at the end (0: off)
     describe_only: bool = False  # a dry run: describe a generated model, do not write it
 
 
@@ -172,38 +170,47 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
     )
 
 
-def plan_attr(plan: StudyPlan) -> dict[str, Any]:
-    return {
-        "model": plan.model.name,
-        "space_path": plan.space.path,
-        "space_yaml": plan.space.text,
-        "tensor_parallel_size": plan.space.deployment.tensor_parallel_size,
-        "max_model_len": plan.max_model_len,
-        "profiles": [p.to_dict() for p in plan.bench.profiles],
-        "objectives": [f"{o.name}:{o.direction[:3]}" for o in plan.objectives],
-        "repeats": plan.bench.repeats,
-        "slos": [slo.key for slo in plan.slos],
-        "seed": plan.seed,
-        "sampler": plan.sampler,
-        "confirm": plan.confirm,
-        "defaults": {p.name: p.default for p in plan.space.parameters},
-    }
+def stored_plan_of(plan: StudyPlan) -> StoredPlan:
+    return StoredPlan(
+        model=plan.model.name, space_path=plan.space.path, space_yaml=plan.space.text,
+        tensor_parallel_size=plan.space.deployment.tensor_parallel_size,
+        max_model_len=plan.max_model_len, profiles=plan.bench.profiles,
+        objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in plan.objectives),
+        repeats=plan.bench.repeats, slos=tuple(slo.key for slo in plan.slos), seed=plan.seed,
+        sampler=plan.sampler, confirm=plan.confirm,
+        defaults={p.name: p.default for p in plan.space.parameters},
+    )
+
+
+def write_plan(study: optuna.Study, stored: StoredPlan) -> None:
+    study.set_user_attr(PLAN_ATTR, stored.to_dict())
+
+
+def read_plan(study: optuna.Study) -> StoredPlan | None:
+    """The plan stored in ``study``; None for a study that autotune did not create."""
+    data = study.user_attrs.get(PLAN_ATTR)
+    return None if data is None else StoredPlan.from_dict(data, f"study {study.study_name!r}")
+
+
+def set_budget(study: optuna.Study, trials: int) -> None:
+    """The study-wide number of finished trials that workers run to."""
+    study.set_user_attr(BUDGET_ATTR, trials)
 
 
 def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
     """Record the plan on a new study, or check that it matches the one stored."""
-    new = plan_attr(plan)
-    old = study.user_attrs.get(PLAN_ATTR)
+    new = stored_plan_of(plan)
+    old = read_plan(study)
     if old is not None:
-        differ = [k for k in SHAPE_KEYS if old.get(k) != new[k]]
+        differ = old.differences(new)
         if differ:
             raise ConfigError(
                 f"study {plan.study_name!r} was created with other settings ({', '.join(differ)} "
                 "differ): join it with `autotune worker --study NAME`, which uses the stored "
                 "plan, or pick another --study name"
             )
-    study.set_user_attr(PLAN_ATTR, new)
-    study.set_user_attr(BUDGET_ATTR, plan.trials)
+    write_plan(study, new)
+    set_budget(study, plan.trials)
 
 
 def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: str | None,
@@ -211,33 +218,17 @@ def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: s
     """The request a study's stored plan makes, for a worker that joins it. ``model``
     overrides the stored model path (a node that keeps it elsewhere); ``trials`` sets the
     study's budget."""
-    stored = study.user_attrs.get(PLAN_ATTR)
-    if stored is None or "space_yaml" not in stored:
+    stored = read_plan(study)
+    if stored is None or not stored.runnable:
         raise StudyError(f"study {study.study_name!r} has no stored plan: it was not created by "
                          "`autotune run`; start it with `autotune run --storage ... --study NAME`")
     budget = trials if trials is not None else int(study.user_attrs.get(BUDGET_ATTR, 0))
     return PlanRequest(
-        workdir=workdir, profiles=stored_profiles(study),
-        model=model or stored["model"], space_path=stored["space_path"],
-        space_yaml=stored["space_yaml"], trials=budget, repeats=stored["repeats"],
-        seed=stored["seed"], sampler=stored.get("sampler", "tpe"), study_name=study.study_name,
-        storage=storage,
-        objectives=tuple(stored["objectives"]), slos=tuple(stored["slos"]),
-        tp=stored["tensor_parallel_size"], max_model_len=stored["max_model_len"],
-        confirm=stored.get("confirm", 0),
+        workdir=workdir, profiles=stored.profiles,
+        model=model or stored.model, space_path=stored.space_path,
+        space_yaml=stored.space_yaml, trials=budget, repeats=stored.repeats,
+        seed=stored.seed, sampler=stored.sampler, study_name=study.study_name,
+        storage=storage, objectives=stored.objectives, slos=stored.slos,
+        tp=stored.tensor_parallel_size, max_model_len=stored.max_model_len,
+        confirm=stored.confirm,
     )
-
-
-def stored_objectives(study: optuna.Study) -> tuple[Objective, ...]:
-    stored = study.user_attrs.get(PLAN_ATTR, {})
-    profiles = [p["name"] for p in stored.get("profiles", [])]
-    return tuple(parse_objective(o, profiles) for o in stored.get("objectives", []))
-
-
-def stored_profiles(study: optuna.Study) -> tuple[WorkloadProfile, ...]:
-    return tuple(profile_from_dict(p["name"], p, f"study {study.study_name!r}")
-                 for p in study.user_attrs.get(PLAN_ATTR, {}).get("profiles", []))
-
-
-def stored_defaults(study: optuna.Study) -> dict[str, Value]:
-    return dict(study.user_attrs.get(PLAN_ATTR, {}).get("defaults", {}))

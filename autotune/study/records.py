@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis import StudyData, noise_of
 from autotune.core.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
-from autotune.study.plans import stored_defaults, stored_objectives
+from autotune.study.plans import read_plan
 
 CONFIRMED_ATTR = "confirmed"  # study attr: trial number -> profile -> repeat runs
 BASELINE_ATTR = "baseline"
@@ -60,5 +60,8 @@ def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
         found = [dataclasses.replace(t, results=again[t.number]) for t in found if t.number in again]
     name = study.user_attrs.get(BASELINE_ATTR)
     baseline = next((t for t in found if name and t.reference == name), None)
-    return StudyData(outcomes=tuple(found), objectives=stored_objectives(study),
-                     noise=noise_of(found), baseline=baseline, defaults=stored_defaults(study))
+    plan = read_plan(study)
+    return StudyData(outcomes=tuple(found),
+                     objectives=plan.parsed_objectives() if plan else (),
+                     noise=noise_of(found), baseline=baseline,
+                     defaults=dict(plan.defaults) if plan else {})

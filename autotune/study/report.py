@@ -30,7 +30,7 @@ from autotune.core.analysis import (
 from autotune.core.capacity import describe as capacity_describe
 from autotune.core.outcome import TrialOutcome
 from autotune.errors import ConfigError
-from autotune.study.plans import PLAN_ATTR
+from autotune.study.plans import read_plan
 from autotune.study.plots import plot_capacity
 from autotune.study.records import outcomes, read_confirmed, study_data
 
@@ -168,7 +168,8 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     data = study_data(study)
     if not data.outcomes:
         raise ConfigError(f"study {study.study_name!r} has no finished trial yet")
-    plan = study.user_attrs.get(PLAN_ATTR, {})
+    stored = read_plan(study)
+    plan = {"model": stored.model, "space_path": stored.space_path} if stored else {}
     confirmed = read_confirmed(study)
     feasible = data.feasible
     base = data.baseline

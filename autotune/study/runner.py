@@ -38,9 +38,9 @@ from autotune.core.analysis import incumbents
 from autotune.core.capacity import describe as describe_capacity
 from autotune.core.flags import to_argv
 from autotune.core.objectives import objective_values
-from autotune.core.outcome import TrialOutcome, params_key
+from autotune.core.outcome import TrialOutcome
 from autotune.core.scheduling import Claim, Counts, Step, duplicate_of, next_step, over_budget, position, worker_seed
-from autotune.core.space import resolve_references, sample
+from autotune.core.space import params_key, resolve_references, sample
 from autotune.errors import FailureClass, StudyError
 from autotune.shell.server import kill_processes, marked_processes
 from autotune.study.notes import mirror_constraints, study_note, trial_note
