@@ -30,10 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.space import (
-    grid_points,  # noqa: E402
-    params_key,  # noqa: E402
-)
+from autotune.core.space import grid_points, params_key  # noqa: E402
 from autotune.shell.files import read_references, read_space  # noqa: E402
 
 REFERENCES = ROOT / "search_spaces" / "references.yaml"
