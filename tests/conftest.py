@@ -187,7 +187,7 @@ def postgres_url():
     """A private PostgreSQL server for this test session, on a free 127.0.0.1 port, with a
     password; stopped (and checked gone) when the session ends. $AUTOTUNE_TEST_POSTGRES points
     the tests at an existing database instead."""
-    from autotune.shell.server import die_with_parent, free_port
+    from autotune.shell.processes import die_with_parent, free_port
     from autotune.study.storage import storage_url
 
     if os.environ.get("AUTOTUNE_TEST_POSTGRES"):

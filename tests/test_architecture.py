@@ -103,3 +103,41 @@ def test_only_the_cli_prints_or_exits():
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and node.func.attr == "exit" and getattr(node.func.value, "id", "") == "sys"]
     assert not offenders
+
+
+def test_only_optuna_internals_touches_optunas_private_api():
+    private = {"_trial_id", "_study_id", "_storage", "set_trial_system_attr", "record_heartbeat",
+               "fixed_params", "failed_trial", "optuna.storages._heartbeat"}
+
+    def touches(tree: ast.Module) -> bool:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in private:
+                return True
+            if isinstance(node, ast.Constant) and node.value in private:
+                return True
+            if isinstance(node, ast.ImportFrom) and node.module in private:
+                return True
+        return False
+
+    found = [name for name, tree in modules().items()
+             if name != "autotune.study.optuna_internals" and touches(tree)]
+    assert "autotune.study.runner" in modules() and not found
+
+
+def test_optuna_internals_were_checked_on_the_installed_versions():
+    from importlib.metadata import version
+
+    from autotune.study.optuna_internals import CHECKED_ON
+
+    for package, versions in CHECKED_ON.items():
+        installed = ".".join(version(package).split(".")[:2])
+        assert installed in versions, (
+            f"{package} {version(package)} is installed; autotune.study.optuna_internals was "
+            f"checked on {versions}: check each use there, then add the version")
+
+
+def test_processes_are_started_and_signalled_only_in_the_shell():
+    handling = {"subprocess", "signal", "ctypes"}
+    outside = [name for name, tree in modules().items()
+               if layer(name) not in (LAYERS["shell"], LAYERS["cli"]) and imports(tree, name) & handling]
+    assert "autotune.shell.server" in modules() and not outside, outside

@@ -79,7 +79,7 @@ def test_a_read_only_command_on_an_existing_storage_names_the_studies_there(auto
 
 
 def test_bench_against_a_dead_server_says_why_and_prints_no_table_of_zeros(autotune_in, tmp_path):
-    from autotune.shell.server import free_port
+    from autotune.shell.processes import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     result = autotune_in(tmp_path, "bench", "--url", url, "--model", "m", "--vocab-size", "512",

@@ -17,7 +17,8 @@ from autotune.core.workload import RandomPrompts
 from autotune.errors import DeploymentError, FailureClass
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
-from autotune.shell.server import Deployment, DeploymentSpec, port_is_free, session_pids
+from autotune.shell.processes import port_is_free, session_pids
+from autotune.shell.server import Deployment, DeploymentSpec
 from tests.conftest import cpu_slot
 
 pytestmark = pytest.mark.slow

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import get_profile
 from autotune.errors import ConfigError, FailureClass
+from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.plans import PlanRequest, build_plan
 from autotune.study.records import outcomes, read_confirmed, study_data
@@ -177,7 +178,7 @@ def test_a_dead_workers_trial_is_failed_and_run_again_by_a_live_one(tmp_path):
     plan.workdir.mkdir(parents=True)
     study, _, _ = prepare_study(plan, heartbeat)
     dead = study.ask({"optimization_level": optuna.distributions.CategoricalDistribution([0, 2])})
-    study._storage.record_heartbeat(dead._trial_id)  # its worker then dies: no more heartbeats
+    optuna_internals.record_heartbeat(study, dead)  # its worker then dies: no more heartbeats
     time.sleep(2.5)
     study = run(plan, StandIn(), heartbeat=heartbeat)
     found = outcomes(study)

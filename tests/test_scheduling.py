@@ -25,7 +25,8 @@ from autotune.core.scheduling import (
 )
 from autotune.core.slots import Slot
 from autotune.errors import ConfigError, StudyError
-from autotune.study.pool import worker_argv
+from autotune.shell.worker_pool import worker_argv
+from autotune.study import optuna_internals
 from autotune.study.storage import (
     Heartbeat,
     open_storage,
@@ -212,7 +213,7 @@ def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enque
     study = optuna.create_study(storage=storage)
     trial = study.ask()
     trial.suggest_int("max_num_seqs", 4, 64)
-    storage.record_heartbeat(trial._trial_id)  # then its worker dies
+    optuna_internals.record_heartbeat(study, trial)  # then its worker dies
     said = []
     reap_dead_workers(study, said.append)
     assert study.trials[0].state == optuna.trial.TrialState.RUNNING and said == []  # not yet

@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.study import optuna_internals
 from tests.conftest import REPO, autotune, load, run_args, vllm_processes
 
 pytestmark = pytest.mark.slow
@@ -34,7 +35,8 @@ def test_a_four_trial_study_runs_references_first_and_records_both_profiles(four
     assert good.user_attrs["teardown_s"] > 0 and "gpu_memory_mib" not in good.user_attrs  # CPU
     assert "--optimization-level" in good.user_attrs["argv"]
     assert good.user_attrs["vllm_version"].startswith("vllm")
-    names = sorted(a.filename for a in optuna.artifacts.get_all_artifact_meta(good, storage=study._storage))
+    stored = optuna.artifacts.get_all_artifact_meta(good, storage=optuna_internals.storage_of(study))
+    names = sorted(a.filename for a in stored)
     assert names == ["bench-high-concurrency-1.json", "bench-high-concurrency-2.json",
                      "bench-low-concurrency-1.json", "bench-low-concurrency-2.json", "server.log"]
     assert "trial 4/4" in result.stderr and "benchmarking high-concurrency" in result.stderr

@@ -15,6 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.study import optuna_internals
 from tests.conftest import POSTGRES_PASSWORD, REPO, vllm_processes
 
 pytestmark = pytest.mark.slow
@@ -106,7 +107,7 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_retried_by_another_wo
     study = optuna.load_study(study_name=name, storage=url)
     killed = [t for t in study.trials if t.user_attrs.get("worker", {}).get("pid") == first.pid]
     assert len(killed) == 1 and killed[0].state == TrialState.FAIL
-    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == killed[0].number]
+    retries = [t for t in study.trials if optuna_internals.retry_of(t) == killed[0].number]
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
     assert retries[0].params == killed[0].params and retries[0].user_attrs["worker"]["label"] == "B"
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 2

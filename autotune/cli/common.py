@@ -112,7 +112,7 @@ def add_deploy_args(p: argparse.ArgumentParser) -> None:
 
 
 def entrypoint_of(args: argparse.Namespace):
-    from autotune.shell.server import resolve_entrypoint
+    from autotune.shell.install import resolve_entrypoint
 
     return resolve_entrypoint(args.entrypoint.split() if args.entrypoint else None)
 

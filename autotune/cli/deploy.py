@@ -63,7 +63,9 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int:
-    from autotune.shell.server import Deployment, DeploymentSpec, detect_platform, session_pids
+    from autotune.shell.install import detect_platform
+    from autotune.shell.processes import session_pids
+    from autotune.shell.server import Deployment, DeploymentSpec
     from autotune.study.plans import model_info
 
     platform = detect_platform()
@@ -158,7 +160,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.errors import ValidationUnavailable
-    from autotune.shell.server import vllm_version
+    from autotune.shell.install import vllm_version
     from autotune.shell.validation import VllmValidator, vllm_importable
 
     space = read_space(args.space)

@@ -118,7 +118,7 @@ def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
     from autotune.core.workload import RandomPrompts
     from autotune.shell.files import read_model_info
-    from autotune.shell.server import detect_platform
+    from autotune.shell.install import detect_platform
     from autotune.study.plans import read_plan
     from autotune.study.trial import BenchPlan, TrialSetup, run_trial
 
@@ -188,6 +188,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
+    from autotune.study import optuna_internals
     from autotune.study.storage import load_existing, open_existing, redact
 
     storage = storage_of(args)
@@ -195,7 +196,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     artifacts = Path(args.workdir) / "artifacts"  # read where it exists; never created here
     url = f"http://127.0.0.1:{args.port}/dashboard"
     if args.study:
-        url += f"/studies/{load_existing(args.study, storage)._study_id}"
+        url += f"/studies/{optuna_internals.study_id(load_existing(args.study, storage))}"
     console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts})")
     out.print(url, soft_wrap=True)
     run_server(rdb, host="127.0.0.1", port=args.port,

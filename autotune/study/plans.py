@@ -103,7 +103,7 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
     if model:
         return read_model_info(model)
     from autotune.shell import modelgen
-    from autotune.shell.server import detect_platform
+    from autotune.shell.install import detect_platform
 
     if detect_platform() != "cpu":
         raise ConfigError("--model is required on a GPU machine (a local folder or a cached hub id)")

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis import StudyData, noise_of
 from autotune.core.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
+from autotune.study import optuna_internals
 from autotune.study.plans import read_plan
 
 CONFIRMED_ATTR = "confirmed"  # study attr: trial number -> profile -> repeat runs
@@ -30,7 +31,7 @@ def write_outcome(trial: optuna.Trial, outcome: TrialOutcome) -> None:
 
 def read_outcome(t: FrozenTrial) -> TrialOutcome:
     return from_attrs(t.number, t.state.name.lower(), t.params, t.user_attrs,
-                      retry_of=t.system_attrs.get("failed_trial"))
+                      retry_of=optuna_internals.retry_of(t))
 
 
 def outcomes(study: optuna.Study) -> list[TrialOutcome]:

@@ -30,7 +30,6 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.storages import BaseStorage
-from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
@@ -42,8 +41,9 @@ from autotune.core.outcome import TrialOutcome
 from autotune.core.scheduling import Claim, Counts, Step, duplicate_of, next_step, over_budget, position, worker_seed
 from autotune.core.space import params_key, resolve_references, sample
 from autotune.errors import FailureClass, StudyError
-from autotune.shell.server import kill_processes, marked_processes
-from autotune.study.notes import mirror_constraints, study_note, trial_note
+from autotune.shell.processes import kill_processes, marked_processes
+from autotune.study import optuna_internals
+from autotune.study.notes import study_note, trial_note
 from autotune.study.plans import SAMPLERS, StudyPlan, store_plan
 from autotune.study.records import BASELINE_ATTR, read_outcome, study_data, write_outcome
 from autotune.study.storage import (
@@ -279,7 +279,7 @@ class StudyRunner:
         try:
             with storage_errors(f"lost the study storage during trial #{trial.number} (its "
                                 "heartbeats stop, so a live worker retries it after the grace "
-                                "period)"), get_heartbeat_thread(trial._trial_id, storage):
+                                "period)"), optuna_internals.heartbeat(trial, storage):
                 self._run_and_tell(study, trial, store, t0)
         except UpdateFinishedTrialError:
             self.progress.message(f"trial #{trial.number} was failed by another worker (its "
@@ -317,8 +317,8 @@ class StudyRunner:
         number = position(trial.number, now)
         params = sample(plan.space, plan.ctx, trial)
         same = duplicate_of(trial.number, params_key(params), _claims(study))
-        frozen = study._storage.get_trial(trial._trial_id)
-        enqueued = "fixed_params" in frozen.system_attrs or "failed_trial" in frozen.system_attrs
+        frozen = optuna_internals.frozen(study, trial)
+        enqueued = optuna_internals.was_enqueued(frozen)
         if same is not None and not same.failed and not enqueued and self._resamples < MAX_RESAMPLES:
             self._resamples += 1
             self._skip(study, trial, f"same parameters as #{same.number}; resampled")
@@ -391,7 +391,7 @@ class StudyRunner:
         write_outcome(trial, outcome)
         for name, value in constraints.items():
             trial.set_constraint(name, value)
-        mirror_constraints(trial, list(constraints.values()))
+        optuna_internals.mirror_constraints(trial, list(constraints.values()))
         return values
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
@@ -401,7 +401,7 @@ class StudyRunner:
         outcome = read_outcome(frozen)
         try:
             with storage_errors("dashboard note not updated"):
-                save_note(optuna.Trial(study, frozen._trial_id),
+                save_note(optuna_internals.live_trial(study, frozen),
                           trial_note(outcome, data))
                 save_note(study, study_note(study.study_name, data))
         except StudyError as exc:  # another worker wrote it at the same moment
@@ -419,7 +419,7 @@ class StudyRunner:
         named = {k: v for k, v in previous.constraints.items() if not k.isdigit()}  # not the mirror
         for name, value in named.items():
             trial.set_constraint(name, value)
-        mirror_constraints(trial, list(named.values()))
+        optuna_internals.mirror_constraints(trial, list(named.values()))
         study.tell(trial, list(previous.values))
 
 

@@ -32,7 +32,8 @@ from autotune.core.workload import RequestSource
 from autotune.errors import DeploymentError, FailureClass, ValidationError
 from autotune.shell.client import Target, run_profile
 from autotune.shell.hardware import hardware_description
-from autotune.shell.server import Deployment, DeploymentSpec, Entrypoint, vllm_version
+from autotune.shell.install import Entrypoint, vllm_version
+from autotune.shell.server import Deployment, DeploymentSpec
 from autotune.shell.validation import VllmValidator
 
 

@@ -3,8 +3,8 @@
 Each slot's worker is a separate process (its own benchmark client, so clients never share a
 GIL; its own vLLM server pinned to the slot's GPUs or cores). They coordinate only through the
 study storage, exactly as workers on several nodes do. The storage URL reaches them through
-the environment, never argv. A worker dies with this process (PR_SET_PDEATHSIG), and its
-server with it.
+the environment (the caller passes it in ``env``), never argv. A worker dies with this process
+(PR_SET_PDEATHSIG), and its server with it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from autotune.core.slots import Slot
-from autotune.shell.server import die_with_parent
-from autotune.study.storage import STORAGE_ENV
+from autotune.shell.processes import die_with_parent
 
 STOP_GRACE_S = 30.0  # a worker told to stop tears its server down (SIGTERM grace 20 s)
 
@@ -35,11 +34,12 @@ def worker_argv(workdir: Path, study: str, slot: Slot, label: str,
     return [*argv, *options]
 
 
-def run_workers(workdir: Path, study: str, storage: str, slots: Sequence[Slot], label: str,
-                options: Sequence[str], message: Callable[[str], None]) -> int:
-    """Start one worker per slot and wait for all; returns 0, 1 (a worker failed) or 130.
-    Workers are labelled ``<label>/slot<i>`` (their sampler seeds differ by label)."""
-    env = {**os.environ, STORAGE_ENV: storage}
+def run_workers(workdir: Path, study: str, env: Mapping[str, str], slots: Sequence[Slot],
+                label: str, options: Sequence[str], message: Callable[[str], None]) -> int:
+    """Start one worker per slot, with ``env`` added to this environment (the storage URL), and
+    wait for all; returns 0, 1 (a worker failed) or 130. Workers are labelled
+    ``<label>/slot<i>`` (their sampler seeds differ by label)."""
+    env = {**os.environ, **env}
     procs: list[subprocess.Popen] = []
     names = [f"{label}/slot{i}" if label else f"slot{i}" for i in range(len(slots))]
     for name, slot in zip(names, slots, strict=True):
