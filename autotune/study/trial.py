@@ -2,9 +2,12 @@
 profile: search its load), tear down.
 
 ``run_trial`` is the real trial function (the runner takes any function of its signature,
-``TrialFunction``). It returns a ``Measurement`` whatever happens; deployment and benchmark
-failures become a failure class with vLLM's message and log tail, never an exception. Knows
-nothing of Optuna.
+``TrialFunction``). It returns a ``Measurement`` whatever happens short of an interrupt:
+rejected flags, a deployment that does not come up, an invalid run, a dead engine, a benchmark
+that cannot run and a bug of ours each become a failure class with a message (and vLLM's log
+tail), never an exception, and the server is gone when it returns. ``TrialSetup.deploy`` and
+``TrialSetup.bench`` are its seams: the real deployment and client by default; tests of its
+branches pass stand-ins. Knows nothing of Optuna.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from autotune.core.capacity import (
     MONOTONE_IN_LOAD,
@@ -29,11 +33,11 @@ from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slots import Slot
 from autotune.core.workload import RequestSource
-from autotune.errors import DeploymentError, FailureClass, ValidationError
-from autotune.shell.client import Target, run_profile
+from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
+from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
 from autotune.shell.install import Entrypoint, vllm_version
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import Deployment, DeploymentSpec, TeardownReport
 from autotune.shell.validation import VllmValidator
 
 
@@ -51,9 +55,31 @@ class BenchPlan:
     incumbents: Mapping[str, tuple[Incumbent, ...]] = field(default_factory=dict)
 
 
+class Served(Protocol):
+    """What a trial needs of a deployment (``shell.server.Deployment``): a context manager
+    that is ready on entry and gone on exit."""
+
+    url: str
+    model_name: str
+    api_key: str
+    startup_s: float
+    teardown: TeardownReport | None
+
+    def __enter__(self) -> Served: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def is_serving(self) -> bool: ...
+    def diagnose(self, symptom: str) -> DeploymentError: ...
+    def gpu_used_mib(self) -> int | None: ...
+
+
+Phase = Callable[[str], None]
+Deploy = Callable[..., Served]  # (spec: DeploymentSpec, on_phase=...) -> Served
+Bench = Callable[..., BenchmarkRun]  # as shell.client.run_profile
+
+
 @dataclass(frozen=True)
 class TrialSetup:
-    """Where and how a trial deploys."""
+    """Where and how a trial deploys, and (seams) what deploys and benchmarks."""
 
     model: str
     workdir: Path  # the trial's own folder: server log, benchmark JSONs
@@ -62,9 +88,10 @@ class TrialSetup:
     startup_timeout_s: float = 600.0
     validator: VllmValidator | None = None
     extra_env: tuple[tuple[str, str], ...] = ()  # e.g. the trial marker the reaper looks for
+    deploy: Deploy = Deployment
+    bench: Bench = run_profile
 
 
-Phase = Callable[[str], None]
 TrialFunction = Callable[[Sequence[str], "BenchPlan", "TrialSetup", Phase], Measurement]
 
 
@@ -73,7 +100,7 @@ def _write(path: Path, payload: dict, files: list[Path]) -> None:
     files.append(path)
 
 
-def _search_capacity(dep: Deployment, target: Target, profile: WorkloadProfile, plan: BenchPlan,
+def _search_capacity(dep: Served, bench: Bench, target: Target, profile: WorkloadProfile, plan: BenchPlan,
                      seed: int, results: Mapping[str, ProfileResult], workdir: Path,
                      on_phase: Phase, files: list[Path]) -> CapacitySearch:
     """Probe loads on this deployment until the search finds the boundary."""
@@ -86,8 +113,7 @@ def _search_capacity(dep: Deployment, target: Target, profile: WorkloadProfile, 
         nonlocal count
         count += 1
         on_phase(f"capacity {profile.name}: probe {count} at {load:g} {spec.unit} ({why})")
-        run = run_profile(target, profile.at_load(load), seed=seed + count,
-                          source=plan.source, slo=slo)
+        run = bench(target, profile.at_load(load), seed=seed + count, source=plan.source, slo=slo)
         _write(workdir / f"bench-{profile.name}-probe-{count}.json",
                {"profile": profile.name, "load": load, "seed": seed + count,
                 **to_vllm_json(run.summary)}, files)
@@ -117,7 +143,7 @@ def incumbent_for(profile: WorkloadProfile, plan: BenchPlan,
     return choose_incumbent(plan.incumbents.get(profile.name, ()), own)
 
 
-def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
+def _bench(dep: Served, bench: Bench, plan: BenchPlan, workdir: Path, on_phase: Phase,
            files: list[Path]) -> tuple[dict[str, ProfileResult], dict[str, CapacitySearch]]:
     target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
     results: dict[str, ProfileResult] = {}
@@ -126,7 +152,7 @@ def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
     order = sorted(enumerate(plan.profiles), key=lambda ip: ip[1].capacity is not None)
     for p_index, profile in order:
         if profile.capacity is not None:
-            found = _search_capacity(dep, target, profile, plan, plan.seed * 1000 + p_index * 100,
+            found = _search_capacity(dep, bench, target, profile, plan, plan.seed * 1000 + p_index * 100,
                                      results, workdir, on_phase, files)
             searches[profile.name] = found
             if found.boundary.found:
@@ -138,7 +164,7 @@ def _bench(dep: Deployment, plan: BenchPlan, workdir: Path, on_phase: Phase,
             on_phase(label + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
             # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
             seed = plan.seed * 1000 + p_index * 100 + r
-            run = run_profile(target, profile, seed=seed, source=plan.source)
+            run = bench(target, profile, seed=seed, source=plan.source)
             _write(workdir / f"bench-{profile.name}-{r + 1}.json",
                    {"profile": profile.name, "seed": seed, "repeat": r + 1,
                     **to_vllm_json(run.summary)}, files)
@@ -174,7 +200,7 @@ def run_trial(
         entrypoint=setup.entrypoint, startup_timeout_s=setup.startup_timeout_s,
         log_path=log_path, extra_env=setup.extra_env,
     )
-    dep = Deployment(spec, on_phase=on_phase)
+    dep = setup.deploy(spec, on_phase=on_phase)
     files: list[Path] = []
     failure: FailureClass | None = None
     message = log_tail = ""
@@ -187,7 +213,7 @@ def run_trial(
             b0 = time.monotonic()
             try:
                 gpu_mib = dep.gpu_used_mib()
-                results, searches = _bench(dep, plan, setup.workdir, on_phase, files)
+                results, searches = _bench(dep, setup.bench, plan, setup.workdir, on_phase, files)
             except _InvalidRun as exc:
                 if not dep.is_serving():
                     err = dep.diagnose(str(exc))
@@ -197,6 +223,10 @@ def run_trial(
             bench_s = time.monotonic() - b0
     except DeploymentError as exc:
         failure, message, log_tail = exc.failure, exc.reason, exc.log_tail
+    except BenchmarkError as exc:
+        failure, message = FailureClass.BENCHMARK_INVALID, f"the benchmark could not run: {exc}"
+    except Exception as exc:  # a bug of ours, or the disk: the trial fails, the study goes on
+        failure, message = FailureClass.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
     finally:
         if log_path.exists():
             files.append(log_path)

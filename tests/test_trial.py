@@ -1,0 +1,153 @@
+"""run_trial's contract, branch by branch: whatever happens short of an interrupt it returns a
+Measurement with a failure class, and the deployment is torn down.
+
+These tests pass STAND-INS through run_trial's seams (``TrialSetup.deploy`` and
+``TrialSetup.bench``): a fake deployment and a fake benchmark that inject faults a real vLLM
+server cannot be made to produce on demand. They test the trial's logic, not deployment;
+real deployments are tested in test_deploy.py and test_study.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from autotune.core.metrics import RequestResult, summarize
+from autotune.core.profiles import WorkloadProfile
+from autotune.core.workload import RandomPrompts
+from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
+from autotune.shell.client import BenchmarkRun
+from autotune.shell.server import TeardownReport
+from autotune.study.trial import BenchPlan, TrialSetup, run_trial
+
+PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))
+
+
+@dataclass
+class StandInDeployment:
+    """A stand-in for shell.server.Deployment: 'starts' by raising ``start_error`` or not,
+    serves while ``serving``; records that it was torn down."""
+
+    spec: object
+    on_phase: object = None
+    start_error: Exception | None = None
+    serving: bool = True
+    url: str = "http://127.0.0.1:1"
+    model_name: str = "m"
+    api_key: str = "k"
+    startup_s: float = 0.0
+    teardown: TeardownReport | None = None
+    entered: bool = False
+
+    def __enter__(self):
+        self.entered = True
+        if self.start_error is not None:
+            self.teardown = TeardownReport((), True, 0.1)
+            raise self.start_error
+        self.startup_s = 12.5
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown = TeardownReport((), True, 0.2)
+
+    def is_serving(self) -> bool:
+        return self.serving
+
+    def diagnose(self, symptom: str) -> DeploymentError:
+        return DeploymentError(FailureClass.ENGINE_DIED, f"{symptom}; vLLM: worker died",
+                               log_tail="Traceback ... EngineDeadError")
+
+    def gpu_used_mib(self) -> int | None:
+        return None
+
+
+@dataclass
+class StandInBench:
+    """A stand-in for shell.client.run_profile: every request succeeds, or fails as told, or
+    the whole benchmark raises ``error``."""
+
+    failed_requests: int = 0
+    error: Exception | None = None
+    calls: list[str] = field(default_factory=list)
+
+    def __call__(self, target, profile, *, seed, source, slo=None) -> BenchmarkRun:
+        self.calls.append(profile.name)
+        if self.error is not None:
+            raise self.error
+        results = [RequestResult(prompt_len=8, start_s=0.0, success=i >= self.failed_requests,
+                                 output_tokens=4, ttft_s=0.01, latency_s=0.05,
+                                 itl_s=(0.01, 0.01, 0.01), error="HTTP 500: engine dead")
+                   for i in range(profile.num_prompts)]
+        return BenchmarkRun(profile, seed, summarize(results, 1.0))
+
+
+def trial(tmp_path, *, bench=None, validator=None, **deployment):
+    made: list[StandInDeployment] = []
+
+    def deploy(spec, on_phase):
+        made.append(StandInDeployment(spec, on_phase, **deployment))
+        return made[-1]
+
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=validator, deploy=deploy,
+                       bench=bench or StandInBench())
+    plan = BenchPlan(profiles=PROFILES, source=RandomPrompts(512), repeats=2)
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    return measured, made
+
+
+class Rejecting:
+    def check(self, model: str, options) -> None:
+        raise ValidationError("--max-num-seqs: must be positive")
+
+
+def test_a_configuration_vllm_rejects_is_config_rejected_and_nothing_is_deployed(tmp_path):
+    measured, made = trial(tmp_path, validator=Rejecting())
+    assert measured.failure is FailureClass.CONFIG_REJECTED and "must be positive" in measured.message
+    assert made == []
+
+
+def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gone(tmp_path):
+    bench = StandInBench()
+    measured, made = trial(tmp_path, bench=bench)
+    assert measured.failure is None and measured.startup_s == 12.5
+    assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 2, "high": 2}
+    assert bench.calls == ["low", "low", "high", "high"]
+    assert sorted(f.name for f in measured.files) == [
+        "bench-high-1.json", "bench-high-2.json", "bench-low-1.json", "bench-low-2.json"]
+    assert made[0].teardown is not None and measured.teardown_clean
+
+
+def test_a_deployment_that_does_not_come_up_keeps_its_class_and_log_tail(tmp_path):
+    error = DeploymentError(FailureClass.STARTUP_CRASH, "exited with 1: bad flag", log_tail="Traceback")
+    measured, made = trial(tmp_path, start_error=error)
+    assert (measured.failure, measured.message, measured.log_tail) == (
+        FailureClass.STARTUP_CRASH, "exited with 1: bad flag", "Traceback")
+    assert measured.results == {}
+
+
+def test_failed_requests_on_a_live_server_make_the_benchmark_invalid(tmp_path):
+    measured, made = trial(tmp_path, bench=StandInBench(failed_requests=1))
+    assert measured.failure is FailureClass.BENCHMARK_INVALID
+    assert measured.message == "low: 1 of 4 requests failed: HTTP 500: engine dead"
+    assert measured.results == {} and made[0].teardown is not None
+
+
+def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
+    measured, made = trial(tmp_path, bench=StandInBench(failed_requests=4), serving=False)
+    assert measured.failure is FailureClass.ENGINE_DIED
+    assert "worker died" in measured.message and "EngineDeadError" in measured.log_tail
+    assert made[0].teardown is not None
+
+
+@pytest.mark.parametrize(("error", "failure", "words"), [
+    (BenchmarkError("--endpoint 'x': valid: completions, chat"), FailureClass.BENCHMARK_INVALID,
+     "the benchmark could not run: --endpoint 'x'"),
+    (OSError(28, "No space left on device"), FailureClass.INTERNAL_ERROR, "OSError: [Errno 28]"),
+    (ValueError("duration_s must be > 0, got 0"), FailureClass.INTERNAL_ERROR, "ValueError: duration_s"),
+], ids=["benchmark-cannot-run", "disk-full", "our-bug"])
+def test_an_exception_in_the_benchmark_becomes_a_failure_class_and_the_server_is_torn_down(
+        tmp_path, error, failure, words):
+    measured, made = trial(tmp_path, bench=StandInBench(error=error))
+    assert measured.failure is failure and words in measured.message
+    assert made[0].teardown is not None and measured.results == {}
