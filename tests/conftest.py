@@ -170,14 +170,14 @@ def four_trials(study_env):
 
 # ------------------------------------------------------------------ PostgreSQL for workers
 
-POSTGRES_BIN = Path("/usr/lib/postgresql")  # Debian's packages (`./setup.sh --with-postgres`)
+POSTGRES_BIN = Path("/usr/lib/postgresql")  # Debian's packages (`./setup.sh --for-tests`)
 POSTGRES_PASSWORD = "pg-test-secret"  # must never show in autotune's output
 
 
 def _postgres_bin() -> Path:
     versions = sorted(POSTGRES_BIN.glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
     if not versions:
-        pytest.fail("PostgreSQL is not installed: run ./setup.sh --with-postgres (Debian packages), "
+        pytest.fail("PostgreSQL is not installed: run ./setup.sh --for-tests (Debian packages), "
                     "or set AUTOTUNE_TEST_POSTGRES to a database URL")
     return versions[-1].parent
 

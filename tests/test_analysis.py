@@ -123,6 +123,19 @@ def test_recommendations_pick_each_use_and_prefer_fewer_changes_among_ties():
     assert "tied within the noise" in throughput.reason and "[" in throughput.reason
 
 
+def test_uses_are_named_by_the_profiles_concurrency_not_by_the_order_of_the_objectives():
+    rng = np.random.default_rng(4)
+    trials = full_factorial(rng, sd=0.01)
+    loads = {"low-concurrency": 2.0, "high-concurrency": 100.0}
+    given = StudyData(tuple(trials), OBJECTIVES, noise_of(trials), None, DEFAULTS, loads)
+    flipped = StudyData(tuple(trials), OBJECTIVES[::-1], noise_of(trials), None, DEFAULTS, loads)
+    for use in ("interactive", "throughput"):
+        assert given.objective_for(use) == flipped.objective_for(use)
+        assert recommend(given, use).trial.number == recommend(flipped, use).trial.number
+    assert flipped.objective_for("interactive").profile == "low-concurrency"
+    assert recommend(flipped, "interactive").trial.params["mtp"] is True
+
+
 def test_a_parameter_that_does_nothing_comes_out_as_no_effect_and_real_ones_with_their_sign():
     rng = np.random.default_rng(5)
     found = effects(study_of(full_factorial(rng), baseline=None), "output_throughput")

@@ -141,3 +141,13 @@ def test_processes_are_started_and_signalled_only_in_the_shell():
     outside = [name for name, tree in modules().items()
                if layer(name) not in (LAYERS["shell"], LAYERS["cli"]) and imports(tree, name) & handling]
     assert "autotune.shell.server" in modules() and not outside, outside
+
+
+def test_the_code_passes_ruff():
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    found = subprocess.run([sys.executable, "-m", "ruff", "check", "autotune", "tests", "benchmarks"],
+                           cwd=root, capture_output=True, text=True)
+    assert found.returncode == 0, found.stdout

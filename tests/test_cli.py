@@ -56,9 +56,12 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["report", "--study", "missing"], "no such file"),
     (["dashboard", "--study", "missing"], "no such file"),
     (["worker", "--study", "missing"], "no such file"),
+    (["import-results", "missing.json", "--study", "s"], "missing.json: cannot read"),
+    (["import-results", "results.txt", "--study", "s"], "results.txt: expected a .csv or .json file"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
-        "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker"])
+        "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
+        "import-missing-file", "import-wrong-format"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
     result = autotune_in(tmp_path, *args)
     assert result.returncode == 2, result.stderr
@@ -105,3 +108,33 @@ def test_a_profile_file_defines_workloads_and_its_errors_name_file_profile_and_f
     assert f"{files / 'bad.yaml'}: profile 'chat': unknown field(s) concurrency" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypatch, width):
+    import io
+
+    from rich.console import Console
+
+    import autotune.cli.common as common
+    from autotune.cli.study import print_trials
+    from autotune.core.analysis import StudyData, noise_of
+    from autotune.core.objectives import default_objectives
+    from autotune.core.outcome import ProfileResult, TrialOutcome
+    from autotune.core.profiles import get_profile
+
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "out", Console(width=width, file=screen))
+    run = {"mean_e2el_ms": 1234.5, "output_throughput": 1700.0}
+    results = {p: ProfileResult(p, (run,)) for p in ("low-concurrency", "high-concurrency")}
+    changed = {"cp_kv_cache_interleave_size": 16, "max_num_batched_tokens": 8192,
+               "speculative_mtp": True}
+    trials = [TrialOutcome(0, params={k: None for k in changed}, results=results),
+              TrialOutcome(1, params=changed, results=results, reference="mtp-only")]
+    objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
+    defaults = {k: None for k in changed}
+    print_trials(trials, StudyData(tuple(trials), objectives, noise_of(trials), defaults=defaults))
+    lines = screen.getvalue().splitlines()
+    assert lines and max(len(line) for line in lines) <= width
+    for name in changed:
+        assert any(name in line for line in lines), (name, screen.getvalue())

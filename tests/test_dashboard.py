@@ -92,7 +92,7 @@ def chromium(url: str, out: Path, *, dom: bool) -> str:
     """Headless Chromium: a screenshot of ``url`` into ``out``, or its rendered DOM."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
-        pytest.fail("chromium is not installed (.ci/run installs the Debian package)")
+        pytest.fail("chromium is not installed (./setup.sh --for-tests installs the Debian package)")
     args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}", "--window-size=1400,1000",

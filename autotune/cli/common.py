@@ -7,9 +7,12 @@ import argparse
 import dataclasses
 import math
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from autotune.core.capacity import LOADS
 from autotune.core.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
@@ -27,6 +30,21 @@ RATE_RANGE = {"low": 0.25, "high": 64.0}
 
 def fmt(value: float, digits: int = 1) -> str:
     return "inf" if math.isinf(value) else f"{value:,.{digits}f}"
+
+
+def print_fitting(build: Callable[[bool], Table], changes: Sequence[tuple[str, str]],
+                  heading: str) -> None:
+    """A table whose last column lists parameter changes: with that column where every word
+    of the table fits the terminal; else without it, the changes listed below one trial a
+    line, so that no cell ever breaks a parameter name."""
+    table = build(True)
+    if Measurement.get(out, out.options.update_width(10_000), table).minimum <= out.width:
+        out.print(table)
+        return
+    out.print(build(False))
+    out.print(f"{heading}:")
+    for label, text in changes:
+        out.print(f"  {label}: {text}")
 
 
 def storage_of(args: argparse.Namespace) -> str:

@@ -14,6 +14,7 @@ from autotune.cli.common import (
     cpu_slot,
     fmt,
     out,
+    print_fitting,
     storage_of,
 )
 from autotune.core.analysis import (
@@ -39,7 +40,7 @@ def _data(args: argparse.Namespace):
     return study_data(load_existing(args.study, storage_of(args)))
 
 
-def front_table(data: StudyData, title: str) -> Table:
+def front_table(data: StudyData, title: str, *, changes_column: bool = True) -> Table:
     """The front with each objective's interval and, with a baseline, its change against it."""
     table = Table(title=f"the front ({title}): " + " against ".join(
         o.label for o in data.objectives) + "; mean [95% interval]")
@@ -51,7 +52,8 @@ def front_table(data: StudyData, title: str) -> Table:
     capacity = list(dict.fromkeys(p for t in data.front() for p in t.capacity))
     for p in capacity:
         table.add_column(f"{p}\nload met of missed", justify="right", overflow="fold")
-    table.add_column(f"differs from {data.reference_point}", overflow="fold")
+    if changes_column:
+        table.add_column(f"differs from {data.reference_point}")
     for t in data.front():
         cells = [t.label]
         for o in data.objectives:
@@ -61,13 +63,17 @@ def front_table(data: StudyData, title: str) -> Table:
                 cells.append("-" if change is None else change.text + (
                     " *" if change.significant else " (tie)"))
         cells += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
-        table.add_row(*cells, describe_params(data.differences(t)) or f"({data.reference_point})")
+        if changes_column:
+            cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
+        table.add_row(*cells)
     return table
 
 
 def print_front(data: StudyData, title: str) -> bool:
     """The front table and its legend; False when nothing is feasible yet."""
-    out.print(front_table(data, title))
+    print_fitting(lambda column: front_table(data, title, changes_column=column),
+                  [(t.label, describe_params(data.differences(t)) or f"({data.reference_point})")
+                   for t in data.front()], f"what each front member changes from {data.reference_point}")
     if not data.front():
         out.print("no feasible trial yet")
         return False
@@ -161,7 +167,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from autotune.study.importer import import_results
+    from autotune.study.importer import import_results, read_results
     from autotune.study.storage import check_url
 
     space = read_space(shipped(args.space))
@@ -172,9 +178,11 @@ def cmd_import(args: argparse.Namespace) -> int:
                   or default_objectives(profiles))
     storage = storage_of(args)
     check_url(storage, created_folder=Path(args.workdir))
+    # Every row is read and checked before anything is created.
+    configs, skipped = read_results(Path(args.file), space, refs, profiles, objectives)
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    study, skipped = import_results(args.study, storage, Path(args.file), space, refs, profiles,
-                                    objectives)
+    study = import_results(args.study, storage, Path(args.file), configs, space=space, refs=refs,
+                           profiles=profiles, objectives=objectives)
     for line in skipped:
         console.print(line)
     imported = [t for t in study.trials if t.user_attrs.get("imported_from")]

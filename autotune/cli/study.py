@@ -23,6 +23,7 @@ from autotune.cli.common import (
     entrypoint_of,
     fmt,
     out,
+    print_fitting,
     profiles_of,
     slots_of,
     storage_of,
@@ -164,7 +165,7 @@ def _finish(plan: StudyPlan, code: int) -> int:
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
-    out.print(trials_table(outcomes(study), study_data(study, confirmed=False)))
+    print_trials(outcomes(study), study_data(study, confirmed=False))
     print_front_and_recommendations(study_data(study), plan.study_name)
     return code
 
@@ -241,7 +242,15 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     return _finish(plan, 0)
 
 
-def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
+def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
+    """The trial table (``trials_table``), fitted to the terminal."""
+    shown = [t for t in trials if not t.skipped]
+    print_fitting(lambda column: trials_table(trials, data, changes_column=column),
+                  [(t.label, describe_params(data.differences(t)) or "-") for t in shown],
+                  f"what each trial changes from {data.reference_point}")
+
+
+def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True) -> Table:
     """One row per finished trial: the objectives and, compactly, what differs from the
     baseline (or from vLLM's defaults without one)."""
     table = Table(title="trials")
@@ -252,7 +261,8 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
     capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
     for p in capacity:
         table.add_column(f"{p}\nload met of missed", justify="right", overflow="fold")
-    table.add_column(f"differs from {data.reference_point}", overflow="fold")
+    if changes_column:
+        table.add_column(f"differs from {data.reference_point}")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
     for t in trials:
         if t.skipped:
@@ -261,9 +271,8 @@ def trials_table(trials: list[TrialOutcome], data: StudyData) -> Table:
                   if t.number in retried_as and t.status == t.state else t.status)
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
-        changes = data.differences(t)
-        name = f"{t.number}" + (f" {t.reference}" if t.reference else "")
-        table.add_row(name, result, *values, describe_params(changes) or "-")
+        changes = [describe_params(data.differences(t)) or "-"] if changes_column else []
+        table.add_row(t.label.removeprefix("#"), result, *values, *changes)
     return table
 
 

@@ -39,6 +39,16 @@ class StudyData:
     noise: NoiseModel
     baseline: TrialOutcome | None = None
     defaults: Mapping[str, Value] = field(default_factory=dict)  # vLLM's value per parameter
+    loads: Mapping[str, float] = field(default_factory=dict)  # profile -> concurrency it runs at
+
+    def objective_for(self, use: str) -> Objective:
+        """The objective of a use: interactive, the one on the profile with the lowest
+        concurrency (the first such); throughput, the one on the highest (the last such).
+        Profiles of unknown concurrency (an imported study) fall back to the objectives' order."""
+        order = {o.name: i for i, o in enumerate(self.objectives)}
+        if use == "interactive":
+            return min(self.objectives, key=lambda o: (self.loads.get(o.profile, 0.0), order[o.name]))
+        return max(self.objectives, key=lambda o: (self.loads.get(o.profile, 0.0), order[o.name]))
 
     @property
     def profiles(self) -> list[str]:
@@ -155,10 +165,11 @@ def _tied(data: StudyData, best: TrialOutcome, pool: Sequence[TrialOutcome],
 
 
 def recommend(data: StudyData, use: str) -> Recommendation:
-    """interactive: best on the first objective (default: mean E2EL at low concurrency);
-    throughput: best on the last (default: output throughput at high concurrency); balanced:
-    the knee of the front. Among trials the noise cannot separate from that pick, the one with
-    the fewest changes from vLLM's defaults is recommended."""
+    """interactive: best on the objective of the lowest-concurrency profile (default: mean
+    E2EL); throughput: best on the objective of the highest-concurrency profile (default:
+    output throughput); balanced: the knee of the front. Among trials the noise cannot
+    separate from that pick, the one with the fewest changes from vLLM's defaults is
+    recommended."""
     pool = data.feasible
     if not pool:
         raise NoFeasibleTrial("no feasible trial in the study yet: run more trials first")
@@ -170,7 +181,7 @@ def recommend(data: StudyData, use: str) -> Recommendation:
         why = (f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
                f"{' and '.join(o.label for o in objectives)} once each is scaled to the front")
     else:
-        o = data.objectives[0] if use == "interactive" else data.objectives[-1]
+        o = data.objective_for(use)
         best = min(pool, key=lambda t: o.cost(t.value(o.profile, o.metric)))
         objectives = (o,)
         tied = _tied(data, best, pool, objectives)

@@ -72,6 +72,13 @@ class WorkloadProfile:
             raise ConfigError(f"profile {self.name!r}: range_ratio must be in [0, 1), got "
                               f"{self.range_ratio}")
 
+    @property
+    def load(self) -> float:
+        """The concurrency it runs at (a capacity profile: the highest it searches)."""
+        if self.capacity is not None and self.capacity.load == "concurrency":
+            return float(self.capacity.high)
+        return float(self.max_concurrency if self.capacity is None else math.inf)
+
     def at_load(self, load: float) -> WorkloadProfile:
         """This capacity profile as a fixed workload at ``load``: enough requests that every
         concurrent slot sees at least two (percentiles of fewer mean little)."""

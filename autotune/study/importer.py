@@ -51,6 +51,8 @@ def distribution(p: Parameter) -> BaseDistribution:
 
 
 def _read_rows(path: Path) -> list[dict]:
+    if path.suffix not in (".csv", ".json"):
+        raise ConfigError(f"{path}: expected a .csv or .json file")
     try:
         text = path.read_text()
     except OSError as exc:
@@ -63,9 +65,7 @@ def _read_rows(path: Path) -> list[dict]:
         if not isinstance(rows, list):
             raise ConfigError(f"{path}: expected a JSON list of rows")
         return rows
-    if path.suffix == ".csv":
-        return list(csv.DictReader(text.splitlines()))
-    raise ConfigError(f"{path}: expected a .csv or .json file")
+    return list(csv.DictReader(text.splitlines()))
 
 
 @dataclass(frozen=True)
@@ -138,12 +138,12 @@ def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
     return configs, skipped
 
 
-def import_results(study_name: str, storage: str, path: Path, space: SearchSpace,
-                   refs: ReferenceSet | None, profiles: tuple[WorkloadProfile, ...],
-                   objectives: tuple[Objective, ...]) -> tuple[optuna.Study, list[str]]:
-    """Add the file's configurations as COMPLETE, feasible trials of the study (created with
-    ``objectives`` when new); returns skip messages."""
-    configs, skipped = read_results(path, space, refs, profiles, objectives)
+def import_results(study_name: str, storage: str, path: Path, configs: list[ImportedConfig], *,
+                   space: SearchSpace, refs: ReferenceSet | None,
+                   profiles: tuple[WorkloadProfile, ...], objectives: tuple[Objective, ...]
+                   ) -> optuna.Study:
+    """Add ``configs`` (read from ``path`` by ``read_results``) as COMPLETE, feasible trials
+    of the study (created with ``objectives`` when new)."""
     names = [o.name for o in objectives]
     study = optuna.create_study(study_name=study_name, storage=storage,
                                 directions=[o.direction for o in objectives], load_if_exists=True)
@@ -170,4 +170,4 @@ def import_results(study_name: str, storage: str, path: Path, space: SearchSpace
         model=f"imported from {path.name}", space_path=space.path, profiles=profiles,
         objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
         defaults={p.name: p.default for p in space.parameters}))
-    return study, skipped
+    return study

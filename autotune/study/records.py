@@ -65,4 +65,5 @@ def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
     return StudyData(outcomes=tuple(found),
                      objectives=plan.parsed_objectives() if plan else (),
                      noise=noise_of(found), baseline=baseline,
-                     defaults=dict(plan.defaults) if plan else {})
+                     defaults=dict(plan.defaults) if plan else {},
+                     loads={p.name: p.load for p in plan.profiles} if plan else {})
