@@ -108,7 +108,7 @@ def test_the_front_is_interactive_latency_against_throughput_under_load():
     front = data.front()
     # MTP wins the low-concurrency latency, no MTP the high-concurrency throughput: both ends.
     assert {t.params["mtp"] for t in front} == {True, False}
-    assert all(t.params["level"] == 2 for t in front)
+    assert front and all(t.params["level"] == 2 for t in front)
 
 
 def test_recommendations_pick_each_use_and_prefer_fewer_changes_among_ties():

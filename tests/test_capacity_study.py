@@ -48,7 +48,7 @@ def test_a_capacity_trial_finds_the_load_where_its_slo_starts_to_fail(tmp_path, 
     assert b.fail_load / b.load <= 1.25 or b.fail_load - b.load <= 1 or "probe budget" in b.reason
     # The objective is the throughput sustained at the load met, measured there.
     runs = trial.results["capacity"].runs
-    assert all(r["capacity_load"] == b.load for r in runs)
+    assert runs and all(r["capacity_load"] == b.load for r in runs)
     assert study.trials[0].values[1] == pytest.approx(statistics.fmean(r["output_throughput"] for r in runs))
     assert all("request_goodput" in r for r in runs)
     # Every probe's JSON, the search record and the curve are the trial's artifacts.

@@ -146,7 +146,7 @@ def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server
                               ttft_s=ttft, latency_s=lat, itl_s=tuple(itl))
                 for ttft, itl, lat, n, err in zip(result["ttfts"], result["itls"], result["latencies"],
                                                   result["output_lens"], result["errors"], strict=True)]
-    assert all(o["failed"] == 0 for o in ours) and all(t["completed"] == 32 for t in theirs)
+    assert ours and theirs and all(o["failed"] == 0 for o in ours) and all(t["completed"] == 32 for t in theirs)
     assert all(o["total_output_tokens"] == t["total_output_tokens"] == 32 * 128
                for o, t in zip(ours, theirs, strict=True))
     for key in ("output_throughput", "mean_e2el_ms"):

@@ -81,7 +81,7 @@ def test_a_replayed_study_runs_the_references_first_and_keeps_the_tables_failure
         assert (t.failure.value if t.failure else SERVED) == row.status
         if row.served:  # every replayed run is one of the recorded runs of that configuration
             for profile, result in t.results.items():
-                assert all(run in row.runs[profile] for run in result.runs)
+                assert result.runs and all(run in row.runs[profile] for run in result.runs)
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
     # A failure is copied to a later duplicate, never replayed (deployed) again.
     assert len({params_key(r.params) for r in replay.replayed}) == len(replay.replayed)

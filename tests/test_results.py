@@ -69,6 +69,8 @@ def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
     # vLLM's sampling seed does nothing at temperature 0: no effect is claimed for it.
     md = (root / "report-s4" / "report.md").read_text()
     seed_rows = [row for row in md.splitlines() if row.startswith("| sampling_seed |")]
+    withheld = [line for line in md.splitlines() if line.startswith("Withheld (") and "sampling_seed=" in line]
+    assert seed_rows or withheld, md
     assert all("| no effect detected" in row or "| withheld:" in row for row in seed_rows), seed_rows
     png = root / "report-s4" / "front.png"
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
@@ -122,6 +124,7 @@ def test_confirm_redeploys_the_finalists_in_rounds_and_the_report_uses_them(four
     assert "confirm round 2/2" in r.stderr
     confirmed = read_confirmed(load(root, "s4"))
     assert 0 in confirmed  # the baseline, o0
+    assert all(by for by in confirmed.values())
     assert all(len(res.runs) == 4 for by in confirmed.values() for res in by.values())  # 2 rounds x 2
     rep = autotune(root, "report", "--study", "s4", "--out", str(root / "report-confirmed"))
     assert rep.returncode == 0, rep.stderr

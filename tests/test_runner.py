@@ -81,7 +81,8 @@ class StandIn:
                            vllm_version="stand-in", hardware="none")
 
 
-def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s"):
+def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
+              sampler: str = "tpe"):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
@@ -92,7 +93,7 @@ def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), 
         profiles=(get_profile("low-concurrency"), get_profile("high-concurrency")),
         model=str(model), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
-        repeats=2, seed=1, study_name=name, slos=tuple(slos)))
+        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler))
 
 
 def run(plan, trial_fn, heartbeat: Heartbeat | None = None, label: str = "") -> optuna.Study:
@@ -116,11 +117,16 @@ def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(
     base = found[0]
     assert base.feasible and len(base.results["low-concurrency"].runs) == 2
     assert study.trials[0].values[1] == pytest.approx(base.value("high-concurrency", "output_throughput"))
-    # A configuration that failed is recorded again without a deployment, never relaunched.
-    for argv in {t.argv for t in found if t.failure is not None}:
-        assert stand_in.calls.count(argv) == 1
+
+
+def test_a_configuration_that_failed_is_recorded_again_without_a_deployment(tmp_path):
+    stand_in = StandIn()  # 8 configurations, 4 of them crash; random sampling meets one again
+    found = outcomes(run(make_plan(tmp_path, trials=12, sampler="random"), stand_in))
     copies = [t for t in found if t.failure is not None and t.duplicate_of is not None]
-    assert all(t.startup_s is None for t in copies)
+    assert copies and all(t.startup_s is None for t in copies)
+    assert all(found[t.duplicate_of].argv == t.argv for t in copies)
+    failed = {t.argv for t in found if t.failure is not None}
+    assert failed and all(stand_in.calls.count(argv) == 1 for argv in failed)
 
 
 def test_the_front_of_the_study_trades_interactive_latency_against_throughput_under_load(tmp_path):
@@ -195,7 +201,8 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     front = study_data(study, confirmed=False).front()
     assert set(confirmed) >= {front[0].number, front[-1].number, 0}  # ends of the front, baseline
     assert len(stand_in.calls) == 2 * len(confirmed)
-    assert all(len(r.runs) == 4 for by in read_confirmed(study).values() for r in by.values())
+    assert read_confirmed(study) and all(len(r.runs) == 4 for by in read_confirmed(study).values()
+                                         for r in by.values())
     data = study_data(study)
     assert {t.number for t in data.outcomes} == set(confirmed)
     assert data.outcomes[0].results == read_confirmed(study)[data.outcomes[0].number]

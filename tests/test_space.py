@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from autotune.core.flags import options_to_config, to_argv, to_options
+from autotune.core.flags import argv_to_options, options_to_config, to_argv, to_options
 from autotune.core.space import (
     ModelContext,
     complete,
@@ -124,6 +124,9 @@ def test_config_file_mapping_holds_the_same_options_as_argv(space, moe_mtp_info)
     ctx = ModelContext(moe_mtp_info, 81920)
     params = complete(space, ctx, {"mtp": True, "expert_parallel": False})
     config = options_to_config("/models/moe", to_options(space, ctx, params))
+    # vLLM turns each key back into --key value: the file holds exactly the argv's options.
+    assert argv_to_options(to_argv(space, ctx, params)) == {
+        f"--{k}": v for k, v in config.items() if k != "model"}
     assert config["model"] == "/models/moe"
     assert config["enable-expert-parallel"] is False
     assert config["speculative-config"] == {"method": "mtp", "num_speculative_tokens": 1}
