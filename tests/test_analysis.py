@@ -13,18 +13,13 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.analysis import (
-    StudyData,
-    effects,
-    finalists,
-    noise_of,
-    recommend,
-    sign_flips,
-)
+from autotune.core.analysis import StudyData, finalists, noise_of
+from autotune.core.effects import effects, sign_flips
 from autotune.core.objectives import default_objectives
 from autotune.core.outcome import ProfileResult, TrialOutcome
 from autotune.core.pareto import knee, pareto_front
 from autotune.core.profiles import get_profile
+from autotune.core.recommend import recommend
 from autotune.core.stats import (
     Noise,
     compare,
@@ -134,6 +129,14 @@ def test_uses_are_named_by_the_profiles_concurrency_not_by_the_order_of_the_obje
         assert recommend(given, use).trial.number == recommend(flipped, use).trial.number
     assert flipped.objective_for("interactive").profile == "low-concurrency"
     assert recommend(flipped, "interactive").trial.params["mtp"] is True
+
+
+def test_a_lone_feasible_trial_is_recommended_without_a_claim_beyond_the_noise():
+    rng = np.random.default_rng(4)
+    only = [make(0, {"mtp": False, "level": 2, "noop": "a"}, world({"mtp": False, "level": 2}), rng=rng)]
+    reason = recommend(study_of(only), "interactive").reason
+    assert "only feasible trial" in reason and "beyond the noise" not in reason.replace(
+        "nothing is claimed beyond the noise", "")
 
 
 def test_a_parameter_that_does_nothing_comes_out_as_no_effect_and_real_ones_with_their_sign():

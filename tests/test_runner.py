@@ -203,9 +203,18 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     assert len(stand_in.calls) == 2 * len(confirmed)
     assert read_confirmed(study) and all(len(r.runs) == 4 for by in read_confirmed(study).values()
                                          for r in by.values())
-    data = study_data(study)
-    assert {t.number for t in data.outcomes} == set(confirmed)
-    assert data.outcomes[0].results == read_confirmed(study)[data.outcomes[0].number]
+    data, search = study_data(study), study_data(study, confirmed=False)
+    assert [t.number for t in data.outcomes] == [t.number for t in search.outcomes]  # none dropped
+    for t, before in zip(data.outcomes, search.outcomes, strict=True):
+        assert t.results == (read_confirmed(study)[t.number] if t.number in confirmed else before.results)
+    # The report counts every trial and marks the confirmed ones; none is forgotten.
+    from autotune.study.report import compute, render
+
+    report = compute(study)
+    assert len(report.data.feasible) == len(search.feasible) and report.confirmed == set(confirmed)
+    trials = next(sec for sec in render(report) if sec.title == "Every trial").tables[0][1]
+    assert len(trials) == len(search.outcomes)
+    assert sum("(confirmed)" in row[0] for row in trials) == len(confirmed)
 
 
 class CapacityStandIn(StandIn):

@@ -17,17 +17,12 @@ from autotune.cli.common import (
     print_fitting,
     storage_of,
 )
-from autotune.core.analysis import (
-    USES,
-    NoFeasibleTrial,
-    StudyData,
-    describe_params,
-    recommend,
-)
+from autotune.core.analysis import StudyData, describe_params
 from autotune.core.capacity import cell as capacity_cell
 from autotune.core.metric_registry import SUMMARY_METRICS
 from autotune.core.objectives import default_objectives, parse_objective
 from autotune.core.profiles import get_profile
+from autotune.core.recommend import USES, NoFeasibleTrial, recommend
 from autotune.errors import ConfigError
 from autotune.shell.files import read_references, read_space, shipped
 from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE

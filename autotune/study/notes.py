@@ -3,9 +3,10 @@ with ``optuna_dashboard.save_note`` by the runner). Pure text from ``StudyData``
 
 from __future__ import annotations
 
-from autotune.core.analysis import USES, NoFeasibleTrial, StudyData, recommend
+from autotune.core.analysis import StudyData
 from autotune.core.capacity import describe as describe_capacity
 from autotune.core.metric_registry import SUMMARY_METRICS
+from autotune.core.recommend import USES, NoFeasibleTrial, recommend
 
 
 def trial_note(t, data: StudyData) -> str:

@@ -52,13 +52,13 @@ def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
 
 
 def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
-    """The study's trials, objectives, pooled noise, baseline and vLLM's defaults. Where
-    finalists were confirmed (and ``confirmed``), their confirmed numbers replace the
-    search's and only confirmed trials compete."""
+    """The study's trials, objectives, pooled noise, baseline and vLLM's defaults, read once.
+    Where finalists were confirmed (and ``confirmed``), their confirmed numbers replace the
+    search's; every other trial keeps its own."""
     found = outcomes(study)
     again = read_confirmed(study) if confirmed else {}
-    if again:
-        found = [dataclasses.replace(t, results=again[t.number]) for t in found if t.number in again]
+    found = [dataclasses.replace(t, results=again[t.number]) if t.number in again else t
+             for t in found]
     name = study.user_attrs.get(BASELINE_ATTR)
     baseline = next((t for t in found if name and t.reference == name), None)
     plan = read_plan(study)

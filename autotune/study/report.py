@@ -1,8 +1,9 @@
 """`autotune report`: a Markdown and HTML report: the front with intervals, recommendations,
 importance and effects with their uncertainty, every trial, failures.
 
-Builds one document (sections of paragraphs, tables and images) from the study and renders it
-twice, so the Markdown and the HTML cannot disagree. Plots are matplotlib PNGs (Agg backend).
+``compute`` reads the study once and computes every finding (a ``Report``); ``render`` turns it
+into one document (sections of paragraphs, tables and image names), written twice so that the
+Markdown and the HTML cannot disagree; ``draw`` makes the plots it names (matplotlib PNGs, Agg).
 """
 
 from __future__ import annotations
@@ -15,24 +16,19 @@ from pathlib import Path
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.analysis import (
-    USES,
-    NoFeasibleTrial,
-    StudyData,
-    describe_params,
-    effects,
-    failures_by_class,
-    recommend,
-    sign_flips,
-)
+from autotune.core.analysis import StudyData, describe_params, failures_by_class
+from autotune.core.capacity import CapacitySearch
 from autotune.core.capacity import describe as capacity_describe
+from autotune.core.effects import Effect, SignFlip, effects, sign_flips
+from autotune.core.metric_registry import METRICS, Source
 from autotune.core.outcome import TrialOutcome
+from autotune.core.recommend import USES, NoFeasibleTrial, recommend
 from autotune.errors import ConfigError
 from autotune.study.plans import read_plan
 from autotune.study.plots import plot_capacity
-from autotune.study.records import outcomes, read_confirmed, study_data
+from autotune.study.records import read_confirmed, study_data
 
 MIN_TRIALS_FOR_IMPORTANCE = 8
 BOOTSTRAP_ROUNDS = 20
@@ -99,11 +95,11 @@ def plot_front(data: StudyData, path: Path) -> None:
     plt.close(fig)
 
 
-def capacity_sections(data: StudyData, every: list[TrialOutcome], out_dir: Path) -> list[Section]:
+def capacity_sections(data: StudyData) -> list[Section]:
     """Per capacity profile: every trial's boundary and the front's capacity curves."""
     sections = []
-    for profile in dict.fromkeys(p for t in every for p in t.capacity):
-        searched = [t for t in every if profile in t.capacity]
+    for profile in dict.fromkeys(p for t in data.outcomes for p in t.capacity):
+        searched = [t for t in data.outcomes if profile in t.capacity]
         sec = Section(f"Capacity: {profile}")
         first = searched[0].capacity[profile]
         unit = "concurrent requests" if first.load == "concurrency" else "req/s"
@@ -123,21 +119,28 @@ def capacity_sections(data: StudyData, every: list[TrialOutcome], out_dir: Path)
                          capacity_describe(t.capacity[profile])])
         sec.tables.append((["trial", "met at", "not met at", "crossing", "probes",
                             "output tok/s there", "result"], rows))
-        front = [t for t in data.front() if profile in t.capacity] or searched[:6]
-        name = f"capacity-{profile}.png"
-        plot_capacity({t.label: t.capacity[profile] for t in front[:6]}, out_dir / name)
-        sec.images.append((name, f"capacity curves of {profile}: SLO metrics against load"))
+        sec.images.append((f"capacity-{profile}.png",
+                           f"capacity curves of {profile}: SLO metrics against load"))
         sections.append(sec)
     return sections
 
 
-def importances(study: optuna.Study, data: StudyData) -> dict[str, dict[str, tuple[float, float, float]]]:
-    """Optuna's fANOVA importance per objective over feasible trials, with the 10th-90th
-    percentile over bootstrap resamples of the trials: objective -> parameter -> (importance,
-    low, high). Empty below MIN_TRIALS_FOR_IMPORTANCE feasible trials."""
+def capacity_curves(data: StudyData, profile: str) -> dict[str, CapacitySearch]:
+    """The curves a capacity plot shows: the front's members that searched ``profile`` (else
+    the first six that did)."""
+    searched = [t for t in data.outcomes if profile in t.capacity]
+    front = [t for t in data.front() if profile in t.capacity] or searched[:6]
+    return {t.label: t.capacity[profile] for t in front[:6]}
+
+
+def importances(trials: list[FrozenTrial], directions: list[optuna.study.StudyDirection],
+                data: StudyData) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """Optuna's fANOVA importance per objective over the feasible ones of ``trials`` (their
+    search values), with the 10th-90th percentile over bootstrap resamples of the trials:
+    objective -> parameter -> (importance, low, high). Empty below MIN_TRIALS_FOR_IMPORTANCE
+    feasible trials."""
     numbers = {t.number for t in data.feasible}
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.number in numbers]
+    trials = [t for t in trials if t.number in numbers and t.state == TrialState.COMPLETE]
     if len(trials) < MIN_TRIALS_FOR_IMPORTANCE:
         return {}
     rng = np.random.default_rng(0)
@@ -147,7 +150,7 @@ def importances(study: optuna.Study, data: StudyData) -> dict[str, dict[str, tup
     for i, o in enumerate(data.objectives):
         found: list[dict[str, float]] = []
         for sample in samples:
-            sub = optuna.create_study(directions=study.directions)
+            sub = optuna.create_study(directions=directions)
             sub.add_trials(sample)
             try:
                 with warnings.catch_warnings():
@@ -164,23 +167,67 @@ def importances(study: optuna.Study, data: StudyData) -> dict[str, dict[str, tup
     return out
 
 
-def build(study: optuna.Study, out_dir: Path) -> list[Section]:
+def effect_metrics(data: StudyData) -> list[str]:
+    """The metrics whose parameter effects the report estimates: the objectives' metrics, the
+    interactive and throughput pair (where a sign flip shows), and the server metrics that the
+    study's workloads produce (a prefix-cache hit rate where prefixes are shared)."""
+    measured = {m for t in data.feasible for r in t.results.values() for run in r.runs for m in run}
+    server = [k for k, m in METRICS.items() if m.source is Source.SERVER and k in measured]
+    wanted = [o.metric for o in data.objectives] + ["mean_e2el_ms", "output_throughput"] + server
+    return [m for m in dict.fromkeys(wanted) if m in measured]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the report says, computed from the study read once."""
+
+    study_name: str
+    model: str
+    space_path: str
+    data: StudyData  # every finished trial, confirmed numbers in place of the search's
+    confirmed: frozenset[int]
+    recommendations: tuple[tuple[str, str], ...]  # (use, reason or why none)
+    importance: dict[str, dict[str, tuple[float, float, float]]]
+    effects: tuple[Effect, ...]
+    flips: tuple[SignFlip, ...]
+    unconfirmed_flips: tuple[str, ...]
+
+
+def compute(study: optuna.Study) -> Report:
+    """Read the study once and compute every finding of the report."""
     data = study_data(study)
     if not data.outcomes:
         raise ConfigError(f"study {study.study_name!r} has no finished trial yet")
     stored = read_plan(study)
-    plan = {"model": stored.model, "space_path": stored.space_path} if stored else {}
-    confirmed = read_confirmed(study)
+    recommendations = []
+    for use in USES:
+        try:
+            recommendations.append((use, recommend(data, use).reason))
+        except NoFeasibleTrial as exc:
+            recommendations.append((use, str(exc)))
+    found = [e for metric in effect_metrics(data) for e in effects(data, metric)]
+    flips, unconfirmed = sign_flips(found)
+    return Report(
+        study_name=study.study_name, model=stored.model if stored else "?",
+        space_path=stored.space_path if stored else "?", data=data,
+        confirmed=frozenset(read_confirmed(study)), recommendations=tuple(recommendations),
+        importance=importances(study.get_trials(deepcopy=False), study.directions, data),
+        effects=tuple(found), flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed))
+
+
+def render(report: Report) -> list[Section]:
+    """The report's sections, from what ``compute`` found; no plot is drawn here."""
+    data = report.data
     feasible = data.feasible
     base = data.baseline
-    s = Section(f"autotune report: {study.study_name}")
+    s = Section(f"autotune report: {report.study_name}")
     s.paragraphs.append(
-        f"Model `{plan.get('model', '?')}`, space `{plan.get('space_path', '?')}`, profiles "
+        f"Model `{report.model}`, space `{report.space_path}`, profiles "
         f"{', '.join(data.profiles)}. Objectives: "
         + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ". "
-        + (f"{len(data.outcomes)} finalists confirmed by redeployment: the numbers below are the "
-           "confirmed ones. " if confirmed else f"{len(data.outcomes)} finished trials: ")
-        + f"{len(feasible)} feasible."
+        + f"{len(data.outcomes)} finished trials, {len(feasible)} feasible."
+        + (f" {len(report.confirmed)} of them were confirmed by redeployment: their numbers are "
+           "the confirmed ones." if report.confirmed else "")
         + (f" Baseline: {base.label}." if base else " No baseline reference ran."))
     s.paragraphs.append("Intervals are 95%. Noise per objective: " + "; ".join(
         f"{o.name}: {data.noise.of(o.name).log_sd:.1%} ({data.noise.of(o.name).source})"
@@ -188,17 +235,13 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     sections = [s]
 
     rec = Section("Recommendations")
-    for use in USES:
-        try:
-            rec.paragraphs.append(f"**{use}**: " + recommend(data, use).reason)
-        except NoFeasibleTrial as exc:
-            rec.paragraphs.append(f"**{use}**: {exc}")
+    rec.paragraphs += [f"**{use}**: {reason}" for use, reason in report.recommendations]
     sections.append(rec)
 
     sec = Section("The front")
     rows = []
     for t in data.front():
-        cells = [t.label]
+        cells = [t.label + (" (confirmed)" if t.number in report.confirmed else "")]
         for o in data.objectives:
             cells.append(data.objective_estimate(t, o).text)
             if base is not None:
@@ -211,23 +254,22 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
         [f"differs from {data.reference_point}"]
     sec.tables.append((head, rows))
     if feasible and len(data.objectives) > 1:
-        plot_front(data, out_dir / "front.png")
         sec.images.append(("front.png", "the front: " + " against ".join(o.label for o in data.objectives)))
     sections.append(sec)
 
-    sections += capacity_sections(data, outcomes(study), out_dir)
+    sections += capacity_sections(data)
 
-    imp = importances(study, study_data(study, confirmed=False))
+    imp = report.importance
     sec = Section("Parameter importance")
     if imp:
         params = sorted({p for v in imp.values() for p in v})
         sec.tables.append((["parameter", *imp], [
             [p, *[f"{v[p][0]:.2f} [{v[p][1]:.2f}, {v[p][2]:.2f}]" if p in v else "-"
                   for v in imp.values()]] for p in params]))
-        sec.paragraphs.append("fANOVA importance (Optuna) per objective over feasible trials, "
-                              f"with the 10th-90th percentile over {BOOTSTRAP_ROUNDS} bootstrap "
-                              "resamples of the trials; a wide range means the trials cannot rank "
-                              "the parameter.")
+        sec.paragraphs.append("fANOVA importance (Optuna) per objective over feasible trials (the "
+                              f"search's numbers), with the 10th-90th percentile over {BOOTSTRAP_ROUNDS} "
+                              "bootstrap resamples of the trials; a wide range means the trials "
+                              "cannot rank the parameter.")
     else:
         sec.paragraphs.append(f"Withheld: {len(feasible)} feasible trials; importance needs at "
                               f"least {MIN_TRIALS_FOR_IMPORTANCE} to mean anything. The effects "
@@ -235,43 +277,39 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
     sections.append(sec)
 
     sec = Section("Effect of each parameter per profile")
-    found = [e for metric in ("output_throughput", "mean_e2el_ms") for e in effects(data, metric)]
-    estimated = [e for e in found if e.change is not None]
+    estimated = [e for e in report.effects if e.change is not None]
     sec.tables.append((["parameter", "change", "profile", "metric", "effect [95% interval]", "from"],
                        [[e.param, f"{e.base} → {e.value}", e.profile, e.metric, e.verdict, e.method]
                         for e in sorted(estimated, key=lambda e: (e.param, e.value, e.metric, e.profile))]))
     withheld: dict[str, list[str]] = {}
-    for e in found:
+    for e in report.effects:
         if e.change is None:
             withheld.setdefault(e.withheld, []).append(f"{e.param}={e.value}")
     for why, changes in withheld.items():
         sec.paragraphs.append(f"Withheld ({why}): {', '.join(dict.fromkeys(changes))}.")
-    flips, unconfirmed = sign_flips(found)
     sec.paragraphs.append(
         "Effects that change sign between profiles (both intervals exclude zero): "
         + ("; ".join(f"{f.param}={f.value} on {f.metric}: " + ", ".join(
-            f"{p} {c.text}" for p, c in f.by_profile.items()) for f in flips) or "none") + ".")
-    if unconfirmed:
+            f"{p} {c.text}" for p, c in f.by_profile.items()) for f in report.flips) or "none") + ".")
+    if report.unconfirmed_flips:
         sec.paragraphs.append("Point estimates of opposite sign that the noise does not separate "
-                              f"from zero (not a finding): {', '.join(unconfirmed)}.")
+                              f"from zero (not a finding): {', '.join(report.unconfirmed_flips)}.")
     sections.append(sec)
 
     sec = Section("Every trial")
     head = ["trial", "status", *[o.name for o in data.objectives], f"differs from {data.reference_point}"]
     rows = []
-    for t in outcomes(study):
-        cells = [t.label, t.status]
+    for t in data.outcomes:
+        cells = [t.label + (" (confirmed)" if t.number in report.confirmed else ""), t.status]
         cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
         cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))
-    if confirmed:
-        sec.paragraphs.append("Numbers of the search (before confirmation).")
     sections.append(sec)
 
     sec = Section("Failed and infeasible trials by class")
-    groups = failures_by_class(outcomes(study))
+    groups = failures_by_class(data.outcomes)
     sec.tables.append((["class", "trials", "first message"],
                        [[cls, ", ".join(t.label for t in ts), ts[0].failure_message[:200]]
                         for cls, ts in groups.items()]))
@@ -279,6 +317,16 @@ def build(study: optuna.Study, out_dir: Path) -> list[Section]:
         sec.paragraphs.append("None.")
     sections.append(sec)
     return sections
+
+
+def draw(report: Report, out_dir: Path) -> None:
+    """The plots the sections name."""
+    data = report.data
+    if data.feasible and len(data.objectives) > 1:
+        plot_front(data, out_dir / "front.png")
+    for profile in dict.fromkeys(p for t in data.outcomes for p in t.capacity):
+        plot_capacity(capacity_curves(data, profile), out_dir / f"capacity-{profile}.png")
+
 
 def to_markdown(sections: list[Section]) -> str:
     lines: list[str] = []
@@ -328,8 +376,10 @@ def to_html(sections: list[Section]) -> str:
 
 def write_report(study: optuna.Study, out_dir: Path) -> list[Path]:
     """Write report.md, report.html and the plots to ``out_dir``; returns the files."""
+    report = compute(study)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections = build(study, out_dir)
+    sections = render(report)
+    draw(report, out_dir)
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(to_markdown(sections))
     page.write_text(to_html(sections))

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import optuna
 import yaml
 
-from autotune.core.analysis import NoFeasibleTrial, recommend
 from autotune.core.flags import argv_to_options, options_to_config
 from autotune.core.outcome import TrialOutcome
+from autotune.core.recommend import NoFeasibleTrial, recommend
 from autotune.errors import ConfigError
 from autotune.study.records import outcomes, study_data
 
