@@ -49,10 +49,12 @@ from autotune.core.recommend import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.space import Reference, ReferenceSet, complete, grid_points  # noqa: E402
 from autotune.core.stats import median_difference, median_interval, proportion_interval  # noqa: E402
 from autotune.core.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
+from autotune.study.creation import prepare_study  # noqa: E402
 from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
 from autotune.study.records import outcomes  # noqa: E402
 from autotune.study.replay import Replay  # noqa: E402
-from autotune.study.runner import StudyRunner, make_sampler, prepare_study  # noqa: E402
+from autotune.study.runner import StudyRunner  # noqa: E402
+from autotune.study.samplers import make_sampler  # noqa: E402
 from autotune.study.storage import Heartbeat  # noqa: E402
 from autotune.study.trial import TrialSetup  # noqa: E402
 

@@ -18,10 +18,12 @@ from autotune.core.profiles import get_profile
 from autotune.core.space import params_key
 from autotune.core.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
 from autotune.errors import ConfigError
+from autotune.study.creation import prepare_study
 from autotune.study.plans import PlanRequest, build_plan
 from autotune.study.records import outcomes, study_data
 from autotune.study.replay import Replay
-from autotune.study.runner import StudyRunner, make_sampler, prepare_study
+from autotune.study.runner import StudyRunner
+from autotune.study.samplers import make_sampler
 from autotune.study.storage import Heartbeat
 from autotune.study.trial import TrialSetup
 from tests.conftest import REPO, SPACES

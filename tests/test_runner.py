@@ -24,9 +24,10 @@ from autotune.core.profiles import get_profile
 from autotune.errors import ConfigError, FailureClass
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
+from autotune.study.creation import prepare_study
 from autotune.study.plans import PlanRequest, build_plan
 from autotune.study.records import outcomes, read_confirmed, study_data
-from autotune.study.runner import StudyRunner, prepare_study
+from autotune.study.runner import StudyRunner
 from autotune.study.storage import Heartbeat
 from autotune.study.trial import TrialSetup
 from tests.conftest import GLM_MOE_MTP_CONFIG

@@ -180,7 +180,8 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
     taking them along (what PR_SET_PDEATHSIG normally prevents); the marker is real."""
     import subprocess
 
-    from autotune.study.runner import TRIAL_ENV, UID, reap_dead_workers
+    from autotune.study.reaping import reap_dead_workers
+    from autotune.study.records import TRIAL_ENV, UID
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'r.db'}", Heartbeat()))
     study.set_user_attr(UID, "u1")
@@ -207,7 +208,7 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
 
 
 def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enqueued(tmp_path):
-    from autotune.study.runner import reap_dead_workers
+    from autotune.study.reaping import reap_dead_workers
 
     storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", Heartbeat(interval_s=1, grace_s=2))
     study = optuna.create_study(storage=storage)
@@ -281,7 +282,7 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
 
     from sqlalchemy.engine import make_url
 
-    from autotune.study.runner import look
+    from autotune.study.reaping import look
 
     real = make_url(postgres_url)
     relay = DroppingRelay(real.port or 5432)

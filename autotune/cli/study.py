@@ -172,8 +172,8 @@ def _finish(plan: StudyPlan, code: int) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
+    from autotune.study.creation import dry_run_argv, prepare_study
     from autotune.study.plans import build_plan
-    from autotune.study.runner import dry_run_argv, prepare_study
     from autotune.study.storage import hostname, redact
 
     plan = build_plan(request_of(args), say=console.print)

@@ -29,10 +29,10 @@ from autotune.core.outcome import ProfileResult, TrialOutcome
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.space import Parameter, ReferenceSet, SearchSpace, complete, params_key
 from autotune.core.stored_plan import StoredPlan
+from autotune.core.verdict import FEASIBLE
 from autotune.errors import ConfigError
 from autotune.study.plans import write_plan
-from autotune.study.records import BASELINE_ATTR, write_outcome
-from autotune.study.runner import FEASIBLE, REFS_ENQUEUED
+from autotune.study.records import BASELINE_ATTR, REFS_ENQUEUED, write_outcome
 
 NUMERIC = ("request_throughput", "output_throughput", "total_token_throughput",
            "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "p99_ttft_ms",

@@ -29,13 +29,13 @@ from autotune.core.stored_plan import StoredPlan
 from autotune.core.workload import RandomPrompts
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
+from autotune.study.samplers import SAMPLERS
 from autotune.study.storage import check_url, storage_url
 from autotune.study.trial import BenchPlan
 
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
-SAMPLERS = ("tpe", "random", "nsga2", "gp")  # built by runner.make_sampler; tpe is the default
 PLAN_ATTR = "plan"
 BUDGET_ATTR = "budget"
 

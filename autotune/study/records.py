@@ -20,6 +20,9 @@ from autotune.study.plans import read_plan
 
 CONFIRMED_ATTR = "confirmed"  # study attr: trial number -> profile -> repeat runs
 BASELINE_ATTR = "baseline"
+REFS_ENQUEUED = "references_enqueued"
+UID = "uid"  # random id of the study, in the trial marker of every server it starts
+TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL)
 
 

@@ -1,15 +1,14 @@
 """The study runner: an Optuna multi-objective study whose trials are real deployments.
 
-``prepare_study`` creates (or joins) the study once: objectives, the stored plan, the
-reference configs enqueued once for the study. ``StudyRunner.work`` is one worker: an ask/tell
+``study.creation.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
+worker: an ask/tell
 loop over a trial function (``study.trial.run_trial``, or a stand-in in tests) on one slot;
 any number of workers may share a study (slots of one node, nodes sharing PostgreSQL). The
 budget is study-wide (``core.scheduling``); every running trial sends heartbeats, and a worker
 that looks for work first fails the trials of dead workers (Optuna re-enqueues them) and kills
 what is left of their servers on its own host.
 
-A failed or infeasible trial is stored as COMPLETE with constraint ``served > 0`` violated (so
-the sampler learns to avoid the region) and the values of a trial that served nothing; a parameter set identical
+What the sampler is told of a measured trial is ``core.verdict``'s; a parameter set identical
 to an infeasible one is not relaunched; one identical to a running or measured one is resampled
 (the skipped trial is stored as FAIL with ``skipped``); SIGINT tears the server down and marks
 the trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
@@ -20,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,24 +26,24 @@ from typing import Protocol
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
-from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
 from autotune.core.analysis import incumbents
-from autotune.core.capacity import describe as describe_capacity
 from autotune.core.flags import to_argv
-from autotune.core.objectives import objective_values
 from autotune.core.outcome import TrialOutcome
-from autotune.core.scheduling import Claim, Counts, Step, duplicate_of, next_step, over_budget, position, worker_seed
-from autotune.core.space import params_key, resolve_references, sample
+from autotune.core.scheduling import Claim, Step, duplicate_of, next_step, over_budget, position, worker_seed
+from autotune.core.space import params_key, sample
+from autotune.core.verdict import judge
 from autotune.errors import FailureClass, StudyError
-from autotune.shell.processes import kill_processes, marked_processes
 from autotune.study import optuna_internals
 from autotune.study.notes import study_note, trial_note
-from autotune.study.plans import SAMPLERS, StudyPlan, store_plan
-from autotune.study.records import BASELINE_ATTR, read_outcome, study_data, write_outcome
+from autotune.study.plans import StudyPlan
+from autotune.study.reaping import counts, look
+from autotune.study.records import TRIAL_ENV, UID, read_outcome, study_data, write_outcome
+from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
     Heartbeat,
     hostname,
@@ -59,16 +57,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
-REFS_ENQUEUED = "references_enqueued"
-UID = "uid"  # random id of the study, in the trial marker of every server it starts
-TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
 MAX_RESAMPLES = 10  # consecutive duplicate samples before a duplicate is measured again
-
-
-def capacity_key(profile: str) -> str:
-    """Constraint: > 0 when no load of the capacity profile met its SLOs."""
-    return f"{profile}:capacity"
 
 
 class Progress(Protocol):
@@ -90,121 +79,6 @@ class SilentProgress:
 
     def message(self, text: str) -> None:
         pass
-
-
-def make_sampler(seed: int | None, name: str = "tpe", startup_trials: int = 5
-                 ) -> optuna.samplers.BaseSampler:
-    """tpe (the default): multivariate TPE over the conditional, mixed space; the choice and its
-    settings come from replaying samplers against a recorded table
-    (`benchmarks/sampler_efficiency.py`, README "Which sampler"). The constant liar counts
-    running trials (of every worker) as bad, so parallel workers spread. gp (Optuna's
-    Gaussian-process sampler) tied it there at 30 times the sampling cost; random and nsga2 (a
-    population of 10, not Optuna's 50, so that evolution starts within a study's budget) are
-    there to compare against. All are constraint-aware through ``Trial.set_constraint`` and
-    reproducible for a seed. ``name`` is one of ``plans.SAMPLERS`` (checked by build_plan);
-    ``startup_trials`` (random trials before the model is used) is 5, as the replay chose."""
-    if name == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=startup_trials,
-            constant_liar=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=10)
-    if name == "gp":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials)
-    raise ValueError(f"sampler {name!r} is not one of {SAMPLERS}")
-
-
-def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | None = None
-                  ) -> tuple[optuna.Study, list[str], bool]:
-    """Create the study, or join it when it exists; store the plan; enqueue the references
-    once for the study (by whichever `run` created it). Returns the study, messages for the
-    user, and whether this call created it."""
-    storage = storage or open_storage(plan.storage, heartbeat)
-    names = [o.name for o in plan.objectives]
-    with storage_errors(f"--storage: cannot create or load study {plan.study_name!r}"):
-        try:
-            study = optuna.create_study(study_name=plan.study_name, storage=storage,
-                                        directions=[o.direction for o in plan.objectives])
-            study.set_metric_names(names)
-            created = True
-        except DuplicatedStudyError:
-            study = optuna.load_study(study_name=plan.study_name, storage=storage)
-            created = False
-        if study.metric_names != names:
-            raise StudyError(
-                f"study {plan.study_name!r} has objectives {study.metric_names}, this run asks for "
-                f"{names}; use the same --profile/--objective list or another --study name")
-        store_plan(study, plan)
-        if UID not in study.user_attrs:
-            study.set_user_attr(UID, uuid.uuid4().hex)
-        return study, enqueue_references(study, plan, created), created
-
-
-def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = True) -> list[str]:
-    """Enqueue the applicable references once per study: by the `run` that created it, or
-    into a study that has none and no trials yet. Returns messages for skipped ones."""
-    if plan.references is None:
-        return []
-    if study.user_attrs.get(REFS_ENQUEUED) or (study.trials and not created):
-        return []
-    notes = []
-    for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
-        if ref.skipped:
-            notes.append(f"reference {ref.name}: skipped, {ref.skipped}")
-            continue
-        study.enqueue_trial(dict(ref.params), user_attrs={"reference": ref.name})
-    study.set_user_attr(REFS_ENQUEUED, True)
-    study.set_user_attr(BASELINE_ATTR, plan.references.baseline)
-    return notes
-
-
-def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> None:
-    """Fail the trials of workers that stopped sending heartbeats (Optuna's retry callback
-    re-enqueues them), then kill this host's server processes of trials of this study that
-    are no longer running (a dead worker's server normally dies with it: PR_SET_PDEATHSIG)."""
-    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    optuna.storages.fail_stale_trials(study)
-    trials = study.get_trials(deepcopy=False)
-    for number in sorted(running):
-        outcome = read_outcome(trials[number])
-        if outcome.state == "fail" and outcome.failure is None and not outcome.skipped:
-            message(f"trial #{number}: its worker stopped sending heartbeats; failed and "
-                    "re-enqueued for a live worker")
-    uid = study.user_attrs.get(UID)
-    for marker, pids in marked_processes(TRIAL_ENV).items():
-        study_uid, _, number = marker.partition(":")
-        if study_uid == uid and number.isdigit() and int(number) < len(trials) and \
-                trials[int(number)].state != TrialState.RUNNING:
-            kill_processes(pids)
-            message(f"trial #{number}: killed {len(pids)} leftover server process(es) of its "
-                    "dead worker")
-
-
-def look(study: optuna.Study, message: Callable[[str], None], retries: int,
-         retry_s: float) -> Counts:
-    """Reap dead workers and count the study's trials; rides out a storage outage (a database
-    restart) of ``retries`` x ``retry_s``, then gives up with a clear error."""
-    for attempt in range(retries + 1):
-        try:
-            with storage_errors("lost the study storage"):
-                reap_dead_workers(study, message)
-                return counts(study)
-        except StudyError as exc:
-            if attempt == retries:
-                raise
-            message(f"storage unavailable ({exc}); retrying in {retry_s:g} s")
-            time.sleep(retry_s)
-    raise AssertionError("unreachable")
-
-
-def counts(study: optuna.Study) -> Counts:
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-    return Counts(finished=sum(t.state == TrialState.COMPLETE for t in trials),
-                  running=[t.number for t in trials if t.state == TrialState.RUNNING])
 
 
 def _claims(study: optuna.Study) -> list[Claim]:
@@ -360,39 +234,14 @@ class StudyRunner:
         self._report(study, number, trial.number)
 
     def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> list[float]:
-        """Write the outcome with its constraints (served, then one per SLO); returns the
-        objective values (those of a trial that served nothing when it failed)."""
+        """Write the outcome with its verdict's constraints; returns the objective values."""
         plan = self.plan
-        if outcome.failure is not None:
-            constraints = {FEASIBLE: 1.0, **{slo.key: 1.0 for slo in plan.slos},
-                           **{capacity_key(p): 1.0 for p in plan.capacity_profiles}}
-            values = [o.infeasible_value for o in plan.objectives]
-        else:
-            means = {p: r.means() for p, r in outcome.results.items()}
-            violations = {slo.key: slo.violation(means[slo.profile][slo.metric]) for slo in plan.slos}
-            past = [key for key, v in violations.items() if v > 0]
-            outcome = dataclasses.replace(outcome, slo_violations=violations)
-            none = [s for s in outcome.capacity.values()
-                    if not s.boundary.found and s.boundary.below_incumbent is None]
-            if past:
-                outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED,
-                                              failure_message=f"past the SLO {', '.join(past)}")
-            elif none:
-                outcome = dataclasses.replace(
-                    outcome, failure=FailureClass.SLO_VIOLATED,
-                    failure_message="; ".join(f"{s.profile}: {describe_capacity(s)}" for s in none))
-            constraints = {FEASIBLE: 0.0, **violations, **{
-                capacity_key(p): float(any(s.profile == p for s in none))
-                for p in plan.capacity_profiles}}
-            # A search stopped below an incumbent measured no capacity: the sampler is told
-            # the value of a trial that carried nothing there (the trial itself is dominated).
-            values = [objective_values([o], means)[0] if o.profile in means
-                      else o.infeasible_value for o in plan.objectives]
-        write_outcome(trial, outcome)
-        for name, value in constraints.items():
+        verdict = judge(outcome, plan.objectives, plan.slos, plan.capacity_profiles)
+        write_outcome(trial, verdict.outcome)
+        for name, value in verdict.constraints.items():
             trial.set_constraint(name, value)
-        optuna_internals.mirror_constraints(trial, list(constraints.values()))
-        return values
+        optuna_internals.mirror_constraints(trial, list(verdict.constraints.values()))
+        return verdict.values
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
         # The search's own numbers: a confirmation comes after the search.
@@ -421,21 +270,3 @@ class StudyRunner:
             trial.set_constraint(name, value)
         optuna_internals.mirror_constraints(trial, list(named.values()))
         study.tell(trial, list(previous.values))
-
-
-def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
-    """The argv of the first ``count`` trials (references first), from an in-memory copy of
-    the study: nothing is launched or written."""
-    study = optuna.create_study(directions=[o.direction for o in plan.objectives],
-                                sampler=make_sampler(plan.seed, plan.sampler))
-    enqueue_references(study, plan)
-    out = []
-    for _ in range(count):
-        trial = study.ask()
-        params = sample(plan.space, plan.ctx, trial)
-        label = trial.user_attrs.get("reference") or "sampled"
-        out.append((f"trial {trial.number} ({label})", to_argv(plan.space, plan.ctx, params)))
-        study.tell(trial, state=TrialState.FAIL)
-    return out
-
-

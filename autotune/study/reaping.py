@@ -1,0 +1,62 @@
+"""Finding dead workers: their trials are failed (Optuna's retry callback re-enqueues them) and
+their leftover servers on this host killed; and counting a study's trials, riding out a storage
+outage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.core.scheduling import Counts
+from autotune.errors import StudyError
+from autotune.shell.processes import kill_processes, marked_processes
+from autotune.study.records import TRIAL_ENV, UID, read_outcome
+from autotune.study.storage import storage_errors
+
+
+def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> None:
+    """Fail the trials of workers that stopped sending heartbeats (Optuna's retry callback
+    re-enqueues them), then kill this host's server processes of trials of this study that
+    are no longer running (a dead worker's server normally dies with it: PR_SET_PDEATHSIG)."""
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False)
+    for number in sorted(running):
+        outcome = read_outcome(trials[number])
+        if outcome.state == "fail" and outcome.failure is None and not outcome.skipped:
+            message(f"trial #{number}: its worker stopped sending heartbeats; failed and "
+                    "re-enqueued for a live worker")
+    uid = study.user_attrs.get(UID)
+    for marker, pids in marked_processes(TRIAL_ENV).items():
+        study_uid, _, number = marker.partition(":")
+        if study_uid == uid and number.isdigit() and int(number) < len(trials) and \
+                trials[int(number)].state != TrialState.RUNNING:
+            kill_processes(pids)
+            message(f"trial #{number}: killed {len(pids)} leftover server process(es) of its "
+                    "dead worker")
+
+
+def look(study: optuna.Study, message: Callable[[str], None], retries: int,
+         retry_s: float) -> Counts:
+    """Reap dead workers and count the study's trials; rides out a storage outage (a database
+    restart) of ``retries`` x ``retry_s``, then gives up with a clear error."""
+    for attempt in range(retries + 1):
+        try:
+            with storage_errors("lost the study storage"):
+                reap_dead_workers(study, message)
+                return counts(study)
+        except StudyError as exc:
+            if attempt == retries:
+                raise
+            message(f"storage unavailable ({exc}); retrying in {retry_s:g} s")
+            time.sleep(retry_s)
+    raise AssertionError("unreachable")
+
+
+def counts(study: optuna.Study) -> Counts:
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+    return Counts(finished=sum(t.state == TrialState.COMPLETE for t in trials),
+                  running=[t.number for t in trials if t.state == TrialState.RUNNING])

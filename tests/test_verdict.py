@@ -1,0 +1,43 @@
+"""What the sampler is told of a measured trial (core.verdict)."""
+
+from __future__ import annotations
+
+import math
+
+from autotune.core.objectives import default_objectives
+from autotune.core.outcome import ProfileResult, TrialOutcome
+from autotune.core.profiles import get_profile
+from autotune.core.slo import parse_slo
+from autotune.core.verdict import FEASIBLE, judge
+from autotune.errors import FailureClass
+
+PROFILES = (get_profile("low-concurrency"), get_profile("high-concurrency"))
+OBJECTIVES = default_objectives(PROFILES)
+SLO = parse_slo("high-concurrency:p99_ttft_ms<=5000", [p.name for p in PROFILES])
+
+
+def served(p99_ttft_ms: float) -> TrialOutcome:
+    runs = {"low-concurrency": ({"mean_e2el_ms": 900.0, "output_throughput": 200.0},
+                                {"mean_e2el_ms": 1100.0, "output_throughput": 220.0}),
+            "high-concurrency": ({"output_throughput": 1700.0, "p99_ttft_ms": p99_ttft_ms},)}
+    return TrialOutcome(3, results={p: ProfileResult(p, r) for p, r in runs.items()})
+
+
+def test_a_served_trial_within_its_slo_is_told_its_means_and_how_far_from_the_limit():
+    verdict = judge(served(4000.0), OBJECTIVES, [SLO], [])
+    assert verdict.values == [1000.0, 1700.0]
+    assert verdict.constraints == {FEASIBLE: 0.0, SLO.key: -1000.0}
+    assert verdict.outcome.feasible and verdict.outcome.slo_violations == {SLO.key: -1000.0}
+
+
+def test_a_trial_past_its_slo_is_infeasible_with_its_measured_values():
+    verdict = judge(served(6000.0), OBJECTIVES, [SLO], [])
+    assert verdict.outcome.failure is FailureClass.SLO_VIOLATED and not verdict.outcome.feasible
+    assert verdict.constraints[SLO.key] == 1000.0 and verdict.values == [1000.0, 1700.0]
+
+
+def test_a_failed_trial_is_told_it_served_nothing():
+    failed = TrialOutcome(4, failure=FailureClass.ENGINE_DIED)
+    verdict = judge(failed, OBJECTIVES, [SLO], ["capacity"])
+    assert verdict.values == [math.inf, 0.0]
+    assert verdict.constraints == {FEASIBLE: 1.0, SLO.key: 1.0, "capacity:capacity": 1.0}
