@@ -8,13 +8,7 @@ import textwrap
 import pytest
 
 from autotune.core.flags import argv_to_options, options_to_config, to_argv, to_options
-from autotune.core.space import (
-    ModelContext,
-    complete,
-    inapplicable,
-    resolve_references,
-    sample,
-)
+from autotune.core.space import ModelContext, complete, inapplicable, resolve_references, sample
 from autotune.errors import SpaceError
 from autotune.shell.files import read_references, read_space
 from tests.conftest import SPACES

@@ -7,7 +7,8 @@ import pytest
 
 from autotune.core.outcome import ProfileResult, TrialOutcome
 from autotune.core.pareto import hypervolume_2d
-from autotune.core.space import grid_points, parse_space
+from autotune.core.space import grid_points
+from autotune.core.space_yaml import parse_space
 from autotune.core.table import (
     NOT_REACHED,
     SERVED,

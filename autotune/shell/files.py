@@ -11,7 +11,8 @@ from pathlib import Path
 
 from autotune.core.model_info import ModelInfo, parse_config
 from autotune.core.profiles import WorkloadProfile, parse_profiles
-from autotune.core.space import ReferenceSet, SearchSpace, parse_references, parse_space
+from autotune.core.space import ReferenceSet, SearchSpace
+from autotune.core.space_yaml import parse_references, parse_space
 from autotune.errors import ConfigError, SpaceError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent

@@ -24,7 +24,8 @@ from autotune.core.model_info import ModelInfo
 from autotune.core.objectives import Objective, default_objectives, parse_objective, split_slos
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.slo import Slo
-from autotune.core.space import ModelContext, ReferenceSet, SearchSpace, parse_space
+from autotune.core.space import ModelContext, ReferenceSet, SearchSpace
+from autotune.core.space_yaml import parse_space
 from autotune.core.stored_plan import StoredPlan
 from autotune.core.workload import RandomPrompts
 from autotune.errors import ConfigError, StudyError
