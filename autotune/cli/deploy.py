@@ -24,6 +24,7 @@ from autotune.cli.common import (
     slots_of,
 )
 from autotune.core.flags import to_argv
+from autotune.core.metric_registry import RUN_METRICS
 from autotune.core.metrics import SloLimits, to_vllm_json
 from autotune.core.space import ModelContext, inapplicable, resolve_references, sample, space_size
 from autotune.errors import AutotuneError, ConfigError
@@ -101,10 +102,8 @@ def _summary_table(title: str, rows: dict[str, dict]) -> Table:
     table.add_column("metric")
     for name in rows:
         table.add_column(name, justify="right")
-    keys = ["completed", "failed", "duration", "request_throughput", "output_throughput",
-            "total_token_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-            "p99_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
-            "max_concurrent_requests", "delivery_bursts", "spec_decode_acceptance_rate"]
+    keys = ["completed", "failed", "duration", *RUN_METRICS, "max_concurrent_requests",
+            "delivery_bursts"]
     for key in keys:
         if any(key in r for r in rows.values()):
             table.add_row(key, *[fmt(float(r[key]), 2) if isinstance(r.get(key), int | float)

@@ -43,6 +43,7 @@ class Metric:
     source: Source = Source.BENCHMARK
     assumed_log_sd: float = ASSUMED_LOG_SD
     summary: bool = False  # one of the few shown per profile in notes and checks
+    detail: bool = False  # a further statistic of a distribution (std, median, p50, p90)
 
     @property
     def direction(self) -> str:
@@ -70,12 +71,21 @@ for _m, _name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "
     for _stat in ("mean", "median", "std", "p50", "p90", "p99"):
         _register(Metric(f"{_stat}_{_m}_ms", "ms", False, f"{_stat} {_name}",
                          assumed_log_sd=ASSUMED_LOG_SD_TTFT if _m == "ttft" else ASSUMED_LOG_SD,
-                         summary=_stat == "mean" and _m != "itl"))
+                         summary=_stat == "mean" and _m != "itl",
+                         detail=_stat not in ("mean", "p99")))
+# Speculative decoding over the run, from the server's counters (as vLLM's benchmark reads them).
+_register(Metric("spec_decode_acceptance_rate", "%", True, "draft acceptance rate",
+                 source=Source.SERVER, assumed_log_sd=0.2))
+_register(Metric("spec_decode_acceptance_length", "tokens", True, "tokens per step",
+                 source=Source.SERVER, assumed_log_sd=0.2))
 # The share of prompt tokens the server found in its prefix cache during the run.
 _register(Metric("prefix_cache_hit_rate", "%", True, "prefix-cache hit rate",
                  source=Source.SERVER, assumed_log_sd=0.2))
 
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
+# What one run measures, for tables of runs: every metric but the further statistics.
+RUN_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items()
+                                     if not m.detail and m.source is not Source.SEARCH)
 
 
 def metric(key: str, where: str = "") -> Metric:

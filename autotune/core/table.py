@@ -27,6 +27,7 @@ from autotune.errors import ConfigError
 SERVED = "served"
 NOT_REACHED = "not_reached"
 # What each run keeps: the objectives' metrics and what a reader of the table wants beside them.
+# The recorded CSV's fixed columns (a file layout: changing it changes the format).
 METRICS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms",
            "p99_e2el_ms", "p99_ttft_ms", "request_throughput")
 

@@ -24,6 +24,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from autotune.core.metric_registry import METRICS, Source
 from autotune.core.objectives import Objective, objective_values
 from autotune.core.outcome import ProfileResult, TrialOutcome
 from autotune.core.profiles import WorkloadProfile
@@ -34,9 +35,8 @@ from autotune.errors import ConfigError
 from autotune.study.plans import write_plan
 from autotune.study.records import BASELINE_ATTR, REFS_ENQUEUED, write_outcome
 
-NUMERIC = ("request_throughput", "output_throughput", "total_token_throughput",
-           "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "p99_ttft_ms",
-           "p99_e2el_ms", "median_ttft_ms", "median_e2el_ms")
+# Every measured metric a row may give (the registry's; a capacity load is searched, not given).
+NUMERIC = tuple(k for k, m in METRICS.items() if m.source is not Source.SEARCH)
 
 
 def distribution(p: Parameter) -> BaseDistribution:

@@ -1,0 +1,56 @@
+"""The metric registry: every fact about a metric in one record, every list derived from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.core.capacity import MONOTONE_IN_LOAD
+from autotune.core.metric_registry import METRICS, SUMMARY_METRICS, Source, metric, unit_of
+from autotune.core.metrics import PrefixCacheStats, RequestResult, SpecDecodeStats, flat_metrics, summarize
+from autotune.core.objectives import parse_objective
+from autotune.core.slo import parse_limit
+from autotune.core.stats import assumed_log_sd
+from autotune.errors import ConfigError
+
+
+def a_run() -> dict[str, float]:
+    done = RequestResult(prompt_len=8, start_s=0.0, success=True, output_tokens=4, ttft_s=0.01,
+                         latency_s=0.04, itl_s=(0.01, 0.01, 0.01))
+    return flat_metrics(summarize([done], 1.0, spec_decode=SpecDecodeStats(4, 4, 3),
+                                  prefix_cache=PrefixCacheStats(100, 40)))
+
+
+def test_every_metric_a_run_measures_that_a_user_could_optimise_is_registered():
+    counts = {"duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+              "max_concurrent_requests", "delivery_bursts", "spec_decode_num_drafts",
+              "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
+              "prefix_cache_queried_tokens", "prefix_cache_hit_tokens"}
+    measured = set(a_run())
+    assert measured - counts and measured - counts <= set(METRICS)
+    server = {k for k, m in METRICS.items() if m.source is Source.SERVER}
+    assert server <= measured  # what the registry says comes from /metrics, the run has
+
+
+@pytest.mark.parametrize(("key", "direction", "unit"), [
+    ("mean_e2el_ms", "minimize", "ms"), ("p99_ttft_ms", "minimize", "ms"),
+    ("output_throughput", "maximize", "tok/s"), ("request_goodput", "maximize", "req/s"),
+    ("prefix_cache_hit_rate", "maximize", "%"), ("capacity_load", "maximize", "load"),
+])
+def test_direction_and_unit_come_from_the_record(key, direction, unit):
+    assert metric(key).direction == direction and unit_of(key) == unit
+
+
+def test_any_registered_metric_can_be_an_objective_or_an_slo():
+    o = parse_objective("chat:prefix_cache_hit_rate", ["chat"])
+    assert (o.direction, o.label) == ("maximize", "prefix-cache hit rate at chat (%)")
+    assert parse_limit("prefix_cache_hit_rate>=50", "--slo").violation(40.0) == 10.0
+    with pytest.raises(ConfigError, match="unknown metric 'speed'; valid: output_throughput"):
+        parse_objective("chat:speed", ["chat"])
+
+
+def test_the_lists_elsewhere_are_derived_from_the_registry():
+    assert set(MONOTONE_IN_LOAD) == {k for k, m in METRICS.items() if m.grows_with_load}
+    assert "output_throughput" in MONOTONE_IN_LOAD and "mean_e2el_ms" not in MONOTONE_IN_LOAD
+    assert SUMMARY_METRICS == ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+    assert assumed_log_sd("p99_ttft_ms") == METRICS["p99_ttft_ms"].assumed_log_sd > assumed_log_sd(
+        "mean_e2el_ms")
