@@ -14,7 +14,7 @@ from aiohttp import web
 from autotune.core.metrics import to_vllm_json
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.workload import RandomPrompts, arrival_gaps_s
-from autotune.shell.client import Target, run_profile, run_profile_async
+from autotune.shell.client import Target, run_profile, run_profile_async, send_request
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=4, max_concurrency=2,
                           warmup_requests=0)
@@ -73,7 +73,7 @@ def test_a_good_stream_counts_tokens_from_usage_and_sends_the_reference_payload(
     body, auth = seen[0]
     assert auth == "Bearer k"
     assert len(body["prompt"]) == 8 and body["ignore_eos"] and body["temperature"] == 0.0
-    assert body["max_tokens"] == body["min_tokens"] == 3 and body["stream"]
+    assert body["max_tokens"] == 3 and "min_tokens" not in body and body["stream"]
     assert body["stream_options"] == {"include_usage": True}
 
 
@@ -101,6 +101,43 @@ def test_requests_still_open_at_the_run_time_limit_are_failed():
                               max_concurrency=2, warmup_requests=0, timeout_s=0.5)
     run = bench(hang, profile, api_key="")
     assert run.summary.failed == 2 and "run time limit of 0.5 s reached" in run.summary.errors[0]
+
+
+def test_our_request_body_is_vllm_bench_serves_field_by_field():
+    """Both clients send to one stand-in server that records the bodies: vLLM's own request
+    function (``vllm.benchmarks.lib.endpoint_request_func``, ignore_eos and the temperature in
+    its extra body, as ``vllm bench serve --ignore-eos --temperature 0`` sends them) and ours."""
+    import aiohttp
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_completions
+
+    bodies: list[dict] = []
+
+    async def record(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        return web.Response(body=GOOD)
+
+    async def both() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/completions", record)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            async with aiohttp.ClientSession() as session:
+                await async_request_openai_completions(RequestFuncInput(
+                    prompt=[5, 6, 7], api_url=url + "/v1/completions", prompt_len=3, output_len=3,
+                    model="m", ignore_eos=True, extra_body={"temperature": 0.0}), session)
+                await send_request(session, Target(url, "m"), [5, 6, 7], 3, PROFILE, 3)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(both())
+    theirs, ours = bodies
+    assert set(ours) == set(theirs) and "min_tokens" not in ours
+    for field in theirs:
+        assert ours[field] == theirs[field], field
 
 
 def test_poisson_arrivals_have_the_requested_mean_rate():
