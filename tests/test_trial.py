@@ -91,7 +91,7 @@ def trial(tmp_path, *, bench=None, validator=None, **deployment):
 
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=validator, deploy=deploy,
                        bench=bench or StandInBench())
-    plan = BenchPlan(profiles=PROFILES, source=RandomPrompts(512), repeats=2)
+    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES}, repeats=2)
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     return measured, made
 

@@ -117,9 +117,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.core.workload import RandomPrompts
     from autotune.shell.files import read_model_info
     from autotune.shell.install import detect_platform
+    from autotune.shell.workloads import load_tokenizer, sources_for
     from autotune.study.plans import read_plan
     from autotune.study.trial import BenchPlan, TrialSetup, run_trial
 
@@ -132,8 +132,10 @@ def _verify(args, study, trial, export) -> int:
     tp = int(export.argv[export.argv.index("--tensor-parallel-size") + 1])
     setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
                        slot=cpu_slot(tp, 1.0))  # entrypoint None: resolved as for any deployment
-    source = RandomPrompts(read_model_info(export.model).vocab_size)
-    measured = run_trial(export.argv, BenchPlan(profiles=profiles, source=source, seed=10_000),
+    profiles, sources = sources_for(profiles, vocab_size=read_model_info(export.model).vocab_size,
+                                    tokenizer=load_tokenizer(export.model),
+                                    max_model_len=stored.max_model_len if stored else 1 << 30)
+    measured = run_trial(export.argv, BenchPlan(profiles=profiles, sources=sources, seed=10_000),
                          setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.value}: {measured.message}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -36,6 +36,23 @@ capacity:
 
 
 @dataclass(frozen=True)
+class DatasetSpec:
+    """A profile's ``dataset:``: the format, the file (absolute once read, with its content
+    hash), and the format's options."""
+
+    format: str
+    path: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": self.format, **self.options}
+        if self.path:
+            out |= {"path": self.path, "sha256": self.sha256}
+        return out
+
+
+@dataclass(frozen=True)
 class WorkloadProfile:
     """One workload: what is sent, how much of it, and at which concurrency and rate. With
     ``capacity`` set, the load is searched instead (``max_concurrency``/``request_rate`` are
@@ -53,6 +70,7 @@ class WorkloadProfile:
     warmup_requests: int = 2  # sent before the measured run, never counted
     timeout_s: float = 600.0  # limit for the whole measured run
     capacity: CapacitySpec | None = None
+    dataset: DatasetSpec | None = None  # None: random token ids of the lengths above
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts", "max_concurrency"):
@@ -99,13 +117,15 @@ class WorkloadProfile:
     def to_dict(self) -> dict[str, Any]:
         """The profile as plain data (stored in a study's plan); ``profile_from_dict`` reads it."""
         out = dataclasses.asdict(self)
+        if self.dataset is not None:
+            out["dataset"] = self.dataset.to_dict()
         if self.capacity is not None:
             out["capacity"]["slo"] = [lim.text for lim in self.capacity.limits]
             del out["capacity"]["limits"]
         return out
 
 
-FIELDS = {f.name for f in dataclasses.fields(WorkloadProfile)} - {"name", "capacity"}
+FIELDS = {f.name for f in dataclasses.fields(WorkloadProfile)} - {"name", "capacity", "dataset"}
 CAPACITY_FIELDS = {f.name for f in dataclasses.fields(CapacitySpec)} - {"limits"}
 
 
@@ -115,11 +135,20 @@ def profile_from_dict(name: str, data: Mapping[str, Any], source: str) -> Worklo
     where = f"{source}: profile {name!r}"
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping of fields")
-    unknown = set(data) - FIELDS - {"capacity", "name"}
+    unknown = set(data) - FIELDS - {"capacity", "dataset", "name"}
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; valid: "
-                          f"{', '.join(sorted(FIELDS | {'capacity'}))}")
-    kwargs = {k: v for k, v in data.items() if k in FIELDS}
+                          f"{', '.join(sorted(FIELDS | {'capacity', 'dataset'}))}")
+    kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in FIELDS}
+    dataset = data.get("dataset")
+    if dataset is not None:
+        if not isinstance(dataset, Mapping) or not isinstance(dataset.get("format"), str):
+            raise ConfigError(f"{where}: dataset must be a mapping with a format, e.g. "
+                              "{format: jsonl, path: requests.jsonl}")
+        kwargs["dataset"] = DatasetSpec(
+            dataset["format"], str(dataset.get("path") or ""),
+            {k: v for k, v in dataset.items() if k not in ("format", "path", "sha256")},
+            str(dataset.get("sha256") or ""))
     capacity = data.get("capacity")
     if capacity is not None:
         if not isinstance(capacity, Mapping):

@@ -27,9 +27,9 @@ from autotune.core.slo import Slo
 from autotune.core.space import ModelContext, ReferenceSet, SearchSpace
 from autotune.core.space_yaml import parse_space
 from autotune.core.stored_plan import StoredPlan
-from autotune.core.workload import RandomPrompts
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
+from autotune.shell.workloads import load_tokenizer, sources_for
 from autotune.study.samplers import SAMPLERS
 from autotune.study.storage import check_url, storage_url
 from autotune.study.trial import BenchPlan
@@ -157,15 +157,16 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
     model = model_info(request.model, request.workdir, describe_only=request.describe_only,
                        say=say)
+    max_model_len = request.max_model_len or space.deployment.max_model_len or model.native_context
+    profiles, sources = sources_for(profiles, vocab_size=model.vocab_size,
+                                    tokenizer=load_tokenizer(model.name), max_model_len=max_model_len)
     return StudyPlan(
         model=model, space=space, objectives=objectives,
-        bench=BenchPlan(profiles=profiles, source=RandomPrompts(model.vocab_size),
-                        repeats=request.repeats, seed=request.seed or 0, objectives=objectives),
+        bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
+                        seed=request.seed or 0, objectives=objectives),
         trials=request.trials,
         study_name=request.study_name or default_study_name(model.name, space.name, names),
-        storage=storage, workdir=request.workdir,
-        max_model_len=(request.max_model_len or space.deployment.max_model_len
-                       or model.native_context),
+        storage=storage, workdir=request.workdir, max_model_len=max_model_len,
         references=references, seed=request.seed, sampler=request.sampler, slos=slos,
         confirm=request.confirm,
     )
@@ -203,6 +204,14 @@ def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
     new = stored_plan_of(plan)
     old = read_plan(study)
     if old is not None:
+        stored = {p.name: p.dataset for p in old.profiles if p.dataset is not None}
+        for p in new.profiles:
+            was = stored.get(p.name)
+            if p.dataset is not None and was is not None and was.sha256 != p.dataset.sha256:
+                raise ConfigError(
+                    f"{p.dataset.path}: its content changed since study {plan.study_name!r} was "
+                    f"created (sha256 {was.sha256[:12]}… then, {p.dataset.sha256[:12]}… now): use "
+                    "the file the study was created with, or start another --study")
         differ = old.differences(new)
         if differ:
             raise ConfigError(

@@ -43,12 +43,13 @@ from autotune.shell.validation import VllmValidator
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """How each deployment is measured. Fixed profiles run ``repeats`` times; a capacity
+    """How each deployment is measured: each profile's requests come from its source in
+    ``sources`` (by profile name). Fixed profiles run ``repeats`` times; a capacity
     profile searches its load (after the fixed ones), starting at an incumbent's load where one
     of ``incumbents`` is at least as good on the study's other ``objectives``."""
 
     profiles: tuple[WorkloadProfile, ...]
-    source: RequestSource
+    sources: Mapping[str, RequestSource]
     repeats: int = 1
     seed: int = 0
     objectives: tuple[Objective, ...] = ()
@@ -113,7 +114,7 @@ def _search_capacity(dep: Served, bench: Bench, target: Target, profile: Workloa
         nonlocal count
         count += 1
         on_phase(f"capacity {profile.name}: probe {count} at {load:g} {spec.unit} ({why})")
-        run = bench(target, profile.at_load(load), seed=seed + count, source=plan.source, slo=slo)
+        run = bench(target, profile.at_load(load), seed=seed + count, source=plan.sources[profile.name], slo=slo)
         _write(workdir / f"bench-{profile.name}-probe-{count}.json",
                {"profile": profile.name, "load": load, "seed": seed + count,
                 **to_vllm_json(run.summary)}, files)
@@ -164,7 +165,7 @@ def _bench(dep: Served, bench: Bench, plan: BenchPlan, workdir: Path, on_phase: 
             on_phase(label + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
             # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
             seed = plan.seed * 1000 + p_index * 100 + r
-            run = bench(target, profile, seed=seed, source=plan.source)
+            run = bench(target, profile, seed=seed, source=plan.sources[profile.name])
             _write(workdir / f"bench-{profile.name}-{r + 1}.json",
                    {"profile": profile.name, "seed": seed, "repeat": r + 1,
                     **to_vllm_json(run.summary)}, files)
