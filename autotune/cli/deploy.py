@@ -1,4 +1,4 @@
-"""`autotune make-model | check-deploy | bench | validate`: one model, one deployment, one
+"""`autotune make-model | make-workload | check-deploy | bench | validate`: one model, one deployment, one
 server or one space at a time."""
 
 from __future__ import annotations
@@ -114,20 +114,19 @@ def _summary_table(title: str, rows: dict[str, dict]) -> Table:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autotune.core.workload import RandomPrompts
     from autotune.shell.client import Target, run_profile
+    from autotune.shell.workloads import load_tokenizer, sources_for
 
-    vocab = args.vocab_size
-    if vocab is None:
-        vocab = read_model_info(args.model).vocab_size
+    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    vocab = args.vocab_size or (tokenizer.vocab_size if tokenizer is not None
+                                else read_model_info(args.model).vocab_size)
     api_key = os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
     target = Target(url=args.url, model=args.model, api_key=api_key, endpoint=args.endpoint,
                     request_timeout_s=args.request_timeout)
     text_prompt = None
-    if args.endpoint == "chat":  # chat takes text: decode the random ids with the tokenizer
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if args.endpoint == "chat":  # chat takes text: token-id prompts are decoded
+        if tokenizer is None:
+            raise ConfigError("--endpoint chat: needs the model's tokenizer (--tokenizer FOLDER)")
         text_prompt = tokenizer.decode
     slo = SloLimits(args.goodput_ttft_ms, args.goodput_tpot_ms, args.goodput_e2el_ms)
     rows = {}
@@ -137,11 +136,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ConfigError(f"--profile {profile.name}: bench runs fixed workloads; a capacity "
                               f"profile searches its load: `autotune run --profile {profile.name} "
                               "--slo ...`")
+    profiles, sources = sources_for(profiles, vocab_size=vocab, tokenizer=tokenizer,
+                                    max_model_len=args.max_model_len)
     for profile in profiles:
         name = profile.name
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
-            run = run_profile(target, profile, seed=args.seed, source=RandomPrompts(vocab), slo=slo,
+            run = run_profile(target, profile, seed=args.seed, source=sources[name], slo=slo,
                               text_prompt=text_prompt,
                               on_progress=lambda done, total, t=task: bar.update(t, completed=done))
         rows[name] = to_vllm_json(run.summary)
@@ -224,7 +225,53 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+# The profile that make-workload writes beside its file, per kind.
+WORKLOAD_PROFILES = {
+    "chat": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
+            "  dataset: {format: jsonl, path: %s}\n",
+    "rag": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
+           "  dataset: {format: jsonl, path: %s}\n",
+    "agentic": "  max_concurrency: 64\n  num_prompts: 100\n  warmup_requests: 4\n"
+               "  dataset: {format: mooncake, path: %s, time_scale: 1.0}\n",
+}
+
+
+def cmd_make_workload(args: argparse.Namespace) -> int:
+    from autotune.core.datasets.synthetic import lines
+
+    out = Path(args.out)
+    if args.requests < 1 or args.scale <= 0 or (args.rate is not None and args.rate <= 0):
+        raise ConfigError("--requests must be >= 1, --scale and --rate > 0")
+    if not out.parent.is_dir():
+        raise ConfigError(f"{args.out}: folder {out.parent}/ does not exist")
+    made = lines(args.kind, args.requests, args.seed, args.scale, args.rate)
+    profile = out.with_suffix(".profile.yaml")
+    out.write_text("\n".join(made) + "\n")
+    text = WORKLOAD_PROFILES[args.kind] % out.name
+    warm = int(text.split("warmup_requests: ")[1].split()[0])
+    measured = max(1, min(100, args.requests - warm))  # the file holds every request sent
+    profile.write_text(f"# written by autotune make-workload {args.kind}: "
+                       f"{args.requests} requests, seed {args.seed}, scale {args.scale:g}\n"
+                       f"{args.kind}:\n" + text.replace("num_prompts: 100", f"num_prompts: {measured}"))
+    console.print(f"wrote {args.requests} {args.kind} requests to {out} and the profile "
+                      f"{args.kind!r} to {profile}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("make-workload", help="write a sample workload file (JSONL or Mooncake "
+                       "trace) whose lengths follow public traces, and a profile for it")
+    p.add_argument("out", help="the file to write (.jsonl); its profile goes beside it")
+    p.add_argument("--kind", choices=("chat", "rag", "agentic"), required=True,
+                   help="chat: ShareGPT lengths, shared system prompts; rag: Azure conversation "
+                        "lengths, shared documents; agentic: a Mooncake trace of sessions")
+    p.add_argument("--requests", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every length (e.g. 0.25 for a tiny model on CPU)")
+    p.add_argument("--rate", type=float, help="requests/s: add arrival times (agentic: default 0.5)")
+    p.set_defaults(handler=cmd_make_workload)
+
     p = sub.add_parser("make-model", help="write a tiny random-weight model (no downloads)")
     p.add_argument("out")
     p.add_argument("--kind", choices=("dense", "moe"), default="dense")
@@ -258,6 +305,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="served model name (and config source)")
     add_profile_args(p, required=True)
     p.add_argument("--vocab-size", type=int, help="default: from the model's config.json")
+    p.add_argument("--tokenizer", help="model folder whose tokenizer makes and counts text prompts "
+                   "(default: --model where it is a local folder)")
+    p.add_argument("--max-model-len", type=int, default=1 << 20,
+                   help="the server's context: requests of a dataset longer than it are refused "
+                        "before sending")
     p.add_argument("--max-concurrency", type=int)
     p.add_argument("--request-rate", type=float, help="requests/s (default: inf)")
     p.add_argument("--burstiness", type=float, help="gamma shape of arrivals (1.0: Poisson)")

@@ -13,12 +13,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.core.datasets.synthetic import WORDS
 from autotune.core.model_info import ModelInfo
 from autotune.errors import ConfigError
 from autotune.shell.files import read_model_info
 
 KINDS = ("dense", "moe")
 SPECIAL = ("<unk>", "<s>", "</s>")
+
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,9 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = list(SPECIAL) + [f"t{i}" for i in range(len(SPECIAL), vocab_size)]
+    # Plain words first (the text of `make-workload` is one token a word here), then t<id>.
+    named = list(dict.fromkeys([*SPECIAL, *WORDS]))[:vocab_size]
+    words = named + [f"t{i}" for i in range(len(named), vocab_size)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)

@@ -158,8 +158,13 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
     model = model_info(request.model, request.workdir, describe_only=request.describe_only,
                        say=say)
     max_model_len = request.max_model_len or space.deployment.max_model_len or model.native_context
-    profiles, sources = sources_for(profiles, vocab_size=model.vocab_size,
-                                    tokenizer=load_tokenizer(model.name), max_model_len=max_model_len)
+    tokenizer = load_tokenizer(model.name)
+    if tokenizer is None and request.describe_only and any(p.dataset for p in profiles):
+        say("datasets are read once the model exists (a dry run does not make it)")
+        sources: dict = {}
+    else:
+        profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
+                                        max_model_len=max_model_len)
     return StudyPlan(
         model=model, space=space, objectives=objectives,
         bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
