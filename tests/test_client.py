@@ -5,6 +5,7 @@ token, a hung request). Agreement with `vllm bench serve` is checked on a real s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import statistics
 
@@ -226,3 +227,27 @@ def test_the_bench_command_writes_vllm_keyed_json(dense_server, tmp_path, endpoi
     assert data["completed"] == 4 and data["failed"] == 0 and data["total_output_tokens"] == 32
     assert data["output_throughput"] > 0 and "p99_e2el_ms" in data
     assert "output_throughput" in result.stdout  # the summary table
+
+
+@pytest.mark.slow
+def test_a_shared_prefix_workload_hits_the_real_servers_prefix_cache_and_random_prompts_do_not(
+        dense_server, dense_model):
+    """The prefix-cache hit rate comes from the server's /metrics counters (vLLM caches
+    prefixes by default): generated groups sharing 256-token prefixes hit, fresh random token
+    ids do not. Text prompts are made with the model's tokenizer."""
+    from autotune.core.datasets import checked, source_of
+    from autotune.core.profiles import DatasetSpec
+    from autotune.shell.workloads import load_tokenizer
+
+    tokenizer = load_tokenizer(dense_model)
+    shared = source_of(checked(DatasetSpec("shared-prefix", "", {
+        "groups": 2, "prefix_len": 256, "suffix_len": 16, "output_len": 8}), "t"), None, tokenizer, "t")
+    profile = WorkloadProfile(name="shared", num_prompts=16, max_concurrency=2, warmup_requests=0)
+    target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
+    hit = to_vllm_json(run_profile(target, profile, seed=5, source=shared).summary)
+    fresh = to_vllm_json(run_profile(target, dataclasses.replace(profile, input_len=272, output_len=8),
+                                     seed=6, source=RandomPrompts(512)).summary)
+    assert hit["valid"] and fresh["valid"]
+    assert hit["prefix_cache_queried_tokens"] >= 16 * 272 * 0.9
+    assert hit["prefix_cache_hit_rate"] > 50.0  # 14 of 16 prompts find their group's 256 tokens
+    assert fresh["prefix_cache_hit_rate"] < 10.0

@@ -133,3 +133,14 @@ def test_a_stream_delivered_in_one_burst_is_counted_and_streamed_ones_are_not():
     assert [burst_delivered(r) for r in (streamed, burst, one_late_gap)] == [False, True, False]
     s = summarize([streamed, burst, one_late_gap], duration_s=1.0)
     assert s.delivery_bursts == 1 and to_vllm_json(s)["delivery_bursts"] == 1
+
+
+def test_ttft_is_also_given_per_prompt_length_bucket():
+    short = RequestResult(prompt_len=100, start_s=0.0, success=True, output_tokens=2, ttft_s=0.01,
+                          latency_s=0.02, itl_s=(0.01,))
+    long = RequestResult(prompt_len=3000, start_s=0.0, success=True, output_tokens=2, ttft_s=0.2,
+                         latency_s=0.21, itl_s=(0.01,))
+    flat = flat_metrics(summarize([short, long, long], duration_s=1.0))
+    assert flat["median_ttft_ms_prompt_0_256"] == pytest.approx(10.0)
+    assert flat["median_ttft_ms_prompt_1024_4096"] == pytest.approx(200.0)
+    assert "median_ttft_ms_prompt_256_1024" not in flat  # no prompt there

@@ -73,6 +73,18 @@ for _m, _name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "
                          assumed_log_sd=ASSUMED_LOG_SD_TTFT if _m == "ttft" else ASSUMED_LOG_SD,
                          summary=_stat == "mean" and _m != "itl",
                          detail=_stat not in ("mean", "p99")))
+# TTFT by prompt length: where long prompts wait (chunked prefill, batched tokens) shows here.
+PROMPT_BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 256), (256, 1024), (1024, 4096), (4096, None))
+
+
+def bucket_key(low: int, high: int | None) -> str:
+    return f"median_ttft_ms_prompt_{low}_{high}" if high else f"median_ttft_ms_prompt_{low}_up"
+
+
+for _low, _high in PROMPT_BUCKETS:
+    _register(Metric(bucket_key(_low, _high), "ms", False,
+                     f"median TTFT of prompts of {_low}-{_high or ''} tokens",
+                     assumed_log_sd=ASSUMED_LOG_SD_TTFT, detail=True))
 # Speculative decoding over the run, from the server's counters (as vLLM's benchmark reads them).
 _register(Metric("spec_decode_acceptance_rate", "%", True, "draft acceptance rate",
                  source=Source.SERVER, assumed_log_sd=0.2))

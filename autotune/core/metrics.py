@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.core.metric_registry import PROMPT_BUCKETS, bucket_key
+
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 # Token chunks closer than this arrived in one read of the socket: the server sent them at once.
 BURST_GAP_S = 1e-4
@@ -122,6 +124,7 @@ class BenchmarkSummary:
     prefix_cache: PrefixCacheStats | None = None
     errors: tuple[str, ...] = ()  # distinct error messages of failed requests
     delivery_bursts: int = 0  # successful requests whose whole stream arrived at once
+    ttft_by_prompt_len: Mapping[str, float] = field(default_factory=dict)  # bucket key -> median ms
 
     @property
     def valid(self) -> bool:
@@ -214,7 +217,18 @@ def summarize(
         prefix_cache=prefix_cache,
         errors=tuple(dict.fromkeys(r.error for r in failed)),
         delivery_bursts=sum(burst_delivered(r) for r in ok),
+        ttft_by_prompt_len=ttft_by_prompt_len(ok),
     )
+
+
+def ttft_by_prompt_len(ok: Sequence[RequestResult]) -> dict[str, float]:
+    """Median TTFT (ms) of the requests in each prompt-length bucket that has any."""
+    out = {}
+    for low, high in PROMPT_BUCKETS:
+        inside = [r.ttft_s for r in ok if r.prompt_len >= low and (high is None or r.prompt_len < high)]
+        if inside:
+            out[bucket_key(low, high)] = float(np.median(inside)) * 1000.0
+    return out
 
 
 def _pct_key(p: float) -> str:
@@ -235,6 +249,7 @@ def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
         "total_token_throughput": summary.total_token_throughput_tok_s,
         "max_concurrent_requests": summary.max_concurrent_requests,
         "delivery_bursts": summary.delivery_bursts,  # autotune's own key (not vLLM's)
+        **summary.ttft_by_prompt_len,  # autotune's own keys
     }
     for name in ("ttft", "tpot", "itl", "e2el"):
         stats: LatencyStats = getattr(summary, name)

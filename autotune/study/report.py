@@ -22,7 +22,7 @@ from autotune.core.analysis import StudyData, describe_params, failures_by_class
 from autotune.core.capacity import CapacitySearch
 from autotune.core.capacity import describe as capacity_describe
 from autotune.core.effects import Effect, SignFlip, effects, sign_flips
-from autotune.core.metric_registry import METRICS, Source
+from autotune.core.metric_registry import METRICS, PROMPT_BUCKETS, Source, bucket_key
 from autotune.core.outcome import TrialOutcome
 from autotune.core.recommend import USES, NoFeasibleTrial, recommend
 from autotune.errors import ConfigError
@@ -121,6 +121,26 @@ def capacity_sections(data: StudyData) -> list[Section]:
                             "output tok/s there", "result"], rows))
         sec.images.append((f"capacity-{profile}.png",
                            f"capacity curves of {profile}: SLO metrics against load"))
+        sections.append(sec)
+    return sections
+
+
+def ttft_by_length_sections(data: StudyData) -> list[Section]:
+    """Per profile whose prompts span more than one length bucket: the front's median TTFT in
+    each bucket, with its interval (where long prompts wait shows here)."""
+    sections = []
+    keys = [bucket_key(low, high) for low, high in PROMPT_BUCKETS]
+    for profile in data.profiles:
+        found = [k for k in keys if any(t.has(profile, k) for t in data.feasible)]
+        if len(found) < 2:
+            continue
+        sec = Section(f"TTFT by prompt length: {profile}")
+        sec.paragraphs.append("Median TTFT of the requests whose prompt falls in each bucket "
+                              "(tokens), mean over the runs [95% interval], for the front.")
+        rows = [[t.label, *[data.estimate(t, profile, k).text if t.has(profile, k) else "-"
+                            for k in found]] for t in data.front()]
+        sec.tables.append((["trial", *[METRICS[k].label.removeprefix("median TTFT of prompts of ")
+                                       for k in found]], rows))
         sections.append(sec)
     return sections
 
@@ -257,7 +277,7 @@ def render(report: Report) -> list[Section]:
         sec.images.append(("front.png", "the front: " + " against ".join(o.label for o in data.objectives)))
     sections.append(sec)
 
-    sections += capacity_sections(data)
+    sections += capacity_sections(data) + ttft_by_length_sections(data)
 
     imp = report.importance
     sec = Section("Parameter importance")
