@@ -251,3 +251,41 @@ def test_a_shared_prefix_workload_hits_the_real_servers_prefix_cache_and_random_
     assert hit["prefix_cache_queried_tokens"] >= 16 * 272 * 0.9
     assert hit["prefix_cache_hit_rate"] > 50.0  # 14 of 16 prompts find their group's 256 tokens
     assert fresh["prefix_cache_hit_rate"] < 10.0
+
+
+@pytest.mark.slow
+def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers(
+        dense_server, dense_model, tmp_path):
+    """One JSONL file, read by our ``jsonl`` format and by ``vllm bench serve --dataset-name
+    custom`` (its ``output_tokens`` field, no chat template), interleaved on one real server:
+    24 text prompts of 192 words (192 tokens of the model's word-level tokenizer), 64 output
+    tokens, concurrency 2. Throughput and mean E2EL within 30%, the run-to-run spread here."""
+    from autotune.core.datasets import checked, source_of
+    from autotune.core.datasets.synthetic import WORDS
+    from autotune.core.profiles import DatasetSpec
+    from autotune.shell.reference_bench import run_vllm_bench
+    from autotune.shell.workloads import load_tokenizer
+
+    rows = [{"prompt": " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(192)), "output_tokens": 64}
+            for i in range(26)]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    tokenizer = load_tokenizer(dense_model)
+    ours_source = source_of(checked(DatasetSpec("jsonl", str(path)), "t"), path.read_text(), tokenizer, str(path))
+    assert {r.prompt_len for r in ours_source.pool} == {192}
+    profile = WorkloadProfile(name="file", num_prompts=24, max_concurrency=2, warmup_requests=2)
+    target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
+    ours, theirs = [], []
+    for r, tool in enumerate(["ours", "theirs", "theirs", "ours"]):
+        if tool == "ours":
+            ours.append(to_vllm_json(run_profile(target, profile, seed=r, source=ours_source).summary))
+        else:
+            theirs.append(run_vllm_bench(target.url, target.model, target.api_key, profile, seed=r,
+                                         dataset_path=str(path), tokenizer=dense_model))
+    assert all(o["completed"] == t["completed"] == 24 for o, t in zip(ours, theirs, strict=True))
+    assert all(o["total_input_tokens"] == 24 * 192 for o in ours)
+    assert all(o["total_output_tokens"] == t["total_output_tokens"] == 24 * 64
+               for o, t in zip(ours, theirs, strict=True))
+    for key in ("output_throughput", "mean_e2el_ms"):
+        a, b = statistics.median(o[key] for o in ours), statistics.median(t[key] for t in theirs)
+        assert a == pytest.approx(b, rel=0.30), f"{key}: ours {a:.2f}, vllm bench serve {b:.2f}"

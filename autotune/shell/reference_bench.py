@@ -15,9 +15,11 @@ from autotune.core.profiles import WorkloadProfile
 
 
 def run_vllm_bench(
-    url: str, model: str, api_key: str, profile: WorkloadProfile, *, seed: int, quiet: bool = True
+    url: str, model: str, api_key: str, profile: WorkloadProfile, *, seed: int, quiet: bool = True,
+    dataset_path: str | None = None, tokenizer: str | None = None,
 ) -> dict[str, Any]:
-    """One ``vllm bench serve`` run with the random dataset; returns its result dict."""
+    """One ``vllm bench serve`` run with the random dataset, or with a JSONL file as its
+    ``custom`` dataset (prompts as they are: no chat template); returns its result dict."""
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -25,9 +27,12 @@ def run_vllm_bench(
     add_cli_args(parser)
     argv = [
         "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", model, "--dataset-name", "random",
-        "--random-input-len", str(profile.input_len), "--random-output-len",
-        str(profile.output_len), "--random-range-ratio", "0",
+        "--model", model,
+        *(["--dataset-name", "custom", "--dataset-path", dataset_path, "--skip-chat-template"]
+          if dataset_path else
+          ["--dataset-name", "random", "--random-input-len", str(profile.input_len),
+           "--random-output-len", str(profile.output_len), "--random-range-ratio", "0"]),
+        *(["--tokenizer", tokenizer] if tokenizer else []),
         "--num-prompts", str(profile.num_prompts), "--max-concurrency",
         str(profile.max_concurrency), "--request-rate", str(profile.request_rate),
         "--ignore-eos", "--seed", str(seed), "--temperature", str(profile.temperature),

@@ -1,8 +1,10 @@
 """``jsonl``: a request per line, as vLLM's ``custom`` dataset reads it, plus token ids and times.
 
 Each line is a JSON object with ``prompt`` (text) or ``prompt_token_ids`` (a list of ids), and
-``output_len`` (tokens to generate); ``timestamp_ms`` (when to send it, from the trace's start)
-is optional, and present on every line or on none. Blank lines are skipped.
+``output_len`` (tokens to generate; ``output_tokens``, the name vLLM's ``custom`` dataset
+reads, is taken too, so one file serves both benchmarks); ``timestamp_ms`` (when to send it,
+from the trace's start) is optional, and present on every line or on none. Blank lines are
+skipped.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def parse(text: str, where: str, tokenizer: Tokenizer | None) -> LoadedRequests:
                        '{"prompt": "...", "output_len": 128}') from None
         if not isinstance(item, dict):
             raise fail(where, number, "expected a JSON object")
-        output_len = _int(item.get("output_len"), where, number, "output_len", 1)
+        field = "output_tokens" if "output_len" not in item and "output_tokens" in item else "output_len"
+        output_len = _int(item.get(field), where, number, field, 1)
         if "prompt_token_ids" in item:
             ids = item["prompt_token_ids"]
             if not isinstance(ids, list) or not ids or not all(

@@ -12,6 +12,7 @@ a JSONL or Mooncake file.
   tokens, mean output 182; sessions of requests that share their context's blocks, so a
   request's ``hash_ids`` start with its session's; arrivals a Poisson process.
 
+JSONL lines carry ``output_tokens`` (vLLM's ``custom`` dataset reads the file as it is).
 Text is made of plain words: a word is about one token for most tokenizers; the exact count
 is the tokenizer's, read when the file is used.
 """
@@ -82,7 +83,7 @@ def chat(n: int, seed: int, scale: float = 1.0, rate: float | None = None,
     out = []
     for i, (p, o, at) in enumerate(zip(prompts, outputs, _stamps(rng, n, rate), strict=True)):
         user = _text(rng, max(4, p - SYSTEM_WORDS))  # the system prompt is part of the length
-        line = {"prompt": systems[i % system_prompts] + "\n\n" + user, "output_len": o}
+        line = {"prompt": systems[i % system_prompts] + "\n\n" + user, "output_tokens": o}
         out.append(line if at is None else {**line, "timestamp_ms": at})
     return out
 
@@ -97,7 +98,7 @@ def rag(n: int, seed: int, scale: float = 1.0, rate: float | None = None,
     for o, at in zip(outputs, _stamps(rng, n, rate), strict=True):
         d = int(rng.integers(0, documents))
         question = _text(rng, max(4, int(0.1 * lengths[d])))
-        line = {"prompt": f"Context:\n{docs[d]}\n\nQuestion: {question}", "output_len": o}
+        line = {"prompt": f"Context:\n{docs[d]}\n\nQuestion: {question}", "output_tokens": o}
         out.append(line if at is None else {**line, "timestamp_ms": at})
     return out
 
