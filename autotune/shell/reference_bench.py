@@ -28,7 +28,8 @@ def run_vllm_bench(
     argv = [
         "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
         "--model", model,
-        *(["--dataset-name", "custom", "--dataset-path", dataset_path, "--skip-chat-template"]
+        *(["--dataset-name", "custom", "--dataset-path", dataset_path, "--skip-chat-template",
+           "--custom-output-len", "-1"]  # -1: each line's output_tokens (default: 256 for all)
           if dataset_path else
           ["--dataset-name", "random", "--random-input-len", str(profile.input_len),
            "--random-output-len", str(profile.output_len), "--random-range-ratio", "0"]),
