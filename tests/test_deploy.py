@@ -17,7 +17,7 @@ from autotune.core.workload import RandomPrompts
 from autotune.errors import DeploymentError, FailureClass
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
-from autotune.shell.processes import port_is_free, session_pids
+from autotune.shell.processes import port_is_free, processes_titled, session_pids
 from autotune.shell.server import Deployment, DeploymentSpec
 from tests.conftest import cpu_slot
 
@@ -33,15 +33,12 @@ def spec_for(model: str, tmp_path: Path, *extra: str, timeout: float = 600) -> D
 
 def worker_pids(dep: Deployment) -> list[int]:
     """The TP worker processes of a deployment (vLLM titles them VLLM::Worker_TP<n>)."""
-    found = []
-    for pid in session_pids(dep.pid):
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "Worker" in title:
-            found.append(pid)
-    return found
+    return processes_titled(dep.pid, "Worker")
+
+
+def nice_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of stat: nice
 
 
 def test_a_deployment_serves_then_teardown_leaves_no_process_and_a_free_port(dense_model, tmp_path):
@@ -51,6 +48,10 @@ def test_a_deployment_serves_then_teardown_leaves_no_process_and_a_free_port(den
         pids = session_pids(dep.pid)
         assert len(pids) >= 3  # API server, engine core, two TP workers
         assert len(worker_pids(dep)) == 2
+        # On a CPU slot the spinning TP workers yield the cores to the API server and client.
+        assert sorted(dep.workers_niced) == sorted(worker_pids(dep))
+        assert [nice_of(pid) for pid in worker_pids(dep)] == [19, 19]
+        assert nice_of(dep.pid) == 0
         body = {"model": dep.model_name, "prompt": "t3 t4 t5", "max_tokens": 5}
         denied = httpx.post(f"{dep.url}/v1/completions", json=body, timeout=60)
         assert denied.status_code == 401  # each deployment has its own API key

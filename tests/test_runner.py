@@ -27,7 +27,7 @@ from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
 from autotune.study.plans import PlanRequest, build_plan
 from autotune.study.records import outcomes, read_confirmed, study_data
-from autotune.study.runner import StudyRunner
+from autotune.study.runner import SilentProgress, StudyRunner
 from autotune.study.storage import Heartbeat
 from autotune.study.trial import TrialSetup
 from tests.conftest import GLM_MOE_MTP_CONFIG
@@ -281,3 +281,49 @@ def test_a_capacity_profile_without_an_slo_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="a capacity profile needs at least one SLO"):
         build_plan(PlanRequest(workdir=tmp_path / "studies", profiles=(get_profile("capacity"),),
                                model=str(tmp_path / "model"), space_path=str(tmp_path / "space.yaml")))
+
+
+class Clock:
+    """A wall clock that a stand-in trial advances: each trial costs ``trial_s``."""
+
+    def __init__(self, trial_s: float) -> None:
+        self.now, self.trial_s = 1_000_000.0, trial_s
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confirmation_in_reserve(
+        tmp_path):
+    from autotune.study.plans import set_time_budget
+
+    clock = Clock(trial_s=100.0)
+    stand_in = StandIn()
+
+    def costly(argv, bench, setup, on_phase):
+        clock.now += clock.trial_s
+        return stand_in(argv, bench, setup, on_phase)
+
+    said: list[str] = []
+
+    class Said(SilentProgress):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    for finalists, budget, deployed in ((0, 450.0, 4), (1, 900.0, 5)):
+        (tmp_path / f"c{finalists}").mkdir()
+        plan = dataclasses.replace(make_plan(tmp_path / f"c{finalists}", trials=100, references=False),
+                                   confirm=finalists)
+        plan.workdir.mkdir(parents=True)
+        study, _, _ = prepare_study(plan, Heartbeat())
+        start = clock.now
+        set_time_budget(study, budget, start)
+        StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=costly,
+                    progress=Said(), clock=clock).work()
+        # A deployment costs 100 s (a failure copied from an identical trial costs nothing).
+        # confirm 0: 4 deployments fit 450 s; confirm 1: 2 finalists x 2 rounds x 100 s are kept.
+        assert clock.now - start == 100.0 * deployed, finalists
+        launched = [t for t in outcomes(study) if t.state == "complete" and t.startup_s is not None]
+        assert len(launched) == deployed and all(t.trial_wall_s == 100.0 for t in launched)
+    assert said[-1].startswith("time budget: no new trial starts (time used 0:08:20 of 0:15:00")
+    assert "0:06:40 kept for confirmation" in said[-1]

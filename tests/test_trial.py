@@ -112,7 +112,7 @@ def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gon
     measured, made = trial(tmp_path, bench=bench)
     assert measured.failure is None and measured.startup_s == 12.5
     assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 2, "high": 2}
-    assert bench.calls == ["low", "low", "high", "high"]
+    assert bench.calls == ["low", "high", "low", "high"]  # one run of each before any repeat
     assert sorted(f.name for f in measured.files) == [
         "bench-high-1.json", "bench-high-2.json", "bench-low-1.json", "bench-low-2.json"]
     assert made[0].teardown is not None and measured.teardown_clean
@@ -151,3 +151,26 @@ def test_an_exception_in_the_benchmark_becomes_a_failure_class_and_the_server_is
     measured, made = trial(tmp_path, bench=StandInBench(error=error))
     assert measured.failure is failure and words in measured.message
     assert made[0].teardown is not None and measured.results == {}
+
+
+def test_a_trial_beaten_beyond_the_noise_stops_measuring_and_keeps_the_runs_it_has(tmp_path):
+    from autotune.core.objectives import Objective
+    from autotune.core.racing import Member, Race
+    from autotune.core.stats import Noise, NoiseModel, estimate
+
+    objectives = (Objective("low", "mean_e2el_ms", "minimize"),
+                  Objective("high", "output_throughput", "maximize"))
+    noise = NoiseModel({o.name: Noise(0.05, 20, "pooled") for o in objectives})
+    # A front member 10x better than anything StandInBench measures (E2EL 50 ms, 48 tok/s).
+    race = Race(objectives, (Member("#0", (estimate([5.0], noise.of("low:mean_e2el_ms")),
+                                           estimate([480.0], noise.of("high:output_throughput")))),),
+                noise)
+    bench = StandInBench()
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
+                       StandInDeployment(spec, on_phase), bench=bench)
+    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES},
+                     repeats=2, race=race)
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    assert measured.failure is None and measured.raced.startswith("beaten by #0")
+    assert bench.calls == ["low", "high"]  # one run of each, then no more
+    assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 1, "high": 1}

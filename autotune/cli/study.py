@@ -32,12 +32,13 @@ from autotune.core.analysis import StudyData, describe_params
 from autotune.core.capacity import cell as capacity_cell
 from autotune.core.capacity import describe as describe_capacity
 from autotune.core.outcome import TrialOutcome
+from autotune.core.scheduling import parse_duration
 from autotune.core.slots import Slot
 from autotune.errors import ConfigError
+from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, PlanRequest, StudyPlan
 from autotune.study.trial import TrialSetup
 
-CONFIRM_ROUNDS = 2
 DEFAULTS = PlanRequest(workdir=Path(), profiles=())  # the one source of run's defaults
 
 
@@ -109,13 +110,19 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tup
                             validator=validator)
 
 
+UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
+
+
 def request_of(args: argparse.Namespace) -> PlanRequest:
     names = args.profile or ["low-concurrency"]
+    budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
+    trials = args.trials if args.trials is not None else (
+        UNBOUNDED_TRIALS if budget is not None else DEFAULTS.trials)
     return PlanRequest(
         workdir=Path(args.workdir), profiles=profiles_of(args, names), model=args.model,
         space_path=args.space, references_path=args.references if args.seed_references else None,
-        trials=args.trials, repeats=args.repeats, seed=args.seed, sampler=args.sampler,
-        study_name=args.study,
+        trials=trials, repeats=args.repeats, race=not args.no_race, time_budget_s=budget,
+        seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
         describe_only=args.dry_run,
@@ -173,7 +180,7 @@ def _finish(plan: StudyPlan, code: int) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
     from autotune.study.creation import dry_run_argv, prepare_study
-    from autotune.study.plans import build_plan
+    from autotune.study.plans import build_plan, set_time_budget
     from autotune.study.storage import hostname, redact
 
     plan = build_plan(request_of(args), say=console.print)
@@ -188,6 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     study, notes, created = prepare_study(plan, _heartbeat(args))
+    set_time_budget(study, plan.time_budget_s, time.time())
     console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                   f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
                   f"{', '.join(o.name for o in plan.objectives)}, budget {plan.trials} trials, "
@@ -294,8 +302,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"reference configs (default {DEFAULT_REFERENCES})")
     p.add_argument("--seed-references", action="store_true",
                    help="run the applicable reference configs first (enqueued once per study)")
-    p.add_argument("--trials", type=int, default=DEFAULTS.trials,
-                   help=f"study-wide budget of finished trials (default {DEFAULTS.trials})")
+    p.add_argument("--trials", type=int,
+                   help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
+                        "--time-budget alone, the time decides)")
+    p.add_argument("--time-budget", metavar="DURATION",
+                   help="wall clock for the study, e.g. 20m or 2h: no trial starts whose expected "
+                        "cost (from the trials so far) would overrun it; the confirmation's cost "
+                        "is kept in reserve")
+    p.add_argument("--no-race", action="store_true",
+                   help="measure every run of every trial (default: stop measuring a trial once "
+                        "the front beats it beyond the noise)")
     p.add_argument("--study", help="study name (default: from model, space and profiles)")
     p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
                    "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "

@@ -59,6 +59,7 @@ class Measurement:
     wall_s: float = 0.0
     results: Mapping[str, ProfileResult] = field(default_factory=dict)
     capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
+    raced: str = ""  # why its remaining runs were skipped (beaten beyond the noise)
     files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
     teardown_clean: bool = True
     teardown_s: float = 0.0
@@ -96,6 +97,7 @@ class TrialOutcome:
     duplicate_of: int | None = None  # same flags as this trial; a failure copied, not relaunched
     retry_of: int | None = None  # a dead worker's trial, run again
     skipped: str = ""  # given back before deploying (a duplicate, or over budget)
+    raced: str = ""  # measured in part: beaten beyond the noise, its remaining runs skipped
     imported_from: str = ""
     derived: tuple[str, ...] = ()  # metrics computed from others on import
 
@@ -117,7 +119,7 @@ class TrialOutcome:
     def status(self) -> str:
         """For tables: ok, the failure class, dominated, or Optuna's state."""
         if self.feasible:
-            return "ok"
+            return "raced" if self.raced else "ok"
         return self.failure.value if self.failure else "dominated" if self.dominated else self.state
 
     @property
@@ -140,7 +142,7 @@ class TrialOutcome:
     def with_measurement(self, m: Measurement) -> TrialOutcome:
         return dataclasses.replace(
             self, results=m.results if m.failure is None else {}, failure=m.failure,
-            capacity=m.capacity if m.failure is None else {},
+            capacity=m.capacity if m.failure is None else {}, raced=m.raced,
             failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
             startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
             wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,

@@ -3,16 +3,20 @@
 Workers (slots on one node, or processes on several nodes) coordinate only through the
 study's storage. The budget counts finished trials study-wide; a worker asks for a new trial
 while finished + running trials leave room, waits while running trials could still fail and
-need a retry, and stops once the budget is met. Two workers can ask at the same moment; the
+need a retry, and stops once the budget is met. A time budget stops the asking once the next
+trial's expected cost would overrun it (``TimeLeft``). Two workers can ask at the same moment; the
 trial numbers the storage hands out decide which one is over the budget and backs out.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from autotune.errors import ConfigError
 
 
 class Step(StrEnum):
@@ -72,3 +76,64 @@ def worker_seed(seed: int | None, worker: str) -> int | None:
         return None
     digest = hashlib.sha256(f"{seed}:{worker}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds of ``2h``, ``20m``, ``90s`` or ``1h30m``; a one-line error naming ``flag``."""
+    m = _DURATION.match(text.strip().lower())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise ConfigError(f"{flag} {text!r}: expected a duration such as 20m, 2h, 1h30m or 90s")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ConfigError(f"{flag} {text!r}: must be more than zero")
+    return total
+
+
+@dataclass(frozen=True)
+class TimeLeft:
+    """Where a study stands against its time budget (seconds of wall clock, every slot's trials
+    included): whether one more trial fits, and about how many do."""
+
+    used_s: float
+    budget_s: float
+    trial_s: float | None  # expected cost of one more trial (None: nothing measured yet)
+    reserve_s: float  # kept for the confirmation at the end
+
+    @property
+    def left_s(self) -> float:
+        return max(self.budget_s - self.used_s, 0.0)
+
+    @property
+    def fits(self) -> bool:
+        """A new trial starts only when its expected cost fits beside the reserve; the first
+        one, whose cost nothing predicts yet, starts while any time is left."""
+        if self.trial_s is None:
+            return self.left_s > self.reserve_s
+        return self.used_s + self.trial_s + self.reserve_s <= self.budget_s
+
+    @property
+    def trials_to_come(self) -> int:
+        if not self.trial_s:
+            return 0
+        return max(int((self.left_s - self.reserve_s) // self.trial_s), 0)
+
+    @property
+    def text(self) -> str:
+        def hms(s: float) -> str:
+            s = int(s)
+            return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+        more = (f"about {self.trials_to_come} more trial(s) of ~{hms(self.trial_s)}"
+                if self.trial_s else "no trial measured yet")
+        return (f"time used {hms(self.used_s)} of {hms(self.budget_s)}, {hms(self.left_s)} left: "
+                f"{more}, {hms(self.reserve_s)} kept for confirmation")
+
+
+def expected_trial_s(walls: Sequence[float]) -> float | None:
+    """The expected wall seconds of the next trial: the mean of the finished ones (cheap
+    rejections included, as the next one may be one)."""
+    return sum(walls) / len(walls) if walls else None

@@ -41,6 +41,7 @@ class StoredPlan:
     seed: int | None = None
     sampler: str = "tpe"
     confirm: int = 0
+    race: bool = True
 
     @property
     def runnable(self) -> bool:
@@ -63,7 +64,7 @@ class StoredPlan:
             "profiles": [p.to_dict() for p in self.profiles],
             "objectives": list(self.objectives), "repeats": self.repeats,
             "slos": list(self.slos), "seed": self.seed, "sampler": self.sampler,
-            "confirm": self.confirm, "defaults": dict(self.defaults),
+            "confirm": self.confirm, "race": self.race, "defaults": dict(self.defaults),
         }
 
     @classmethod
@@ -82,7 +83,7 @@ class StoredPlan:
                 max_model_len=int(data.get("max_model_len", 0)),
                 repeats=int(data.get("repeats", 1)), slos=tuple(data.get("slos", ())),
                 seed=data.get("seed"), sampler=str(data.get("sampler", "tpe")),
-                confirm=int(data.get("confirm", 0)),
+                confirm=int(data.get("confirm", 0)), race=bool(data.get("race", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StudyError(f"{where}: the stored plan is damaged ({type(exc).__name__}: {exc})"

@@ -78,6 +78,36 @@ def marked_processes(variable: str) -> dict[str, list[int]]:
     return found
 
 
+def processes_titled(sid: int, text: str) -> list[int]:
+    """Live processes of session ``sid`` whose command line (or title) contains ``text``."""
+    found = []
+    for pid in session_pids(sid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if text in title:
+            found.append(pid)
+    return found
+
+
+def lower_priority(pids: Sequence[int], nice: int = 19) -> list[int]:
+    """Set every thread of these processes to ``nice``; returns the processes reached."""
+    reached = []
+    for pid in pids:
+        try:
+            threads = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except (ProcessLookupError, PermissionError):
+                continue
+        reached.append(pid)
+    return reached
+
+
 def kill_processes(pids: Sequence[int]) -> None:
     """SIGKILL each process and its process group (a server's group is its session)."""
     for pid in pids:

@@ -16,8 +16,11 @@ from autotune.study.plans import StudyPlan
 from autotune.study.records import study_data, write_confirmed
 from autotune.study.trial import TrialFunction, TrialSetup, run_trial
 
+CONFIRM_ROUNDS = 2  # rounds of a confirmation: every finalist deployed once per round
 
-def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int, rounds: int = 2,
+
+def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int,
+            rounds: int = CONFIRM_ROUNDS,
             trial_fn: TrialFunction = run_trial,
             say: Callable[[str], None] = lambda text: None) -> dict[int, dict[str, ProfileResult]]:
     """Deploy each finalist ``rounds`` times, rotating the order every round; store and return

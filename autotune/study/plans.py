@@ -39,6 +39,7 @@ DEFAULT_REFERENCES = "search_spaces/references.yaml"
 GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
 PLAN_ATTR = "plan"
 BUDGET_ATTR = "budget"
+TIME_BUDGET_ATTR = "time_budget"
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class PlanRequest:
     tp: int | None = None
     max_model_len: int | None = None
     confirm: int = 3  # front members confirmed at the end (0: off)
+    race: bool = True  # stop measuring a trial once the front beats it beyond the noise
+    time_budget_s: float | None = None  # wall clock of the study's trials, confirmation included
     describe_only: bool = False  # a dry run: describe a generated model, do not write it
 
 
@@ -83,6 +86,8 @@ class StudyPlan:
     sampler: str = "tpe"
     slos: tuple[Slo, ...] = ()
     confirm: int = 0
+    race: bool = True
+    time_budget_s: float | None = None
 
     @property
     def profile_names(self) -> list[str]:
@@ -173,7 +178,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
         study_name=request.study_name or default_study_name(model.name, space.name, names),
         storage=storage, workdir=request.workdir, max_model_len=max_model_len,
         references=references, seed=request.seed, sampler=request.sampler, slos=slos,
-        confirm=request.confirm,
+        confirm=request.confirm, race=request.race, time_budget_s=request.time_budget_s,
     )
 
 
@@ -184,7 +189,7 @@ def stored_plan_of(plan: StudyPlan) -> StoredPlan:
         max_model_len=plan.max_model_len, profiles=plan.bench.profiles,
         objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in plan.objectives),
         repeats=plan.bench.repeats, slos=tuple(slo.key for slo in plan.slos), seed=plan.seed,
-        sampler=plan.sampler, confirm=plan.confirm,
+        sampler=plan.sampler, confirm=plan.confirm, race=plan.race,
         defaults={p.name: p.default for p in plan.space.parameters},
     )
 
@@ -202,6 +207,19 @@ def read_plan(study: optuna.Study) -> StoredPlan | None:
 def set_budget(study: optuna.Study, trials: int) -> None:
     """The study-wide number of finished trials that workers run to."""
     study.set_user_attr(BUDGET_ATTR, trials)
+
+
+def set_time_budget(study: optuna.Study, seconds: float | None, started_at: float) -> None:
+    """The wall-clock budget of this `run` (every slot's and worker's trials count from its
+    start), or none."""
+    study.set_user_attr(TIME_BUDGET_ATTR, None if seconds is None else
+                        {"seconds": seconds, "started_at": started_at})
+
+
+def read_time_budget(study: optuna.Study) -> tuple[float | None, float]:
+    """(seconds, epoch start) of the study's time budget; (None, 0) without one."""
+    found = study.user_attrs.get(TIME_BUDGET_ATTR)
+    return (float(found["seconds"]), float(found["started_at"])) if found else (None, 0.0)
 
 
 def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
@@ -245,5 +263,5 @@ def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: s
         seed=stored.seed, sampler=stored.sampler, study_name=study.study_name,
         storage=storage, objectives=stored.objectives, slos=stored.slos,
         tp=stored.tensor_parallel_size, max_model_len=stored.max_model_len,
-        confirm=stored.confirm,
+        confirm=stored.confirm, race=stored.race, time_budget_s=read_time_budget(study)[0],
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -31,18 +32,30 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis import incumbents
+from autotune.core.analysis import StudyData, incumbents
 from autotune.core.flags import to_argv
 from autotune.core.outcome import TrialOutcome
-from autotune.core.scheduling import Claim, Step, duplicate_of, next_step, over_budget, position, worker_seed
+from autotune.core.racing import Member, Race
+from autotune.core.scheduling import (
+    Claim,
+    Step,
+    TimeLeft,
+    duplicate_of,
+    expected_trial_s,
+    next_step,
+    over_budget,
+    position,
+    worker_seed,
+)
 from autotune.core.space import params_key, sample
 from autotune.core.verdict import judge
 from autotune.errors import FailureClass, StudyError
 from autotune.study import optuna_internals
+from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
-from autotune.study.plans import StudyPlan
+from autotune.study.plans import StudyPlan, read_time_budget
 from autotune.study.reaping import counts, look
-from autotune.study.records import TRIAL_ENV, UID, read_outcome, study_data, write_outcome
+from autotune.study.records import TRIAL_ENV, UID, outcomes, read_outcome, study_data, write_outcome
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
     Heartbeat,
@@ -111,6 +124,7 @@ class StudyRunner:
     poll_s: float = 5.0
     storage_retries: int = 12  # between trials, ride out two minutes of database outage
     storage_retry_s: float = 10.0
+    clock: Callable[[], float] = time.time  # wall clock (epoch seconds): trial walls, time budget
     _resamples: int = 0
 
     def work(self) -> optuna.Study:
@@ -144,11 +158,17 @@ class StudyRunner:
                 time.sleep(self.poll_s)
                 continue
             waiting_said = False
+            left = time_left(study, plan, now=self.clock())
+            if left is not None and not left.fits:
+                self.progress.message(f"time budget: no new trial starts ({left.text})")
+                return study
             self._one_trial(study, storage, store)
+            if left is not None:
+                self.progress.message(time_left(study, plan, now=self.clock()).text)  # type: ignore[union-attr]
 
     def _one_trial(self, study: optuna.Study, storage: BaseStorage,
                    store: FileSystemArtifactStore) -> None:
-        t0 = time.monotonic()
+        t0 = self.clock()
         trial = study.ask()
         try:
             with storage_errors(f"lost the study storage during trial #{trial.number} (its "
@@ -220,15 +240,21 @@ class StudyRunner:
         # configurations are compared on identical work; repeats within a trial differ.
         bench = plan.bench
         capacity = [p.name for p in bench.profiles if p.capacity is not None]
-        if capacity:
+        if capacity or plan.race:
             data = study_data(study, confirmed=False)
+            bench = dataclasses.replace(bench, run_seconds=run_seconds(data))
+        if capacity:
             bench = dataclasses.replace(bench, incumbents={p: incumbents(data, p) for p in capacity})
+        elif plan.race and data.front():
+            bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
+                Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
+                for t in data.front()), data.noise))
         measured = self.trial_fn(claim.argv, bench, setup,
                                  lambda ph: self.progress.phase(number, total, ph))
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
         outcome = dataclasses.replace(claim.with_measurement(measured),
-                                      trial_wall_s=round(time.monotonic() - t0, 3))
+                                      trial_wall_s=round(self.clock() - t0, 3))
         values = self._store(trial, outcome)
         study.tell(trial, values)
         self._report(study, number, trial.number)
@@ -270,3 +296,28 @@ class StudyRunner:
             trial.set_constraint(name, value)
         optuna_internals.mirror_constraints(trial, list(named.values()))
         study.tell(trial, list(previous.values))
+
+
+def run_seconds(data: StudyData) -> dict[str, float]:
+    """The median duration of one run per profile over the study's measured trials."""
+    found: dict[str, list[float]] = {}
+    for t in data.feasible:
+        for profile, result in t.results.items():
+            found.setdefault(profile, []).extend(result.values("duration"))
+    return {p: statistics.median(v) for p, v in found.items() if v}
+
+
+def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft | None:
+    """Where the study stands against its time budget (None without one): the expected cost
+    of a trial from the finished ones, and the confirmation's cost kept in reserve (each
+    finalist and the baseline deployed once per round, at a served trial's cost)."""
+    seconds, started = read_time_budget(study)
+    if seconds is None:
+        return None
+    found = outcomes(study)
+    walls = [t.trial_wall_s for t in found if t.trial_wall_s and not t.skipped]
+    served = [t.trial_wall_s for t in found if t.trial_wall_s and t.results and not t.raced]
+    finalists = min(plan.confirm, max(len(study_data(study, confirmed=False).front()), 1)) + 1
+    reserve = finalists * CONFIRM_ROUNDS * statistics.fmean(served) if plan.confirm and served else 0.0
+    return TimeLeft(used_s=now - started, budget_s=seconds,
+                    trial_s=expected_trial_s(walls), reserve_s=reserve)

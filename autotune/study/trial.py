@@ -31,6 +31,7 @@ from autotune.core.metrics import flat_metrics, to_vllm_json
 from autotune.core.objectives import Objective
 from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
+from autotune.core.racing import Race, beaten, run_order
 from autotune.core.slots import Slot
 from autotune.core.workload import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
@@ -54,6 +55,8 @@ class BenchPlan:
     seed: int = 0
     objectives: tuple[Objective, ...] = ()
     incumbents: Mapping[str, tuple[Incumbent, ...]] = field(default_factory=dict)
+    race: Race | None = None  # the front to race against (None: every run is measured)
+    run_seconds: Mapping[str, float] = field(default_factory=dict)  # expected seconds per run
 
 
 class Served(Protocol):
@@ -144,36 +147,52 @@ def incumbent_for(profile: WorkloadProfile, plan: BenchPlan,
     return choose_incumbent(plan.incumbents.get(profile.name, ()), own)
 
 
+@dataclass(frozen=True)
+class Benched:
+    """What the benchmark of one deployment gave."""
+
+    results: dict[str, ProfileResult]
+    searches: dict[str, CapacitySearch]
+    raced: str = ""  # why the remaining runs were skipped (beaten beyond the noise)
+
+
 def _bench(dep: Served, bench: Bench, plan: BenchPlan, workdir: Path, on_phase: Phase,
-           files: list[Path]) -> tuple[dict[str, ProfileResult], dict[str, CapacitySearch]]:
+           files: list[Path]) -> Benched:
     target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
+    index = {p.name: i for i, p in enumerate(plan.profiles)}
+    fixed = {p.name: p for p in plan.profiles if p.capacity is None}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in fixed}
     results: dict[str, ProfileResult] = {}
+    raced = ""
+    # Fixed profiles first (a capacity search compares them with its incumbents'), one run of
+    # each before any repeat, the cheapest first: the first runs can end a race.
+    for name, r in run_order(list(fixed), plan.repeats, plan.run_seconds):
+        profile = fixed[name]
+        on_phase(f"benchmarking {name}" + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
+        # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
+        seed = plan.seed * 1000 + index[name] * 100 + r
+        run = bench(target, profile, seed=seed, source=plan.sources[name])
+        _write(workdir / f"bench-{name}-{r + 1}.json",
+               {"profile": name, "seed": seed, "repeat": r + 1, **to_vllm_json(run.summary)}, files)
+        if not run.summary.valid:
+            raise _InvalidRun(f"{name}: {run.summary.invalid_reason}")
+        runs[name].append(flat_metrics(run.summary))
+        results = {n: ProfileResult(n, tuple(v)) for n, v in runs.items() if v}
+        raced = beaten(plan.race, results) if plan.race is not None else ""
+        if raced:
+            on_phase(f"stopped: {raced}")
+            return Benched(results, {}, raced)
     searches: dict[str, CapacitySearch] = {}
-    # Fixed profiles first: a capacity search compares them with its incumbents'.
-    order = sorted(enumerate(plan.profiles), key=lambda ip: ip[1].capacity is not None)
-    for p_index, profile in order:
-        if profile.capacity is not None:
-            found = _search_capacity(dep, bench, target, profile, plan, plan.seed * 1000 + p_index * 100,
-                                     results, workdir, on_phase, files)
-            searches[profile.name] = found
-            if found.boundary.found:
-                results[profile.name] = ProfileResult(profile.name, tuple(found.runs_at_boundary()))
+    for profile in plan.profiles:
+        if profile.capacity is None:
             continue
-        runs = []
-        for r in range(plan.repeats):
-            label = f"benchmarking {profile.name}"
-            on_phase(label + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
-            # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
-            seed = plan.seed * 1000 + p_index * 100 + r
-            run = bench(target, profile, seed=seed, source=plan.sources[profile.name])
-            _write(workdir / f"bench-{profile.name}-{r + 1}.json",
-                   {"profile": profile.name, "seed": seed, "repeat": r + 1,
-                    **to_vllm_json(run.summary)}, files)
-            if not run.summary.valid:
-                raise _InvalidRun(f"{profile.name}: {run.summary.invalid_reason}")
-            runs.append(flat_metrics(run.summary))
-        results[profile.name] = ProfileResult(profile.name, tuple(runs))
-    return results, searches
+        found = _search_capacity(dep, bench, target, profile, plan,
+                                 plan.seed * 1000 + index[profile.name] * 100, results, workdir,
+                                 on_phase, files)
+        searches[profile.name] = found
+        if found.boundary.found:
+            results[profile.name] = ProfileResult(profile.name, tuple(found.runs_at_boundary()))
+    return Benched(results, searches)
 
 
 class _InvalidRun(Exception):
@@ -205,8 +224,7 @@ def run_trial(
     files: list[Path] = []
     failure: FailureClass | None = None
     message = log_tail = ""
-    results: dict[str, ProfileResult] = {}
-    searches: dict[str, CapacitySearch] = {}
+    benched = Benched({}, {})
     bench_s = 0.0
     gpu_mib: int | None = None
     try:
@@ -214,7 +232,7 @@ def run_trial(
             b0 = time.monotonic()
             try:
                 gpu_mib = dep.gpu_used_mib()
-                results, searches = _bench(dep, setup.bench, plan, setup.workdir, on_phase, files)
+                benched = _bench(dep, setup.bench, plan, setup.workdir, on_phase, files)
             except _InvalidRun as exc:
                 if not dep.is_serving():
                     err = dep.diagnose(str(exc))
@@ -234,8 +252,10 @@ def run_trial(
     report = dep.teardown
     return Measurement(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
-        bench_s=bench_s, wall_s=time.monotonic() - t0, results=results if not failure else {},
-        capacity=searches if not failure else {}, gpu_memory_mib=gpu_mib,
+        bench_s=bench_s, wall_s=time.monotonic() - t0,
+        results=benched.results if not failure else {},
+        capacity=benched.searches if not failure else {}, raced=benched.raced if not failure else "",
+        gpu_memory_mib=gpu_mib,
         files=tuple(files), teardown_clean=report.clean if report else True,
         teardown_s=report.seconds if report else 0.0,
         vllm_version=vllm_version(), hardware=hardware_description(),
