@@ -12,9 +12,10 @@ prompts each) of ``--requests`` requests at concurrency ``--concurrency``. Varia
   still get every core the others leave idle, but no longer take one from the API server or
   the client while they spin.
 
-(A deployment on a CPU slot now nices its workers itself, as this measurement led to; the
-``as-is`` variant puts them back to 0 for its runs.) Prints per variant: the spread of output throughput, mean E2EL and median TTFT between runs
-((max - min) / mean and log-sd), and the share of requests whose stream arrived in one burst.
+A deployment on a CPU slot now nices its workers itself, as this measurement led to; the
+``as-is`` variant puts them back to 0 for its runs. Prints per variant: the spread of output
+throughput, mean E2EL and median TTFT between runs ((max - min) / mean and log-sd), and the
+share of requests whose stream arrived in one burst.
 
     .venv/bin/python benchmarks/cpu_spread.py [--runs 6] [--requests 24] [--concurrency 2]
 """

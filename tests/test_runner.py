@@ -327,3 +327,31 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         assert len(launched) == deployed and all(t.trial_wall_s == 100.0 for t in launched)
     assert said[-1].startswith("time budget: no new trial starts (time used 0:08:20 of 0:15:00")
     assert "0:06:40 kept for confirmation" in said[-1]
+
+
+def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial_is_stored(tmp_path):
+    from autotune.core.racing import beaten
+
+    plan = dataclasses.replace(make_plan(tmp_path, trials=4), race=True)  # base, o0, ep, one sampled
+    stand_in = StandIn(sd=0.01)
+    fronts: list[tuple[str, ...]] = []
+
+    def racing(argv, bench, setup, on_phase):
+        fronts.append(tuple(m.label for m in bench.race.front) if bench.race else ())
+        measured = stand_in(argv, bench, setup, on_phase)
+        why = beaten(bench.race, measured.results) if bench.race and measured.results else ""
+        return dataclasses.replace(measured, raced=why)
+
+    found = outcomes(run(plan, racing))
+    assert fronts[:2] == [(), ("#0 base",)]  # the first trial has nothing to race
+    o0 = found[1]
+    assert o0.reference == "o0" and o0.raced.startswith("beaten by #0 base beyond the noise")
+    assert o0.status == "raced" and o0.feasible and o0 not in study_data_of(found).front()
+
+
+def study_data_of(found):
+    from autotune.core.analysis import StudyData, noise_of
+    from autotune.core.objectives import default_objectives
+
+    objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
+    return StudyData(tuple(found), objectives, noise_of(found))

@@ -121,7 +121,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
     return PlanRequest(
         workdir=Path(args.workdir), profiles=profiles_of(args, names), model=args.model,
         space_path=args.space, references_path=args.references if args.seed_references else None,
-        trials=trials, repeats=args.repeats, race=not args.no_race, time_budget_s=budget,
+        trials=trials, repeats=args.repeats, race=args.race, time_budget_s=budget,
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
@@ -309,9 +309,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="wall clock for the study, e.g. 20m or 2h: no trial starts whose expected "
                         "cost (from the trials so far) would overrun it; the confirmation's cost "
                         "is kept in reserve")
-    p.add_argument("--no-race", action="store_true",
-                   help="measure every run of every trial (default: stop measuring a trial once "
-                        "the front beats it beyond the noise)")
+    p.add_argument("--race", action="store_true",
+                   help="stop measuring a trial once the front beats it beyond the noise (off by "
+                        "default: README 'Time to an answer' says when it pays)")
     p.add_argument("--study", help="study name (default: from model, space and profiles)")
     p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
                    "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "

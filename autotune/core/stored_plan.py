@@ -41,7 +41,7 @@ class StoredPlan:
     seed: int | None = None
     sampler: str = "tpe"
     confirm: int = 0
-    race: bool = True
+    race: bool = False
 
     @property
     def runnable(self) -> bool:

@@ -6,30 +6,63 @@ its recorded runs (the noise is part of the replay: the same configuration does 
 same means twice); a configuration that failed returns its recorded failure class. It plugs
 into the runner's seam (``StudyRunner(trial_fn=Replay(...))``): `benchmarks/sampler_efficiency.py`
 compares samplers with it, and tests check study-level behaviour on realistic data.
+
+With a ``DeviceClock`` it also charges what each trial would have cost a machine: a rejected
+configuration its validation, a failed one its recorded start-up, a served one its recorded
+start-up plus the duration of every run it measures (a run's duration follows from its own
+numbers: requests x output tokens / output throughput, warm-up included) plus a teardown.
+Runs are measured in ``core.racing.run_order`` and raced as the real trial races
+(``BenchPlan.race``): a trial beaten after its first runs is charged for those alone
+(`benchmarks/time_to_answer.py`).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from autotune.core.flags import to_argv
 from autotune.core.outcome import Measurement, ProfileResult
+from autotune.core.profiles import WorkloadProfile
+from autotune.core.racing import beaten, run_order
 from autotune.core.space import ModelContext, SearchSpace
 from autotune.core.table import NOT_REACHED, RecordedTable, TableRow
 from autotune.errors import ConfigError, FailureClass
 from autotune.study.trial import BenchPlan, TrialSetup
 
+VALIDATION_S = 1.0  # a configuration vLLM's parser rejects: validation only (measured < 1 s)
+TEARDOWN_S = 5.0  # killing the process group and checking it is gone (measured 2-6 s on CPU)
+
+
+@dataclass
+class DeviceClock:
+    """Seconds of device time spent so far (a wall clock for the runner's time budget)."""
+
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_seconds_of(run: Mapping[str, float], profile: WorkloadProfile) -> float:
+    """How long one recorded run took: its measured requests' output over its throughput,
+    and the warm-up requests before it at the same pace."""
+    measured = profile.num_prompts * profile.output_len / float(run["output_throughput"])
+    return measured * (1 + profile.warmup_requests / profile.num_prompts)
+
 
 class Replay:
-    """A trial function over ``table`` for studies of ``space`` on the model of ``ctx``."""
+    """A trial function over ``table`` for studies of ``space`` on the model of ``ctx``. The
+    trial function sees only the flags, so the table is looked up by them."""
 
     def __init__(self, table: RecordedTable, space: SearchSpace, ctx: ModelContext,
-                 seed: int = 0) -> None:
+                 seed: int = 0, clock: DeviceClock | None = None) -> None:
         self.table = table
         self.rng = random.Random(seed)
         self.rows = {tuple(to_argv(space, ctx, row.params)): row for row in table.rows}
         self.replayed: list[TableRow] = []  # in the order the study asked for them
+        self.clock = clock or DeviceClock()
 
     def __call__(self, argv: Sequence[str], bench: BenchPlan, setup: TrialSetup,
                  on_phase: Callable[[str], None]) -> Measurement:
@@ -39,16 +72,29 @@ class Replay:
                               f"({self.table.header.get('study', 'no study named')})")
         on_phase("replaying the recorded table")
         self.replayed.append(row)
+        startup = row.startup_s or 0.0
         if not row.served:
-            return Measurement(FailureClass(row.status), row.message,
-                               startup_s=row.startup_s or 0.0)
+            self.clock.now += (VALIDATION_S if row.status == FailureClass.CONFIG_REJECTED
+                               else startup + TEARDOWN_S)
+            return Measurement(FailureClass(row.status), row.message, startup_s=startup)
         missing = [p.name for p in bench.profiles if p.name not in row.runs]
         if missing:
             raise ConfigError(f"the recorded table has no runs of profile(s) {missing}; "
                               f"it has {list(self.table.profiles)}")
-        results = {p.name: ProfileResult(p.name, tuple(
-            self.rng.choice(row.runs[p.name]) for _ in range(bench.repeats)))
-            for p in bench.profiles}
-        return Measurement(results=results, startup_s=row.startup_s or 0.0,
+        profiles = {p.name: p for p in bench.profiles}
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in profiles}
+        results: dict[str, ProfileResult] = {}
+        bench_s, raced = 0.0, ""
+        for name, _ in run_order(list(profiles), bench.repeats, bench.run_seconds):
+            run = dict(self.rng.choice(row.runs[name]))
+            run["duration"] = run_seconds_of(run, profiles[name])
+            bench_s += run["duration"]
+            runs[name].append(run)
+            results = {n: ProfileResult(n, tuple(v)) for n, v in runs.items() if v}
+            raced = beaten(bench.race, results) if bench.race is not None else ""
+            if raced:
+                break
+        self.clock.now += startup + bench_s + TEARDOWN_S
+        return Measurement(results=results, startup_s=startup, bench_s=bench_s, raced=raced,
                            vllm_version=self.table.header.get("vllm", ""),
                            hardware=self.table.header.get("machine", ""))
