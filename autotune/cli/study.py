@@ -77,7 +77,7 @@ def describe_result(t: TrialOutcome) -> str:
     parts += [f"{p}: {describe_capacity(s)}" + (
         f", {fmt(t.value(p, 'output_throughput'))} tok/s there" if s.boundary.found else "")
         for p, s in t.capacity.items()]
-    return f"ready in {t.startup_s or 0:.0f} s; " + "; ".join(parts)
+    return f"ready in {t.startup_text}; " + "; ".join(parts)
 
 
 def _heartbeat(args: argparse.Namespace):
@@ -264,6 +264,7 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
     table = Table(title="trials")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("result", overflow="fold")
+    table.add_column("start-up")
     for o in data.objectives:
         table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
     capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
@@ -280,7 +281,7 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         changes = [describe_params(data.differences(t)) or "-"] if changes_column else []
-        table.add_row(t.label.removeprefix("#"), result, *values, *changes)
+        table.add_row(t.label.removeprefix("#"), result, t.startup_text, *values, *changes)
     return table
 
 

@@ -60,6 +60,7 @@ class Measurement:
     results: Mapping[str, ProfileResult] = field(default_factory=dict)
     capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
     raced: str = ""  # why its remaining runs were skipped (beaten beyond the noise)
+    startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.startup
     files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
     teardown_clean: bool = True
     teardown_s: float = 0.0
@@ -85,6 +86,7 @@ class TrialOutcome:
     log_tail: str = ""
     slo_violations: Mapping[str, float] = field(default_factory=dict)  # SLO key -> how far past
     startup_s: float | None = None
+    startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.startup
     bench_s: float | None = None
     wall_s: float | None = None
     trial_wall_s: float | None = None
@@ -123,6 +125,19 @@ class TrialOutcome:
         return self.failure.value if self.failure else "dominated" if self.dominated else self.state
 
     @property
+    def startup_text(self) -> str:
+        """'58 s (compile 23 s, cache miss)'; '-' for a trial that never started a server."""
+        if self.startup_s is None:
+            return "-"
+        p = self.startup_phases
+        inner = [f"{name} {float(p[key]):.0f} s" for key, name in
+                 (("compile_s", "compile"), ("cuda_graphs_s", "CUDA graphs"), ("weights_s", "weights"))
+                 if float(p.get(key, 0) or 0) >= 1]
+        if p.get("compile_cache"):
+            inner.append(f"cache {p['compile_cache']}")
+        return f"{self.startup_s:.0f} s" + (f" ({', '.join(inner)})" if inner else "")
+
+    @property
     def key(self) -> str:
         return params_key(self.params)
 
@@ -143,6 +158,8 @@ class TrialOutcome:
         return dataclasses.replace(
             self, results=m.results if m.failure is None else {}, failure=m.failure,
             capacity=m.capacity if m.failure is None else {}, raced=m.raced,
+            startup_phases={k: round(v, 2) if isinstance(v, float) else v
+                            for k, v in m.startup_phases.items()},
             failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
             startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
             wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,15 +318,24 @@ def render(report: Report) -> list[Section]:
     sections.append(sec)
 
     sec = Section("Every trial")
-    head = ["trial", "status", *[o.name for o in data.objectives], f"differs from {data.reference_point}"]
+    head = ["trial", "status", "start-up", *[o.name for o in data.objectives],
+            f"differs from {data.reference_point}"]
     rows = []
     for t in data.outcomes:
-        cells = [t.label + (" (confirmed)" if t.number in report.confirmed else ""), t.status]
+        cells = [t.label + (" (confirmed)" if t.number in report.confirmed else ""), t.status,
+                 t.startup_text]
         cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
         cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))
+    served = [t for t in data.outcomes if t.startup_phases]
+    if served:
+        sec.paragraphs.append(
+            "Start-up: ready seconds, of them torch.compile's (and whether its cache served the "
+            "graphs), as vLLM logs them; every phase is in each trial's `startup_phases`. Median "
+            f"ready {statistics.median(t.startup_s or 0 for t in served):.0f} s over "
+            f"{len(served)} deployments.")
     sections.append(sec)
 
     sec = Section("Failed and infeasible trials by class")

@@ -33,6 +33,7 @@ from autotune.core.outcome import Measurement, ProfileResult
 from autotune.core.profiles import WorkloadProfile
 from autotune.core.racing import Race, beaten, run_order
 from autotune.core.slots import Slot
+from autotune.core.startup import startup_phases
 from autotune.core.workload import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
 from autotune.shell.client import BenchmarkRun, Target, run_profile
@@ -250,8 +251,11 @@ def run_trial(
         if log_path.exists():
             files.append(log_path)
     report = dep.teardown
+    phases = startup_phases(log_path.read_text(errors="replace"), dep.startup_s) \
+        if dep.startup_s and log_path.exists() else None
     return Measurement(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
+        startup_phases=phases.as_dict() if phases else {},
         bench_s=bench_s, wall_s=time.monotonic() - t0,
         results=benched.results if not failure else {},
         capacity=benched.searches if not failure else {}, raced=benched.raced if not failure else "",
