@@ -125,7 +125,8 @@ class Deployment:
         env.update(dict(self.spec.extra_env))
         env["VLLM_API_KEY"] = self.api_key
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # the start-up phases are read from it
+        # The start-up phases are read from its INFO lines (validation quiets vLLM in-process).
+        env["VLLM_LOGGING_LEVEL"] = "INFO"
         return env
 
     # ------------------------------------------------------------------ lifecycle
