@@ -139,7 +139,7 @@ def test_made_workloads_are_read_back_by_their_format(tokenizer, kind):
 
 def test_a_profile_file_points_at_data_relative_to_itself_and_bad_data_stops_before_deploying(
         tmp_path, tokenizer):
-    write(tmp_path, "reqs.jsonl", [{"prompt": "the cache " * 20, "output_len": 4}] * 5)
+    write(tmp_path, "reqs.jsonl", [{"prompt": "the cache " * 20, "output_len": 4}] * 6)
     (tmp_path / "p.yaml").write_text("chat:\n  num_prompts: 4\n  warmup_requests: 1\n"
                                      "  dataset: {format: jsonl, path: reqs.jsonl}\n")
     profile = read_profiles(tmp_path / "p.yaml")["chat"]
@@ -154,7 +154,8 @@ def test_a_profile_file_points_at_data_relative_to_itself_and_bad_data_stops_bef
                                           "exceeds the deployment's max model length 32"):
         sources_for([profile], vocab_size=512, tokenizer=tokenizer, max_model_len=32)
     many = dataclasses.replace(profile, num_prompts=10)
-    with pytest.raises(ConfigError, match="5 requests, but profile 'chat' sends 11 .num_prompts 10"):
+    with pytest.raises(ConfigError, match="6 requests, but profile 'chat' sends 12 .num_prompts 10 "
+                                          "\\+ 2 warm-up requests"):
         sources_for([many], vocab_size=512, tokenizer=tokenizer, max_model_len=4096)
     missing = DatasetSpec("jsonl", str(tmp_path / "gone.jsonl"))
     with pytest.raises(ConfigError, match="cannot read .*gone.jsonl: No such file"):

@@ -31,3 +31,9 @@ def test_prompts_have_exact_length_skip_special_ids_and_depend_on_seed():
     assert min(min(p) for p in a) >= 3 and max(max(p) for p in a) < 512
     assert a == random_prompts(vocab_size=512, input_len=64, count=5, seed=1)
     assert a != random_prompts(vocab_size=512, input_len=64, count=5, seed=2)
+
+
+def test_the_warm_up_is_at_least_one_wave_at_the_profiles_concurrency():
+    assert get_profile("low-concurrency").warmups == 2
+    assert get_profile("high-concurrency").warmups == 100  # 4 asked; one wave of 100
+    assert get_profile("high-concurrency", ProfileOverrides(num_prompts=8)).warmups == 8

@@ -91,6 +91,13 @@ class WorkloadProfile:
                               f"{self.range_ratio}")
 
     @property
+    def warmups(self) -> int:
+        """Requests sent before the measured ones: ``warmup_requests``, and at least one full
+        wave at the profile's concurrency (as many as it measures at most), so the server has
+        run the batch sizes the measured run will."""
+        return max(self.warmup_requests, min(self.max_concurrency, self.num_prompts))
+
+    @property
     def load(self) -> float:
         """The concurrency it runs at (a capacity profile: the highest it searches)."""
         if self.capacity is not None and self.capacity.load == "concurrency":

@@ -191,7 +191,7 @@ async def run_profile_async(
         raise BenchmarkError(f"--endpoint {target.endpoint!r}: valid: {', '.join(ENDPOINTS)}")
     if target.endpoint == "chat" and text_prompt is None:
         raise BenchmarkError("chat endpoint needs a tokenizer to turn prompts into text")
-    warm, measured = profile.warmup_requests, profile.num_prompts
+    warm, measured = profile.warmups, profile.num_prompts
     requests = source.requests(profile, warm + measured, seed)
 
     def prompt_of(r: Request) -> list[int] | str:

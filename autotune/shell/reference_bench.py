@@ -37,7 +37,7 @@ def run_vllm_bench(
         "--num-prompts", str(profile.num_prompts), "--max-concurrency",
         str(profile.max_concurrency), "--request-rate", str(profile.request_rate),
         "--ignore-eos", "--seed", str(seed), "--temperature", str(profile.temperature),
-        "--num-warmups", str(profile.warmup_requests), "--disable-tqdm",
+        "--num-warmups", str(profile.warmups), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
         "--save-detailed",  # per-request ttfts and itls in the returned dict (no file written)
     ]

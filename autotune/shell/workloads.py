@@ -75,13 +75,13 @@ def sources_for(profiles: Sequence[WorkloadProfile], *, vocab_size: int,
             spec = dataclasses.replace(spec, sha256=digest)
             where = spec.path
         source = source_of(spec, text, tokenizer, where)
-        count = p.num_prompts + p.warmup_requests
+        count = p.num_prompts + p.warmups
         if isinstance(source, LoadedRequests):
             check_fits(source, max_model_len)
             if len(source.pool) < count:
                 raise ConfigError(f"{where}: {len(source.pool)} requests, but profile {p.name!r} "
-                                  f"sends {count} (num_prompts {p.num_prompts} + warmup_requests "
-                                  f"{p.warmup_requests}); lower --num-prompts or add requests")
+                                  f"sends {count} (num_prompts {p.num_prompts} + {p.warmups} warm-up "
+                                  "requests); lower --num-prompts or add requests")
         else:
             longest = max(source.requests(p, min(count, 8), 0), key=lambda r: r.prompt_len + r.output_len)
             if longest.prompt_len + longest.output_len > max_model_len:

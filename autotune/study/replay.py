@@ -49,7 +49,7 @@ def run_seconds_of(run: Mapping[str, float], profile: WorkloadProfile) -> float:
     """How long one recorded run took: its measured requests' output over its throughput,
     and the warm-up requests before it at the same pace."""
     measured = profile.num_prompts * profile.output_len / float(run["output_throughput"])
-    return measured * (1 + profile.warmup_requests / profile.num_prompts)
+    return measured * (1 + profile.warmups / profile.num_prompts)
 
 
 class Replay:

@@ -77,7 +77,7 @@ class LoadedRequests:
     def requests(self, profile: WorkloadProfile, count: int, seed: int) -> list[Request]:
         if count > len(self.pool):
             raise ConfigError(f"{self.where}: {len(self.pool)} requests, but profile "
-                              f"{profile.name!r} sends {count} (num_prompts + warmup_requests)")
+                              f"{profile.name!r} sends {count} (its warm-up and measured requests)")
         rng = np.random.default_rng(seed)
         if self.timed:
             start = int(rng.integers(0, len(self.pool) - count + 1))
