@@ -44,16 +44,6 @@ class StartupPhases:
     def as_dict(self) -> dict[str, float | str]:
         return {k: v for k, v in self.__dict__.items() if v}
 
-    @property
-    def text(self) -> str:
-        """For a progress line: 'weights 0.0 s, compile 21.9 s (cache miss), ...'."""
-        parts = [f"{name} {getattr(self, key):.1f} s" for key, name in (
-            ("weights_s", "weights"), ("compile_s", "compile"), ("warmup_s", "warm-up"),
-            ("cuda_graphs_s", "CUDA graphs"), ("other_s", "process and API server"))
-            if getattr(self, key)]
-        cache = f"compile cache {self.compile_cache}" if self.compile_cache else ""
-        return ", ".join(parts + ([cache] if cache else []))
-
 
 def _slowest(pattern: re.Pattern[str], log: str) -> float:
     return max((float(m) for m in pattern.findall(log)), default=0.0)

@@ -3,9 +3,10 @@ text of an exact token length, and errors that name the file, the line and the f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,6 +27,22 @@ class Tokenizer(Protocol):
 
 def fail(where: str, line: int | None, problem: str) -> ConfigError:
     return ConfigError(f"{where}{f': line {line}' if line is not None else ''}: {problem}")
+
+
+def json_lines(text: str, where: str, example: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON-lines file; a line that is not a
+    JSON object is a one-line error naming the file, the line and an ``example`` line."""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            item = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise fail(where, number, f"not JSON ({exc.msg}); expected one object per line, e.g. "
+                       f"{example}") from None
+        if not isinstance(item, dict):
+            raise fail(where, number, f"expected a JSON object, e.g. {example}")
+        yield number, item
 
 
 def need_tokenizer(tokenizer: Tokenizer | None, where: str) -> Tokenizer:

@@ -9,10 +9,9 @@ skipped.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from autotune.core.datasets.common import LoadedRequests, Tokenizer, fail, need_tokenizer
+from autotune.core.datasets.common import LoadedRequests, Tokenizer, fail, json_lines, need_tokenizer
 from autotune.core.profiles import DatasetSpec
 from autotune.core.workload import Request
 
@@ -27,16 +26,7 @@ def _int(raw: Any, where: str, line: int, field: str, minimum: int) -> int:
 
 def parse(text: str, where: str, tokenizer: Tokenizer | None) -> LoadedRequests:
     requests, lines = [], []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            item = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise fail(where, number, f"not JSON ({exc.msg}); expected one object per line, e.g. "
-                       '{"prompt": "...", "output_len": 128}') from None
-        if not isinstance(item, dict):
-            raise fail(where, number, "expected a JSON object")
+    for number, item in json_lines(text, where, '{"prompt": "...", "output_len": 128}'):
         field = "output_tokens" if "output_len" not in item and "output_tokens" in item else "output_len"
         output_len = _int(item.get(field), where, number, field, 1)
         if "prompt_token_ids" in item:

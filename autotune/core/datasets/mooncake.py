@@ -10,7 +10,6 @@ they decode to.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from autotune.core.datasets.common import (
     Tokenizer,
     allowed_ids,
     fail,
+    json_lines,
     need_tokenizer,
 )
 from autotune.core.profiles import DatasetSpec
@@ -43,15 +43,9 @@ def build(spec: DatasetSpec, text: str | None, tokenizer: Tokenizer | None, wher
     tok = need_tokenizer(tokenizer, where)
     vocab = allowed_ids(tok)
     requests, lines = [], []
-    for number, raw in enumerate((text or "").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            item = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise fail(where, number, f"not JSON ({exc.msg}); expected Mooncake's "
-                       '{"timestamp": ..., "input_length": ..., "output_length": ..., "hash_ids": [...]}') from None
-        missing = [f for f in FIELDS if not isinstance(item, dict) or f not in item]
+    example = '{"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [0, 1]}'
+    for number, item in json_lines(text or "", where, example):
+        missing = [f for f in FIELDS if f not in item]
         if missing:
             raise fail(where, number, f"missing field(s) {', '.join(missing)}")
         length, output = item["input_length"], item["output_length"]
