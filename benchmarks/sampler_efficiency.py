@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.analysis import StudyData, noise_of  # noqa: E402
-from autotune.core.outcome import TrialOutcome, params_key  # noqa: E402
+from autotune.core.outcome import TrialOutcome  # noqa: E402
+from autotune.core.space import params_key  # noqa: E402
 from autotune.core.pareto import hypervolume_2d  # noqa: E402
 from autotune.core.profiles import get_profile  # noqa: E402
 from autotune.core.recommend import NoFeasibleTrial, recommend  # noqa: E402
