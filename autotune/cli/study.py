@@ -40,6 +40,7 @@ from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, Pl
 from autotune.study.trial import TrialSetup
 
 DEFAULTS = PlanRequest(workdir=Path(), profiles=())  # the one source of run's defaults
+UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
 
 
 class ConsoleProgress:
@@ -55,16 +56,21 @@ class ConsoleProgress:
         return f"[{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}]{self.label}"
 
     def phase(self, number: int, total: int, phase: str) -> None:
-        console.print(f"{self._stamp()} trial {number}/{total}: {phase}")
+        console.print(f"{self._stamp()} trial {_of(number, total)}: {phase}")
 
     def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
-        console.print(f"{self._stamp()} trial {number}/{total} (#{trial.number}): "
+        console.print(f"{self._stamp()} trial {_of(number, total)} (#{trial.number}): "
                       f"{describe_result(trial)}")
         console.print(f"{self._stamp()} Pareto front so far: "
                       f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
 
     def message(self, text: str) -> None:
         console.print(f"{self._stamp()} {text}")
+
+
+def _of(number: int, total: int) -> str:
+    """'3/10', or '3' where a time budget, not a trial count, ends the study."""
+    return f"{number}/{total}" if total < UNBOUNDED_TRIALS else f"{number}"
 
 
 def describe_result(t: TrialOutcome) -> str:
@@ -108,9 +114,6 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tup
     return plan, TrialSetup(model="", workdir=Path(args.workdir), slot=slot,
                             entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
                             validator=validator)
-
-
-UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
