@@ -144,6 +144,7 @@ class StudyRunner:
         store_dir.mkdir(parents=True, exist_ok=True)
         store = FileSystemArtifactStore(str(store_dir))
         waiting_said = False
+        time_said = -1
         while True:
             now = look(study, self.progress.message, self.storage_retries, self.storage_retry_s)
             step = next_step(now, plan.trials)
@@ -162,9 +163,10 @@ class StudyRunner:
             if left is not None and not left.fits:
                 self.progress.message(f"time budget: no new trial starts ({left.text})")
                 return study
+            if left is not None and now.finished != time_said:  # once per finished trial
+                self.progress.message(left.text)
+                time_said = now.finished
             self._one_trial(study, storage, store)
-            if left is not None:
-                self.progress.message(time_left(study, plan, now=self.clock()).text)  # type: ignore[union-attr]
 
     def _one_trial(self, study: optuna.Study, storage: BaseStorage,
                    store: FileSystemArtifactStore) -> None:
