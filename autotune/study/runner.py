@@ -319,7 +319,11 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     found = outcomes(study)
     walls = [t.trial_wall_s for t in found if t.trial_wall_s and not t.skipped]
     served = [t.trial_wall_s for t in found if t.trial_wall_s and t.results and not t.raced]
-    finalists = min(plan.confirm, max(len(study_data(study, confirmed=False).front()), 1)) + 1
+    data = study_data(study, confirmed=False)
+    front = data.front()
+    base = data.baseline
+    finalists = min(plan.confirm, max(len(front), 1)) + int(
+        base is not None and base.feasible and base not in front)  # as study.confirm picks them
     reserve = finalists * CONFIRM_ROUNDS * statistics.fmean(served) if plan.confirm and served else 0.0
     return TimeLeft(used_s=now - started, budget_s=seconds,
                     trial_s=expected_trial_s(walls), reserve_s=reserve)
