@@ -202,7 +202,7 @@ def make_constructed(out: str | Path, *, shape: str, mtp_acceptance: float, seed
     cfg = config.to_dict()
     cfg.update(head_dim=h // s.num_heads, num_nextn_predict_layers=1, dtype="bfloat16")
     (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    write_tokenizer(path, vocab)
+    write_tokenizer(path, vocab, plain_words=False)  # its language and tests read ids as t<id>
     right = sum(g[y] == y for y in range(RESERVED, vocab)) / (vocab - RESERVED)
     (path / INFO).write_text(json.dumps({
         "language": "token after x is f(x), f a seeded random permutation (as the trained demo model)",

@@ -53,12 +53,14 @@ def describe(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = Model
     )
 
 
-def write_tokenizer(out: Path, vocab_size: int) -> None:
+def write_tokenizer(out: Path, vocab_size: int, *, plain_words: bool = True) -> None:
+    """A word-level tokenizer: token ``i`` is ``t<i>``, except (``plain_words``) that the first
+    ids after the special tokens are the plain words `make-workload` writes, one token each."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     # Plain words first (the text of `make-workload` is one token a word here), then t<id>.
-    named = list(dict.fromkeys([*SPECIAL, *WORDS]))[:vocab_size]
+    named = list(dict.fromkeys([*SPECIAL, *(WORDS if plain_words else ())]))[:vocab_size]
     words = named + [f"t{i}" for i in range(len(named), vocab_size)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

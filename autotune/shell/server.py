@@ -213,12 +213,15 @@ class Deployment:
             self.on_phase("first completion")
             self._first_completion(http)
         self.startup_s = time.monotonic() - self._t0
-        if self.spec.slot is not None and self.spec.slot.kind == "cpu":
+        slot = self.spec.slot
+        if slot is not None and slot.kind == "cpu" and slot.tensor_parallel_size > 1:
             # TP workers wait for each step by spinning on a shared-memory queue; on a CPU slot
             # they spin on the very cores the API server and the client need. At the lowest
             # priority they still get every core the others leave idle: on 2 cores this doubled
             # throughput and cut the spread of identical runs from 60-80% to 6-9%
-            # (benchmarks/cpu_spread.py, README "Benchmark client").
+            # (benchmarks/cpu_spread.py, README "Benchmark client"). Not with TP=1: its one
+            # worker shares its single core with the engine core that waits on it, and starved
+            # at nice 19 it was declared dead (tests/test_workers.py).
             self.workers_niced = lower_priority(processes_titled(self.pid, "Worker"))
         return self.startup_s
 
