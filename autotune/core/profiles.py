@@ -4,7 +4,8 @@ Profiles are defined in YAML (``parse_profiles``): the built-in ones below, and 
 with ``--profile-file``, by the same parser. The built-in ``low-concurrency`` and
 ``high-concurrency`` are the reference study's (``../shared/reference/seed-study.md``): 512
 random prompt tokens, 256 output tokens with EOS ignored, temperature 0, 100 requests, at max
-concurrency 2 (interactive use) or 100 (a shared service). ``capacity`` searches the highest
+concurrency 2 (interactive use) or 100 (a shared service); at concurrency 100 autotune sends 200
+(two waves: `benchmarks/wave_spread.py`), `--num-prompts 100` gives the study's own. ``capacity`` searches the highest
 concurrency at which every SLO holds (``core.capacity``); its SLOs come from ``--slo``.
 """
 
@@ -27,6 +28,7 @@ low-concurrency:
   max_concurrency: 2
 high-concurrency:
   max_concurrency: 100
+  num_prompts: 200             # two waves: one wave's runs spread 47%, two waves' 0.4% (README)
   warmup_requests: 4
 capacity:
   num_prompts: 100            # per probe; at least 2 per concurrent slot
