@@ -32,7 +32,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis import StudyData, incumbents
+from autotune.core.analysis import StudyData, finalists, incumbents
 from autotune.core.flags import to_argv
 from autotune.core.outcome import TrialOutcome
 from autotune.core.racing import Member, Race
@@ -55,7 +55,7 @@ from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
 from autotune.study.plans import StudyPlan, read_time_budget
 from autotune.study.reaping import counts, look
-from autotune.study.records import TRIAL_ENV, UID, outcomes, read_outcome, study_data, write_outcome
+from autotune.study.records import TRIAL_ENV, UID, read_outcome, study_data, write_outcome
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
     Heartbeat,
@@ -316,14 +316,10 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     seconds, started = read_time_budget(study)
     if seconds is None:
         return None
-    found = outcomes(study)
-    walls = [t.trial_wall_s for t in found if t.trial_wall_s and not t.skipped]
-    served = [t.trial_wall_s for t in found if t.trial_wall_s and t.results and not t.raced]
     data = study_data(study, confirmed=False)
-    front = data.front()
-    base = data.baseline
-    finalists = min(plan.confirm, max(len(front), 1)) + int(
-        base is not None and base.feasible and base not in front)  # as study.confirm picks them
-    reserve = finalists * CONFIRM_ROUNDS * statistics.fmean(served) if plan.confirm and served else 0.0
+    walls = [t.trial_wall_s for t in data.outcomes if t.trial_wall_s and not t.skipped]
+    served = [t.trial_wall_s for t in data.outcomes if t.trial_wall_s and t.results and not t.raced]
+    deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
+    reserve = deployed * CONFIRM_ROUNDS * statistics.fmean(served) if plan.confirm and served else 0.0
     return TimeLeft(used_s=now - started, budget_s=seconds,
                     trial_s=expected_trial_s(walls), reserve_s=reserve)
