@@ -30,15 +30,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.capacity import CapacitySpec, goodput_limits, search
-from autotune.core.metrics import flat_metrics
-from autotune.core.profiles import get_profile
-from autotune.core.slo import parse_limit
-from autotune.core.slots import Slot
-from autotune.core.workload import RandomPrompts
+from autotune.core.deployment.slots import Slot
+from autotune.core.metrics.slo import parse_limit
+from autotune.core.metrics.summary import flat_metrics
+from autotune.core.trial.capacity_search import goodput_limits, search
+from autotune.core.workload.capacity_spec import CapacitySpec
+from autotune.core.workload.profiles import get_profile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 
 Measure = Callable[[float, str], dict[str, float]]
 
@@ -89,7 +90,7 @@ def main() -> None:
                                                     "--max-model-len", "4096"),
                               slot=Slot("cpu", (0,), 1), log_path=work / "server.log")
     rows = []
-    with Deployment(dep_spec) as dep:
+    with ServerProcess(dep_spec) as dep:
         target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
         seed = 0
 

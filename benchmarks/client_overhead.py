@@ -20,14 +20,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.metrics import to_vllm_json
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.slots import make_slots
-from autotune.core.workload import RandomPrompts
+from autotune.core.deployment.slots import make_slots
+from autotune.core.metrics.summary import to_vllm_json
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.reference_bench import run_vllm_bench
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 
 KEYS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
 
@@ -67,7 +67,7 @@ def main() -> None:
     base = WorkloadProfile(name="check", input_len=args.input_len, output_len=args.output_len,
                            num_prompts=args.num_prompts, warmup_requests=2)
     console = Console(width=140)
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         target = Target(dep.url, dep.model_name, dep.api_key)
         for concurrency in (2, args.high):
             profile = dataclasses.replace(base, max_concurrency=concurrency)

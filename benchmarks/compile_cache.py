@@ -21,10 +21,10 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.slots import Slot  # noqa: E402
-from autotune.core.startup import startup_phases  # noqa: E402
+from autotune.core.deployment.slots import Slot  # noqa: E402
+from autotune.core.deployment.startup import startup_phases  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import Deployment, DeploymentSpec  # noqa: E402
+from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
                               slot=Slot("cpu", (0, 1), 2), log_path=root / f"server-{i}.log",
                               extra_env=(("VLLM_CACHE_ROOT", str(cache)),))
         before = "empty" if not cache.exists() else "warm"
-        with Deployment(spec) as dep:
+        with ServerProcess(spec) as dep:
             ready = dep.startup_s
         p = startup_phases((root / f"server-{i}.log").read_text(errors="replace"), ready)
         table.add_row(str(i + 1), before, f"{ready:.1f}", f"{p.compile_s:.1f}", f"{p.engine_init_s:.1f}",

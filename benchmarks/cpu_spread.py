@@ -32,19 +32,19 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.metrics import to_vllm_json
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.slots import Slot
-from autotune.core.workload import RandomPrompts
+from autotune.core.deployment.slots import Slot
+from autotune.core.metrics.summary import to_vllm_json
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.processes import session_pids
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 
 METRICS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms")
 
 
-def workers(dep: Deployment) -> list[int]:
+def workers(dep: ServerProcess) -> list[int]:
     """The TP worker processes of a deployment (their process titles name them)."""
     found = []
     for pid in session_pids(dep.pid):
@@ -88,7 +88,7 @@ def main() -> None:
                               num_prompts=args.requests, max_concurrency=args.concurrency,
                               warmup_requests=args.concurrency)
     results: dict[str, list[dict]] = {"as-is": [], "niced": []}
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         pids = workers(dep)
         console.print(f"ready in {dep.startup_s:.0f} s; TP workers {pids}")
         target = Target(dep.url, dep.model_name, dep.api_key)

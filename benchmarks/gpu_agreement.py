@@ -24,16 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.datasets import checked, source_of  # noqa: E402
-from autotune.core.datasets.synthetic import WORDS  # noqa: E402
-from autotune.core.metrics import to_vllm_json  # noqa: E402
-from autotune.core.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
-from autotune.core.slots import Slot  # noqa: E402
+from autotune.core.deployment.slots import Slot  # noqa: E402
+from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
+from autotune.core.workload.datasets import checked, source_of  # noqa: E402
+from autotune.core.workload.datasets.synthetic import WORDS  # noqa: E402
+from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
 from autotune.shell.client import Target, run_profile  # noqa: E402
 from autotune.shell.install import resolve_entrypoint  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
 from autotune.shell.reference_bench import run_vllm_bench  # noqa: E402
-from autotune.shell.server import Deployment, DeploymentSpec  # noqa: E402
+from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
 from autotune.shell.workloads import load_tokenizer  # noqa: E402
 
 KEYS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms", "mean_tpot_ms")
@@ -70,7 +70,7 @@ def main() -> None:
                           slot=Slot("cuda", devices, 1), entrypoint=entry, log_path=root / "server.log",
                           startup_timeout_s=900)
     results: dict[str, dict[str, list[dict]]] = {w: {"ours": [], "vllm": []} for w in ours}
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         print(f"ready in {dep.startup_s:.0f} s", flush=True)
         target = Target(dep.url, dep.model_name, dep.api_key)
         for workload in ours:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from autotune.core.slots import make_slots
+from autotune.core.deployment.slots import make_slots
 from autotune.shell.gpu import nvml_used_mib, wait_released
 
 HOLDER = ("import torch, time; x = torch.empty(int({gib} * 2**30), dtype=torch.uint8, "

@@ -18,12 +18,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.profiles import ProfileOverrides, get_profile
-from autotune.core.slots import make_slots
-from autotune.core.workload import RandomPrompts
+from autotune.core.deployment.slots import make_slots
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 
 MTP = '{"method":"mtp","num_speculative_tokens":1}'
 
@@ -45,7 +45,7 @@ def main() -> None:
         spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "2", "--max-model-len",
                               "4096", *extra), slot=make_slots("cpu", [0, 1], 2)[0],
                               log_path=work / f"server-{label.replace(' ', '-')}.log")
-        with Deployment(spec) as dep:
+        with ServerProcess(spec) as dep:
             target = Target(dep.url, dep.model_name, dep.api_key)
             for profile in profiles:
                 runs = [run_profile(target, profile, seed=100 + r, source=RandomPrompts(512)).summary

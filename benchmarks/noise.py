@@ -23,13 +23,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.metrics import flat_metrics
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.slots import make_slots
-from autotune.core.workload import RandomPrompts
+from autotune.core.deployment.slots import make_slots
+from autotune.core.metrics.summary import flat_metrics
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 
 OBJECTIVES = (("low", "mean_e2el_ms"), ("high", "output_throughput"))
 METRICS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
@@ -74,7 +74,7 @@ def main() -> None:
         spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "2",
                                                      "--max-model-len", "4096"),
                               slot=slot, log_path=root / f"server-{d}.log")
-        with Deployment(spec) as dep:
+        with ServerProcess(spec) as dep:
             console.print(f"deployment {d + 1}/{args.deployments}: ready in {dep.startup_s:.0f} s")
             target = Target(dep.url, dep.model_name, dep.api_key)
             for count in counts:

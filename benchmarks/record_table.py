@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.space import grid_points, params_key  # noqa: E402
+from autotune.core.space.search_space import grid_points, params_key  # noqa: E402
 from autotune.shell.files import read_references, read_space  # noqa: E402
 
 REFERENCES = ROOT / "search_spaces" / "references.yaml"
@@ -82,7 +82,7 @@ def export(study_name: str, storage: str, out: Path, space_path: Path) -> None:
 
     import optuna
 
-    from autotune.core.table import NOT_REACHED, SERVED, table_from_outcomes, to_csv
+    from autotune.core.analysis.table import NOT_REACHED, SERVED, table_from_outcomes, to_csv
     from autotune.study.records import outcomes
     from autotune.study.storage import open_existing
 

@@ -41,14 +41,14 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.analysis import StudyData, noise_of  # noqa: E402
-from autotune.core.outcome import TrialOutcome  # noqa: E402
-from autotune.core.pareto import hypervolume_2d  # noqa: E402
-from autotune.core.profiles import get_profile  # noqa: E402
-from autotune.core.recommend import NoFeasibleTrial, recommend  # noqa: E402
-from autotune.core.space import Reference, ReferenceSet, complete, grid_points, params_key  # noqa: E402
-from autotune.core.stats import median_difference, median_interval, proportion_interval  # noqa: E402
-from autotune.core.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
+from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
+from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
+from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
+from autotune.core.maths.stats import median_difference, median_interval, proportion_interval  # noqa: E402
+from autotune.core.space.search_space import Reference, ReferenceSet, complete, grid_points, params_key  # noqa: E402
+from autotune.core.trial.outcome import TrialOutcome  # noqa: E402
+from autotune.core.workload.profiles import get_profile  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
 from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
 from autotune.study.records import outcomes  # noqa: E402

@@ -48,11 +48,11 @@ from sampler_efficiency import (  # noqa: E402
     truth_of,
 )
 
-from autotune.core.profiles import ProfileOverrides, get_profile  # noqa: E402
-from autotune.core.recommend import NoFeasibleTrial, recommend  # noqa: E402
-from autotune.core.space import params_key  # noqa: E402
-from autotune.core.stats import median_difference, median_interval  # noqa: E402
-from autotune.core.table import RecordedTable  # noqa: E402
+from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.table import RecordedTable  # noqa: E402
+from autotune.core.maths.stats import median_difference, median_interval  # noqa: E402
+from autotune.core.space.search_space import params_key  # noqa: E402
+from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.confirm import confirm  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
 from autotune.study.plans import PlanRequest, build_plan  # noqa: E402

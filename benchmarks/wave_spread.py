@@ -25,13 +25,13 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.metrics import to_vllm_json  # noqa: E402
-from autotune.core.profiles import WorkloadProfile  # noqa: E402
-from autotune.core.slots import Slot  # noqa: E402
-from autotune.core.workload import RandomPrompts  # noqa: E402
+from autotune.core.deployment.slots import Slot  # noqa: E402
+from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
+from autotune.core.workload.profiles import WorkloadProfile  # noqa: E402
+from autotune.core.workload.requests import RandomPrompts  # noqa: E402
 from autotune.shell.client import Target, run_profile  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import Deployment, DeploymentSpec  # noqa: E402
+from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
     spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "2", "--max-model-len", "4096"),
                           slot=Slot("cpu", (0, 1), 2), log_path=root / "server.log")
     found: dict[int, list[tuple[dict, float]]] = {n: [] for n in counts}
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         target = Target(dep.url, dep.model_name, dep.api_key)
         for r in range(args.runs):
             for n in (counts if r % 2 == 0 else counts[::-1]):

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.core.model_info import ModelInfo, parse_config
+from autotune.core.space.model_facts import ModelInfo, parse_config
 
 REPO = Path(__file__).resolve().parent.parent
 SPACES = REPO / "search_spaces"
@@ -80,7 +80,7 @@ def trained_model(models_dir) -> str:
 
 
 def cpu_slot(tp: int = 2):
-    from autotune.core.slots import make_slots
+    from autotune.core.deployment.slots import make_slots
 
     cores = sorted(os.sched_getaffinity(0))
     return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp))[0]
@@ -91,15 +91,15 @@ def dense_server(dense_model, tmp_path_factory):
     """One real vLLM server on the tiny dense model for measurement tests, shared. TP=1 on core
     0 leaves core 1 to the API server and the client: with TP=2 on two cores the API server is
     starved and run-to-run spreads reach 40-80% (benchmarks/client_overhead.py)."""
-    from autotune.core.slots import Slot
-    from autotune.shell.server import Deployment, DeploymentSpec
+    from autotune.core.deployment.slots import Slot
+    from autotune.shell.server import DeploymentSpec, ServerProcess
 
     log = tmp_path_factory.mktemp("dense-server") / "server.log"
     spec = DeploymentSpec(
         model=dense_model, options=("--tensor-parallel-size", "1", "--max-model-len", "4096"),
         slot=Slot("cpu", (0,), 1), log_path=log, startup_timeout_s=600,
     )
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         yield dep
 
 

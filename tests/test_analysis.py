@@ -13,14 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.analysis import StudyData, finalists, noise_of
-from autotune.core.effects import effects, sign_flips
-from autotune.core.objectives import default_objectives
-from autotune.core.outcome import ProfileResult, TrialOutcome
-from autotune.core.pareto import knee, pareto_front
-from autotune.core.profiles import get_profile
-from autotune.core.recommend import recommend
-from autotune.core.stats import (
+from autotune.core.analysis.effects import effects, sign_flips
+from autotune.core.analysis.recommend import recommend
+from autotune.core.analysis.study_data import StudyData, finalists, noise_of
+from autotune.core.maths.pareto import knee, pareto_front
+from autotune.core.maths.stats import (
     Noise,
     compare,
     estimate,
@@ -29,6 +26,9 @@ from autotune.core.stats import (
     pooled_noise,
     proportion_interval,
 )
+from autotune.core.trial.objectives import default_objectives
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.core.workload.profiles import get_profile
 
 OBJECTIVES = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
 DEFAULTS = {"mtp": False, "level": 2, "noop": "a"}

@@ -1,5 +1,6 @@
 """The package's shape: layers import downward only (errors -> core -> shell -> study -> cli),
-no import cycle, and the pure core touches no process, file, network or environment."""
+the core's subpackages too (metrics -> maths -> workload -> space -> deployment -> trial ->
+analysis), no import cycle, and the pure core touches no process, file, network or environment."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
 LAYERS = {"errors": 0, "core": 1, "shell": 2, "study": 3, "cli": 4, "__main__": 5}
+# The core's subpackages, lowest first: each imports only those before it (and itself).
+CORE_ORDER = {"metrics": 0, "maths": 1, "workload": 2, "space": 3, "deployment": 4, "trial": 5,
+              "analysis": 6}
 IMPURE = {"os", "subprocess", "socket", "signal", "httpx", "aiohttp", "sqlite3", "shutil",
           "optuna", "sqlalchemy", "torch", "vllm"}
 
@@ -53,6 +57,26 @@ def test_layers_import_downward_only():
             if own is not None and there is not None and there > own:
                 wrong.append(f"{name} imports {target}")
     assert not wrong
+
+
+def core_group(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["autotune", "core"] or len(parts) < 3:
+        return None
+    return CORE_ORDER.get(parts[2], -1)
+
+
+def test_every_core_module_sits_in_a_subpackage():
+    loose = [m for m in modules() if core_group(m) == -1]
+    assert "autotune.core.metrics.registry" in modules() and not loose, loose
+
+
+def test_core_subpackages_import_downward_only():
+    wrong = [f"{name} imports {target}" for name, tree in modules().items()
+             if core_group(name) is not None
+             for target in imports(tree, name)
+             if (core_group(target) or 0) > (core_group(name) or 0)]
+    assert not wrong, wrong
 
 
 def test_there_is_no_import_cycle():
@@ -151,3 +175,27 @@ def test_the_code_passes_ruff():
     found = subprocess.run([sys.executable, "-m", "ruff", "check", "autotune", "tests", "benchmarks"],
                            cwd=root, capture_output=True, text=True)
     assert found.returncode == 0, found.stdout
+
+
+# Names every plugin module of one kind defines by protocol: a dataset format's options and
+# builder, a command group's registration.
+PROTOCOL_NAMES = {"OPTIONS", "build", "register"}
+
+
+def test_no_two_modules_define_the_same_public_name():
+    where: dict[str, list[str]] = {}
+    for name, tree in modules().items():
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined = [node.name]
+            elif isinstance(node, ast.Assign):
+                defined = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                defined = [node.target.id]
+            else:
+                defined = []
+            for public in defined:
+                if not public.startswith("_") and public not in PROTOCOL_NAMES:
+                    where.setdefault(public, []).append(name)
+    twice = {public: found for public, found in where.items() if len(found) > 1}
+    assert "Metric" in where and not twice, twice

@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.capacity import (
+from autotune.core.metrics.slo import Slo
+from autotune.core.trial.capacity_search import (
     Boundary,
     CapacitySearch,
-    CapacitySpec,
     Incumbent,
     Probe,
     choose_incumbent,
 )
-from autotune.core.capacity import search as capacity_search
-from autotune.core.profiles import parse_profiles
-from autotune.core.slo import Slo
+from autotune.core.trial.capacity_search import search as capacity_search
+from autotune.core.workload.capacity_spec import CapacitySpec
+from autotune.core.workload.profiles import parse_profiles
 from autotune.errors import ConfigError
 
 TTFT = Slo("p99_ttft_ms", "<=", 2000.0)
@@ -158,8 +158,8 @@ def test_bad_profile_files_are_one_line_errors_naming_file_and_field(text, messa
 
 
 def test_the_noise_of_a_capacity_objective_pools_every_load_measured_more_than_once():
-    from autotune.core.analysis import noise_of
-    from autotune.core.outcome import ProfileResult, TrialOutcome
+    from autotune.core.analysis.study_data import noise_of
+    from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 
     probes = (Probe(8, {"output_throughput": 100.0}), Probe(8, {"output_throughput": 110.0}),
               Probe(16, {"output_throughput": 200.0}), Probe(16, {"output_throughput": 180.0}),

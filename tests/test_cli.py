@@ -118,10 +118,10 @@ def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypat
 
     import autotune.cli.common as common
     from autotune.cli.study import print_trials
-    from autotune.core.analysis import StudyData, noise_of
-    from autotune.core.objectives import default_objectives
-    from autotune.core.outcome import ProfileResult, TrialOutcome
-    from autotune.core.profiles import get_profile
+    from autotune.core.analysis.study_data import StudyData, noise_of
+    from autotune.core.trial.objectives import default_objectives
+    from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+    from autotune.core.workload.profiles import get_profile
 
     screen = io.StringIO()
     monkeypatch.setattr(common, "out", Console(width=width, file=screen))

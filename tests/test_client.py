@@ -12,9 +12,9 @@ import statistics
 import pytest
 from aiohttp import web
 
-from autotune.core.metrics import to_vllm_json
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.workload import RandomPrompts, arrival_gaps_s
+from autotune.core.metrics.summary import to_vllm_json
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts, arrival_gaps_s
 from autotune.shell.client import Target, run_profile, run_profile_async, send_request
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=4, max_concurrency=2,
@@ -164,7 +164,7 @@ def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server
     change, must agree within 30% (their measured run-to-run spread). A wrong definition (TTFT
     from the first byte instead of the first token, TPOT including the first token, throughput
     over a wrong duration) moves a metric further."""
-    from autotune.core.metrics import RequestResult, burst_delivered
+    from autotune.core.metrics.summary import RequestResult, burst_delivered
     from autotune.shell.reference_bench import run_vllm_bench
 
     profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=32,
@@ -235,8 +235,8 @@ def test_a_shared_prefix_workload_hits_the_real_servers_prefix_cache_and_random_
     """The prefix-cache hit rate comes from the server's /metrics counters (vLLM caches
     prefixes by default): generated groups sharing 256-token prefixes hit, fresh random token
     ids do not. Text prompts are made with the model's tokenizer."""
-    from autotune.core.datasets import checked, source_of
-    from autotune.core.profiles import DatasetSpec
+    from autotune.core.workload.datasets import checked, source_of
+    from autotune.core.workload.profiles import DatasetSpec
     from autotune.shell.workloads import load_tokenizer
 
     tokenizer = load_tokenizer(dense_model)
@@ -260,9 +260,9 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     custom`` (its ``output_tokens`` field, no chat template), interleaved on one real server:
     24 text prompts of 192 words (192 tokens of the model's word-level tokenizer), 64 output
     tokens, concurrency 2. Throughput and mean E2EL within 30%, the run-to-run spread here."""
-    from autotune.core.datasets import checked, source_of
-    from autotune.core.datasets.synthetic import WORDS
-    from autotune.core.profiles import DatasetSpec
+    from autotune.core.workload.datasets import checked, source_of
+    from autotune.core.workload.datasets.synthetic import WORDS
+    from autotune.core.workload.profiles import DatasetSpec
     from autotune.shell.reference_bench import run_vllm_bench
     from autotune.shell.workloads import load_tokenizer
 

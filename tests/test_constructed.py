@@ -11,14 +11,14 @@ import json
 import aiohttp
 import pytest
 
-from autotune.core.profiles import ProfileOverrides, get_profile
-from autotune.core.slots import Slot
-from autotune.core.workload import RandomPrompts
+from autotune.core.deployment.slots import Slot
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import ConfigError
 from autotune.shell.client import Target, run_profile
 from autotune.shell.constructed import make_constructed, mtp_map
 from autotune.shell.predictable import successor_map
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 
 CHOSEN = 0.5
 
@@ -53,7 +53,7 @@ def constructed_server(tmp_path_factory):
         options=("--tensor-parallel-size", "1", "--max-model-len", "2048", "--speculative-config",
                  '{"method":"mtp","num_speculative_tokens":1}'),
     )
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         yield dep, info
 
 

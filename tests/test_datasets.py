@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.core.datasets import FORMATS, checked, source_of
-from autotune.core.datasets.common import LoadedRequests
-from autotune.core.datasets.synthetic import lines
-from autotune.core.profiles import DatasetSpec, WorkloadProfile, parse_profiles
+from autotune.core.workload.datasets import FORMATS, checked, source_of
+from autotune.core.workload.datasets.common import LoadedRequests
+from autotune.core.workload.datasets.synthetic import lines
+from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile, parse_profiles
 from autotune.errors import ConfigError
 from autotune.shell.files import read_profiles
 from autotune.shell.workloads import load_tokenizer, sources_for

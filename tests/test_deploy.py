@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.core.profiles import ProfileOverrides, get_profile
-from autotune.core.workload import RandomPrompts
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import DeploymentError, FailureClass
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.processes import port_is_free, processes_titled, session_pids
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 from tests.conftest import cpu_slot
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def spec_for(model: str, tmp_path: Path, *extra: str, timeout: float = 600) -> D
                           log_path=tmp_path / "server.log", startup_timeout_s=timeout)
 
 
-def worker_pids(dep: Deployment) -> list[int]:
+def worker_pids(dep: ServerProcess) -> list[int]:
     """The TP worker processes of a deployment (vLLM titles them VLLM::Worker_TP<n>)."""
     return processes_titled(dep.pid, "Worker")
 
@@ -42,7 +42,7 @@ def nice_of(pid: int) -> int:
 
 
 def test_a_deployment_serves_then_teardown_leaves_no_process_and_a_free_port(dense_model, tmp_path):
-    dep = Deployment(spec_for(dense_model, tmp_path))
+    dep = ServerProcess(spec_for(dense_model, tmp_path))
     with dep:
         assert dep.startup_s > 0
         pids = session_pids(dep.pid)
@@ -70,7 +70,7 @@ def test_a_deployment_serves_then_teardown_leaves_no_process_and_a_free_port(den
 def test_an_invalid_flag_value_fails_fast_as_configuration_rejected(dense_model, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(DeploymentError) as info:
-        with Deployment(spec_for(dense_model, tmp_path, "--max-num-seqs", "-1")):
+        with ServerProcess(spec_for(dense_model, tmp_path, "--max-num-seqs", "-1")):
             pass
     assert info.value.failure == FailureClass.CONFIG_REJECTED
     assert "max_num_seqs" in info.value.reason and "greater than or equal to 1" in info.value.reason
@@ -79,7 +79,7 @@ def test_an_invalid_flag_value_fails_fast_as_configuration_rejected(dense_model,
 
 
 def test_a_killed_worker_is_detected_as_engine_death_and_the_run_is_invalid(dense_model, tmp_path):
-    dep = Deployment(spec_for(dense_model, tmp_path))
+    dep = ServerProcess(spec_for(dense_model, tmp_path))
     with dep:
         victim = worker_pids(dep)[0]
         profile = get_profile("low-concurrency", ProfileOverrides(
@@ -101,7 +101,7 @@ def test_expert_parallel_on_the_moe_model_is_classified_or_works(moe_model, tmp_
     --enable-expert-parallel: on the first real request after /health said 200 (engine death),
     or already in the engine's warm-up run (start-up crash); both were seen here. Either way the
     failure names the dead worker. Should a later vLLM fix it, the deployment must serve."""
-    dep = Deployment(spec_for(moe_model, tmp_path, "--enable-expert-parallel"))
+    dep = ServerProcess(spec_for(moe_model, tmp_path, "--enable-expert-parallel"))
     try:
         with dep:
             outcome = "works"

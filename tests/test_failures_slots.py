@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core.failures import classify_startup_exit, engine_died, vllm_message
-from autotune.core.slots import Slot, make_slots, parse_device_list
+from autotune.core.deployment.failures import classify_startup_exit, engine_died, vllm_message
+from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
 from autotune.errors import ConfigError, FailureClass
 
 ARGPARSE_LOG = "usage: api_server.py [-h]\napi_server.py: error: argument --max-num-seqs: invalid int value: 'x'\n"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core.capacity import MONOTONE_IN_LOAD
-from autotune.core.metric_registry import METRICS, SUMMARY_METRICS, Source, metric, unit_of
-from autotune.core.metrics import PrefixCacheStats, RequestResult, SpecDecodeStats, flat_metrics, summarize
-from autotune.core.objectives import parse_objective
-from autotune.core.slo import parse_limit
-from autotune.core.stats import assumed_log_sd
+from autotune.core.maths.stats import assumed_log_sd
+from autotune.core.metrics.registry import METRICS, SUMMARY_METRICS, Source, metric, unit_of
+from autotune.core.metrics.slo import parse_limit
+from autotune.core.metrics.summary import PrefixCacheStats, RequestResult, SpecDecodeStats, flat_metrics, summarize
+from autotune.core.trial.capacity_search import MONOTONE_IN_LOAD
+from autotune.core.trial.objectives import parse_objective
 from autotune.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core.metrics import (
+from autotune.core.metrics.summary import (
     PrefixCacheStats,
     RequestResult,
     SloLimits,

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from autotune.core.objectives import Objective, default_objectives, objective_values, parse_objective
-from autotune.core.profiles import get_profile
-from autotune.core.slo import parse_slo
+from autotune.core.metrics.slo import parse_slo
+from autotune.core.trial.objectives import Objective, default_objectives, objective_values, parse_objective
+from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 
 LOW, HIGH = get_profile("low-concurrency"), get_profile("high-concurrency")

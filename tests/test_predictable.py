@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.core.profiles import ProfileOverrides, get_profile
-from autotune.core.workload import RandomPrompts
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.predictable import successor_map
-from autotune.shell.server import Deployment, DeploymentSpec
+from autotune.shell.server import DeploymentSpec, ServerProcess
 from tests.conftest import cpu_slot
 
 
@@ -36,7 +36,7 @@ def test_mtp_speculation_on_the_trained_model_is_mostly_accepted(trained_model, 
     )
     profile = get_profile("low-concurrency", ProfileOverrides(num_prompts=8, input_len=128,
                                                               output_len=64))
-    with Deployment(spec) as dep:
+    with ServerProcess(spec) as dep:
         run = run_profile(Target(dep.url, dep.model_name, dep.api_key), profile, seed=0,
                           source=RandomPrompts(512))
     assert run.summary.valid

@@ -2,8 +2,8 @@
 
 import pytest
 
-from autotune.core.profiles import ProfileOverrides, get_profile
-from autotune.core.workload import random_prompts
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.core.workload.requests import random_prompts
 from autotune.errors import ConfigError
 
 

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 
-from autotune.core.objectives import default_objectives
-from autotune.core.outcome import ProfileResult
-from autotune.core.profiles import get_profile
-from autotune.core.racing import Member, Race, beaten, run_order
-from autotune.core.stats import Noise, NoiseModel, estimate
+from autotune.core.maths.stats import Noise, NoiseModel, estimate
+from autotune.core.trial.objectives import default_objectives
+from autotune.core.trial.outcome import ProfileResult
+from autotune.core.trial.racing import Member, Race, beaten, run_order
+from autotune.core.workload.profiles import get_profile
 
 OBJECTIVES = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
 NOISE = NoiseModel({o.name: Noise(0.05, 20, "pooled") for o in OBJECTIVES})

@@ -13,10 +13,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.core.flags import to_argv
-from autotune.core.profiles import get_profile
-from autotune.core.space import params_key
-from autotune.core.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
+from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
+from autotune.core.deployment.flags import to_argv
+from autotune.core.space.search_space import params_key
+from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.study.creation import prepare_study
 from autotune.study.plans import PlanRequest, build_plan

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from autotune.core.analysis import StudyData, noise_of
-from autotune.core.objectives import default_objectives
-from autotune.core.outcome import ProfileResult, TrialOutcome
-from autotune.core.profiles import WorkloadProfile
+from autotune.core.analysis.study_data import StudyData, noise_of
+from autotune.core.trial.objectives import default_objectives
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.core.workload.profiles import WorkloadProfile
 from autotune.study.report import ttft_by_length_sections
 
 PROFILE = WorkloadProfile(name="chat")

@@ -9,7 +9,7 @@ import shlex
 import pytest
 import yaml
 
-from autotune.core.flags import argv_to_options, options_to_argv
+from autotune.core.deployment.flags import argv_to_options, options_to_argv
 from tests.conftest import SPACES, autotune, load
 
 

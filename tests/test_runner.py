@@ -19,8 +19,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.core.outcome import Measurement, ProfileResult
-from autotune.core.profiles import get_profile
+from autotune.core.trial.outcome import Measurement, ProfileResult
+from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, FailureClass
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
@@ -228,7 +228,7 @@ class CapacityStandIn(StandIn):
         self.incumbents: list = []
 
     def __call__(self, argv, bench, setup, on_phase) -> Measurement:
-        from autotune.core.capacity import search
+        from autotune.core.trial.capacity_search import search
         from autotune.study.trial import incumbent_for
 
         fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
@@ -331,7 +331,7 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
 
 
 def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial_is_stored(tmp_path):
-    from autotune.core.racing import beaten
+    from autotune.core.trial.racing import beaten
 
     plan = dataclasses.replace(make_plan(tmp_path, trials=4), race=True)  # base, o0, ep, one sampled
     stand_in = StandIn(sd=0.01)
@@ -351,8 +351,8 @@ def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial
 
 
 def study_data_of(found):
-    from autotune.core.analysis import StudyData, noise_of
-    from autotune.core.objectives import default_objectives
+    from autotune.core.analysis.study_data import StudyData, noise_of
+    from autotune.core.trial.objectives import default_objectives
 
     objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
     return StudyData(tuple(found), objectives, noise_of(found))

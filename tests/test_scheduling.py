@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from autotune.cli.common import slots_of
-from autotune.core.scheduling import (
+from autotune.core.analysis.scheduling import (
     Claim,
     Counts,
     Step,
@@ -23,7 +23,7 @@ from autotune.core.scheduling import (
     position,
     worker_seed,
 )
-from autotune.core.slots import Slot
+from autotune.core.deployment.slots import Slot
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.worker_pool import worker_argv
 from autotune.study import optuna_internals
@@ -141,7 +141,7 @@ def test_sqlite_is_opened_with_the_write_ahead_log_and_refused_across_machines(t
 
 
 def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
-    from autotune.core.profiles import get_profile
+    from autotune.core.workload.profiles import get_profile
     from autotune.study.plans import PlanRequest, build_plan, store_plan, stored_request
 
     (tmp_path / "model").mkdir()

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from autotune.core.flags import argv_to_options, options_to_config, to_argv, to_options
-from autotune.core.space import ModelContext, complete, inapplicable, resolve_references, sample
+from autotune.core.deployment.flags import argv_to_options, options_to_config, to_argv, to_options
+from autotune.core.space.search_space import ModelContext, complete, inapplicable, resolve_references, sample
 from autotune.errors import SpaceError
 from autotune.shell.files import read_references, read_space
 from tests.conftest import SPACES

@@ -1,6 +1,6 @@
 """Parsing of vLLM's streamed chunks."""
 
-from autotune.core.sse import StreamChunk, parse_sse_line
+from autotune.core.metrics.sse import StreamChunk, parse_sse_line
 
 
 def test_completion_chunk_carries_text():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core.startup import startup_phases
+from autotune.core.deployment.startup import startup_phases
 
 CPU_LOG = """\
 (EngineCore pid=18998) INFO 12-04 14:25:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0)

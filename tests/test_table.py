@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core.outcome import ProfileResult, TrialOutcome
-from autotune.core.pareto import hypervolume_2d
-from autotune.core.space import grid_points
-from autotune.core.space_yaml import parse_space
-from autotune.core.table import (
+from autotune.core.analysis.table import (
     NOT_REACHED,
     SERVED,
     RecordedTable,
@@ -19,6 +15,10 @@ from autotune.core.table import (
     table_from_outcomes,
     to_csv,
 )
+from autotune.core.maths.pareto import hypervolume_2d
+from autotune.core.space.search_space import grid_points
+from autotune.core.space.space_yaml import parse_space
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.errors import ConfigError, FailureClass, SpaceError
 from tests.conftest import SPACES
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from autotune.core.metrics import RequestResult, summarize
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.workload import RandomPrompts
+from autotune.core.metrics.summary import RequestResult, summarize
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
 from autotune.shell.client import BenchmarkRun
 from autotune.shell.server import TeardownReport
@@ -26,7 +26,7 @@ PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="hi
 
 @dataclass
 class StandInDeployment:
-    """A stand-in for shell.server.Deployment: 'starts' by raising ``start_error`` or not,
+    """A stand-in for shell.server.ServerProcess: 'starts' by raising ``start_error`` or not,
     serves while ``serving``; records that it was torn down."""
 
     spec: object
@@ -154,9 +154,9 @@ def test_an_exception_in_the_benchmark_becomes_a_failure_class_and_the_server_is
 
 
 def test_a_trial_beaten_beyond_the_noise_stops_measuring_and_keeps_the_runs_it_has(tmp_path):
-    from autotune.core.objectives import Objective
-    from autotune.core.racing import Member, Race
-    from autotune.core.stats import Noise, NoiseModel, estimate
+    from autotune.core.maths.stats import Noise, NoiseModel, estimate
+    from autotune.core.trial.objectives import Objective
+    from autotune.core.trial.racing import Member, Race
 
     objectives = (Objective("low", "mean_e2el_ms", "minimize"),
                   Objective("high", "output_throughput", "maximize"))

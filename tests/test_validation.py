@@ -9,8 +9,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotune.core.flags import options_to_config, to_argv, to_options
-from autotune.core.space import ModelContext, resolve_references, sample
+from autotune.core.deployment.flags import options_to_config, to_argv, to_options
+from autotune.core.space.search_space import ModelContext, resolve_references, sample
 from autotune.errors import ValidationError
 from autotune.shell.files import read_model_info, read_references, read_space
 from autotune.shell.validation import VllmValidator
@@ -109,8 +109,8 @@ def test_argv_and_config_file_round_trip_to_the_same_engine_arguments(validator,
 def test_what_the_installed_vllm_does_not_take_is_said_once_and_left_out(validator, moe_model, tmp_path):
     """vLLM 0.32's parser has no --kv-interleave-mode flag and no performance mode 'fast':
     the space keeps the rest, and a reference that needs what is missing is skipped."""
-    from autotune.core.space import inapplicable
-    from autotune.core.space_yaml import parse_references, parse_space
+    from autotune.core.space.search_space import inapplicable
+    from autotune.core.space.space_yaml import parse_references, parse_space
 
     space = parse_space("""
 name: versions

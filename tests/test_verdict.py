@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from autotune.core.objectives import default_objectives
-from autotune.core.outcome import ProfileResult, TrialOutcome
-from autotune.core.profiles import get_profile
-from autotune.core.slo import parse_slo
-from autotune.core.verdict import FEASIBLE, judge
+from autotune.core.metrics.slo import parse_slo
+from autotune.core.trial.objectives import default_objectives
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.core.trial.verdict import FEASIBLE, judge
+from autotune.core.workload.profiles import get_profile
 from autotune.errors import FailureClass
 
 PROFILES = (get_profile("low-concurrency"), get_profile("high-concurrency"))

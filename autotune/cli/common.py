@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from autotune.core.capacity import LOADS
-from autotune.core.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
-from autotune.core.slots import Slot, make_slots, parse_device_list
+from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
+from autotune.core.workload.capacity_spec import LOADS
+from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import read_profiles
 from autotune.study.storage import storage_url
@@ -47,7 +47,7 @@ def print_fitting(build: Callable[[bool], Table], changes: Sequence[tuple[str, s
         out.print(f"  {label}: {text}")
 
 
-def storage_of(args: argparse.Namespace) -> str:
+def storage_of_args(args: argparse.Namespace) -> str:
     """--storage, else $AUTOTUNE_STORAGE, else the workdir's SQLite file."""
     return storage_url(getattr(args, "storage", None),
                        f"sqlite:///{Path(args.workdir) / 'autotune.db'}")

@@ -23,10 +23,10 @@ from autotune.cli.common import (
     profiles_of,
     slots_of,
 )
-from autotune.core.flags import to_argv
-from autotune.core.metric_registry import RUN_METRICS
-from autotune.core.metrics import SloLimits, to_vllm_json
-from autotune.core.space import ModelContext, inapplicable, resolve_references, sample, space_size
+from autotune.core.deployment.flags import to_argv
+from autotune.core.metrics.registry import RUN_METRICS
+from autotune.core.metrics.summary import SloLimits, to_vllm_json
+from autotune.core.space.search_space import ModelContext, inapplicable, resolve_references, sample, space_size
 from autotune.errors import AutotuneError, ConfigError
 from autotune.shell.constructed import SHAPES
 from autotune.shell.files import read_model_info, read_references, read_space
@@ -66,7 +66,7 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int:
     from autotune.shell.install import detect_platform
     from autotune.shell.processes import session_pids
-    from autotune.shell.server import Deployment, DeploymentSpec
+    from autotune.shell.server import DeploymentSpec, ServerProcess
     from autotune.study.plans import model_info
 
     platform = detect_platform()
@@ -82,7 +82,7 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
         startup_timeout_s=args.startup_timeout, log_path=log,
     )
     t0 = time.monotonic()
-    dep = Deployment(spec, on_phase=lambda ph: console.print(
+    dep = ServerProcess(spec, on_phase=lambda ph: console.print(
         f"[{time.monotonic() - t0:6.1f} s] {ph}"))
     with dep:
         text = dep.complete(args.prompt, max_tokens=16)
@@ -237,7 +237,7 @@ WORKLOAD_PROFILES = {
 
 
 def cmd_make_workload(args: argparse.Namespace) -> int:
-    from autotune.core.datasets.synthetic import lines
+    from autotune.core.workload.datasets.synthetic import lines
 
     out = Path(args.out)
     if args.requests < 1 or args.scale <= 0 or (args.rate is not None and args.rate <= 0):

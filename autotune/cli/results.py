@@ -15,14 +15,14 @@ from autotune.cli.common import (
     fmt,
     out,
     print_fitting,
-    storage_of,
+    storage_of_args,
 )
-from autotune.core.analysis import StudyData, describe_params
-from autotune.core.capacity import cell as capacity_cell
-from autotune.core.metric_registry import SUMMARY_METRICS
-from autotune.core.objectives import default_objectives, parse_objective
-from autotune.core.profiles import get_profile
-from autotune.core.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.study_data import StudyData, describe_params
+from autotune.core.metrics.registry import SUMMARY_METRICS
+from autotune.core.trial.capacity_search import boundary_cell as capacity_cell
+from autotune.core.trial.objectives import default_objectives, parse_objective
+from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import read_references, read_space, shipped
 from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE
@@ -32,7 +32,7 @@ def _data(args: argparse.Namespace):
     from autotune.study.records import study_data
     from autotune.study.storage import load_existing
 
-    return study_data(load_existing(args.study, storage_of(args)))
+    return study_data(load_existing(args.study, storage_of_args(args)))
 
 
 def front_table(data: StudyData, title: str, *, changes_column: bool = True) -> Table:
@@ -101,7 +101,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from autotune.study.results import export_of, pick_trial
     from autotune.study.storage import load_existing
 
-    study = load_existing(args.study, storage_of(args))
+    study = load_existing(args.study, storage_of_args(args))
     trial = pick_trial(study, number=args.trial, use=args.use)
     export = export_of(trial)
     text = export.render(args.format)
@@ -156,7 +156,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from autotune.study.report import write_report
     from autotune.study.storage import load_existing
 
-    study = load_existing(args.study, storage_of(args))
+    study = load_existing(args.study, storage_of_args(args))
     out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
     for path in write_report(study, out_dir):
         out.print(f"wrote {path}")
@@ -173,7 +173,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     profiles = tuple(get_profile(n) for n in names)
     objectives = (tuple(parse_objective(o, names) for o in args.objective)
                   or default_objectives(profiles))
-    storage = storage_of(args)
+    storage = storage_of_args(args)
     check_url(storage, created_folder=Path(args.workdir))
     # Every row is read and checked before anything is created.
     configs, skipped = read_results(Path(args.file), space, refs, profiles, objectives)
@@ -196,7 +196,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from autotune.study import optuna_internals
     from autotune.study.storage import load_existing, open_existing, redact
 
-    storage = storage_of(args)
+    storage = storage_of_args(args)
     rdb = open_existing(storage)
     artifacts = Path(args.workdir) / "artifacts"  # read where it exists; never created here
     url = f"http://127.0.0.1:{args.port}/dashboard"

@@ -26,14 +26,14 @@ from autotune.cli.common import (
     print_fitting,
     profiles_of,
     slots_of,
-    storage_of,
+    storage_of_args,
 )
-from autotune.core.analysis import StudyData, describe_params
-from autotune.core.capacity import cell as capacity_cell
-from autotune.core.capacity import describe as describe_capacity
-from autotune.core.outcome import TrialOutcome
-from autotune.core.scheduling import parse_duration
-from autotune.core.slots import Slot
+from autotune.core.analysis.scheduling import parse_duration
+from autotune.core.analysis.study_data import StudyData, describe_params
+from autotune.core.deployment.slots import Slot
+from autotune.core.trial.capacity_search import boundary_cell as capacity_cell
+from autotune.core.trial.capacity_search import boundary_text as describe_capacity
+from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, PlanRequest, StudyPlan
@@ -219,7 +219,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: must be >= 1")
-    workdir, storage = Path(args.workdir), storage_of(args)
+    workdir, storage = Path(args.workdir), storage_of_args(args)
     study = load_existing(args.study, storage)
     request = stored_request(study, storage=storage, workdir=workdir, model=args.model,
                              trials=args.trials)
@@ -243,7 +243,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")
-    storage = storage_of(args)
+    storage = storage_of_args(args)
     study = load_existing(args.study, storage)
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from autotune.core.metrics import (
+from autotune.core.metrics.sse import parse_sse_line
+from autotune.core.metrics.summary import (
     DEFAULT_PERCENTILES,
     BenchmarkSummary,
     RequestResult,
@@ -27,9 +28,8 @@ from autotune.core.metrics import (
     spec_decode_delta,
     summarize,
 )
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.sse import parse_sse_line
-from autotune.core.workload import Request, RequestSource, send_offsets_s
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
 from autotune.errors import BenchmarkError
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autotune.core.model_info import ModelInfo
+from autotune.core.space.model_facts import ModelInfo
 from autotune.errors import ConfigError
 from autotune.shell.files import read_model_info
 from autotune.shell.modelgen import ModelShape, hf_config, write_tokenizer

@@ -9,10 +9,10 @@ import json
 import os
 from pathlib import Path
 
-from autotune.core.model_info import ModelInfo, parse_config
-from autotune.core.profiles import WorkloadProfile, parse_profiles
-from autotune.core.space import ReferenceSet, SearchSpace
-from autotune.core.space_yaml import parse_references, parse_space
+from autotune.core.space.model_facts import ModelInfo, parse_config
+from autotune.core.space.search_space import ReferenceSet, SearchSpace
+from autotune.core.space.space_yaml import parse_references, parse_space
+from autotune.core.workload.profiles import WorkloadProfile, parse_profiles
 from autotune.errors import ConfigError, SpaceError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent

@@ -13,12 +13,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.core.datasets.synthetic import WORDS
-from autotune.core.model_info import ModelInfo
+from autotune.core.space.model_facts import ModelInfo
+from autotune.core.workload.datasets.synthetic import WORDS
 from autotune.errors import ConfigError
 from autotune.shell.files import read_model_info
 
-KINDS = ("dense", "moe")
+MODEL_KINDS = ("dense", "moe")
 SPECIAL = ("<unk>", "<s>", "</s>")
 
 
@@ -39,7 +39,7 @@ class ModelShape:
     experts_per_tok: int = 2
 
 
-def describe(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
+def describe_model(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
     """What ``make_model`` would write to ``out``, without writing it (a dry run)."""
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     if kind == "moe":
@@ -140,8 +140,8 @@ def make_model(
     Random weights, or with ``trained`` a MoE+MTP model trained on a predictable synthetic
     language (``shell.predictable``) so that MTP speculation is accepted most of the time.
     """
-    if kind not in KINDS:
-        raise ConfigError(f"--kind {kind!r}: valid kinds are {', '.join(KINDS)}")
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"--kind {kind!r}: valid kinds are {', '.join(MODEL_KINDS)}")
     if mtp and kind != "moe":
         raise ConfigError("--mtp needs --kind moe (the MTP layer is GLM-4-MoE's)")
     if trained and not mtp:

@@ -11,7 +11,7 @@ import io
 import os
 from typing import Any
 
-from autotune.core.profiles import WorkloadProfile
+from autotune.core.workload.profiles import WorkloadProfile
 
 
 def run_vllm_bench(

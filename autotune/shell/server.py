@@ -1,6 +1,6 @@
 """The one module that owns vLLM server processes: launch, readiness, failure, teardown.
 
-A ``Deployment`` is a context manager. Entering starts ``vllm serve`` (or the CPU build's
+A ``ServerProcess`` is a context manager. Entering starts ``vllm serve`` (or the CPU build's
 module entry point) from an argument list in a new session, on a free 127.0.0.1 port with a
 fresh random API key passed through the environment (never argv, so neither ``ps`` nor the
 log shows it), and waits until the process is alive, ``/health`` answers and one real
@@ -22,7 +22,7 @@ from types import TracebackType
 
 import httpx
 
-from autotune.core.failures import (
+from autotune.core.deployment.failures import (
     classify_startup_exit,
     engine_death_message,
     engine_died,
@@ -30,7 +30,7 @@ from autotune.core.failures import (
     tail,
     vllm_message,
 )
-from autotune.core.slots import Slot
+from autotune.core.deployment.slots import Slot
 from autotune.errors import ConfigError, DeploymentError, FailureClass
 from autotune.shell.install import Entrypoint, resolve_entrypoint
 from autotune.shell.processes import (
@@ -78,7 +78,7 @@ class TeardownReport:
 
 
 @dataclass
-class Deployment:
+class ServerProcess:
     """A running vLLM server (context manager). ``startup_s`` is set once it is ready."""
 
     spec: DeploymentSpec
@@ -131,7 +131,7 @@ class Deployment:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> Deployment:
+    def __enter__(self) -> ServerProcess:
         self.start()
         try:
             self.wait_ready()

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.core.space import Parameter, SearchSpace
+from autotune.core.space.search_space import Parameter, SearchSpace
 from autotune.errors import ValidationError, ValidationUnavailable
 
 

@@ -10,10 +10,10 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from autotune.core.datasets import FORMATS, Tokenizer, checked, source_of
-from autotune.core.datasets.common import LoadedRequests, check_fits
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.workload import RandomPrompts, RequestSource
+from autotune.core.workload.datasets import FORMATS, Tokenizer, checked, source_of
+from autotune.core.workload.datasets.common import LoadedRequests, check_fits
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts, RequestSource
 from autotune.errors import ConfigError
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import optuna
 
-from autotune.core.analysis import finalists
-from autotune.core.outcome import ProfileResult
+from autotune.core.analysis.study_data import finalists
+from autotune.core.trial.outcome import ProfileResult
 from autotune.study.plans import StudyPlan
 from autotune.study.records import study_data, write_confirmed
 from autotune.study.trial import TrialFunction, TrialSetup, run_trial

@@ -11,8 +11,8 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from autotune.core.flags import to_argv
-from autotune.core.space import resolve_references, sample
+from autotune.core.deployment.flags import to_argv
+from autotune.core.space.search_space import resolve_references, sample
 from autotune.errors import StudyError
 from autotune.study.plans import StudyPlan, store_plan
 from autotune.study.records import BASELINE_ATTR, REFS_ENQUEUED, UID

@@ -24,13 +24,13 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune.core.metric_registry import METRICS, Source
-from autotune.core.objectives import Objective, objective_values
-from autotune.core.outcome import ProfileResult, TrialOutcome
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.space import Parameter, ReferenceSet, SearchSpace, complete, params_key
-from autotune.core.stored_plan import StoredPlan
-from autotune.core.verdict import FEASIBLE
+from autotune.core.analysis.stored_plan import StoredPlan
+from autotune.core.metrics.registry import METRICS, Source
+from autotune.core.space.search_space import Parameter, ReferenceSet, SearchSpace, complete, params_key
+from autotune.core.trial.objectives import Objective, objective_values
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.core.trial.verdict import FEASIBLE
+from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError
 from autotune.study.plans import write_plan
 from autotune.study.records import BASELINE_ATTR, REFS_ENQUEUED, write_outcome

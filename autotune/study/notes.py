@@ -3,10 +3,10 @@ with ``optuna_dashboard.save_note`` by the runner). Pure text from ``StudyData``
 
 from __future__ import annotations
 
-from autotune.core.analysis import StudyData
-from autotune.core.capacity import describe as describe_capacity
-from autotune.core.metric_registry import SUMMARY_METRICS
-from autotune.core.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.study_data import StudyData
+from autotune.core.metrics.registry import SUMMARY_METRICS
+from autotune.core.trial.capacity_search import boundary_text as describe_capacity
 
 
 def trial_note(t, data: StudyData) -> str:

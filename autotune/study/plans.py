@@ -20,13 +20,13 @@ from typing import Any
 
 import optuna
 
-from autotune.core.model_info import ModelInfo
-from autotune.core.objectives import Objective, default_objectives, parse_objective, split_slos
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.slo import Slo
-from autotune.core.space import ModelContext, ReferenceSet, SearchSpace
-from autotune.core.space_yaml import parse_space
-from autotune.core.stored_plan import StoredPlan
+from autotune.core.analysis.stored_plan import StoredPlan
+from autotune.core.metrics.slo import Slo
+from autotune.core.space.model_facts import ModelInfo
+from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
+from autotune.core.space.space_yaml import parse_space
+from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
+from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
 from autotune.shell.workloads import load_tokenizer, sources_for
@@ -120,7 +120,7 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
         say(f"using the generated tiny model {path}")
         return read_model_info(str(path))
     if describe_only:
-        return modelgen.describe(path, kind="moe", mtp=True)
+        return modelgen.describe_model(path, kind="moe", mtp=True)
     say(f"no --model given and no GPU: generating a tiny MoE+MTP model in {path}, trained so "
         "that its MTP head predicts (about a minute)")
     return modelgen.make_model(path, kind="moe", mtp=True, seed=0, trained=True)

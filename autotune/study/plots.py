@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from autotune.core.capacity import CapacitySearch, by_load, describe
-from autotune.core.metric_registry import label_of, unit_of
-from autotune.core.slo import Slo, parse_limit
+from autotune.core.metrics.registry import label_of, unit_of
+from autotune.core.metrics.slo import Slo, parse_limit
+from autotune.core.trial.capacity_search import CapacitySearch, boundary_text, by_load
 
 COLORS = ("#d9480f", "#1c7ed6", "#2b8a3e", "#862e9c", "#e67700", "#495057")
 
@@ -35,7 +35,7 @@ def plot_capacity(searches: Mapping[str, CapacitySearch], path: Path) -> None:
             ax.scatter([x for x, v in runs.items() for _ in v], [y for v in runs.values() for y in v],
                        s=14, color=color, alpha=0.45)
             ax.plot(list(runs), [sum(v) / len(v) for v in runs.values()], "o-", color=color,
-                    markersize=6, linewidth=1.4, label=f"{label}: {describe(search)}")
+                    markersize=6, linewidth=1.4, label=f"{label}: {boundary_text(search)}")
             b = search.boundary
             if b.found:
                 ax.axvspan(b.load, b.fail_load or b.load, color=color, alpha=0.12)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core.scheduling import Counts
+from autotune.core.analysis.scheduling import Counts
 from autotune.errors import StudyError
 from autotune.shell.processes import kill_processes, marked_processes
 from autotune.study.records import TRIAL_ENV, UID, read_outcome

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.analysis import StudyData, noise_of
-from autotune.core.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
+from autotune.core.analysis.study_data import StudyData, noise_of
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.study import optuna_internals
 from autotune.study.plans import read_plan
 

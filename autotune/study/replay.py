@@ -22,12 +22,12 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autotune.core.flags import to_argv
-from autotune.core.outcome import Measurement, ProfileResult
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.racing import beaten, run_order
-from autotune.core.space import ModelContext, SearchSpace
-from autotune.core.table import NOT_REACHED, RecordedTable, TableRow
+from autotune.core.analysis.table import NOT_REACHED, RecordedTable, TableRow
+from autotune.core.deployment.flags import to_argv
+from autotune.core.space.search_space import ModelContext, SearchSpace
+from autotune.core.trial.outcome import Measurement, ProfileResult
+from autotune.core.trial.racing import beaten, run_order
+from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError, FailureClass
 from autotune.study.trial import BenchPlan, TrialSetup
 

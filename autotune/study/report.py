@@ -19,13 +19,13 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.analysis import StudyData, describe_params, failures_by_class
-from autotune.core.capacity import CapacitySearch
-from autotune.core.capacity import describe as capacity_describe
-from autotune.core.effects import Effect, SignFlip, effects, sign_flips
-from autotune.core.metric_registry import METRICS, PROMPT_BUCKETS, Source, bucket_key
-from autotune.core.outcome import TrialOutcome
-from autotune.core.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.effects import Effect, SignFlip, effects, sign_flips
+from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.study_data import StudyData, describe_params, failures_by_class
+from autotune.core.metrics.registry import METRICS, PROMPT_BUCKETS, Source, bucket_key
+from autotune.core.trial.capacity_search import CapacitySearch
+from autotune.core.trial.capacity_search import boundary_text as capacity_describe
+from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.plans import read_plan
 from autotune.study.plots import plot_capacity

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import optuna
 import yaml
 
-from autotune.core.flags import argv_to_options, options_to_config
-from autotune.core.outcome import TrialOutcome
-from autotune.core.recommend import NoFeasibleTrial, recommend
+from autotune.core.analysis.recommend import NoFeasibleTrial, recommend
+from autotune.core.deployment.flags import argv_to_options, options_to_config
+from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.records import outcomes, study_data
 
-FORMATS = ("shell", "yaml", "json")
+EXPORT_FORMATS = ("shell", "yaml", "json")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Export:
         if fmt == "json":
             return json.dumps({"trial": self.trial, "model": self.model, "argv": self.argv,
                                "config": config}, indent=2) + "\n"
-        raise ConfigError(f"--format {fmt!r}: valid: {', '.join(FORMATS)}")
+        raise ConfigError(f"--format {fmt!r}: valid: {', '.join(EXPORT_FORMATS)}")
 
 
 def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> TrialOutcome:

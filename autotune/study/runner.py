@@ -32,11 +32,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis import StudyData, finalists, incumbents
-from autotune.core.flags import to_argv
-from autotune.core.outcome import TrialOutcome
-from autotune.core.racing import Member, Race
-from autotune.core.scheduling import (
+from autotune.core.analysis.scheduling import (
     Claim,
     Step,
     TimeLeft,
@@ -47,8 +43,12 @@ from autotune.core.scheduling import (
     position,
     worker_seed,
 )
-from autotune.core.space import params_key, sample
-from autotune.core.verdict import judge
+from autotune.core.analysis.study_data import StudyData, finalists, incumbents
+from autotune.core.deployment.flags import to_argv
+from autotune.core.space.search_space import params_key, sample
+from autotune.core.trial.outcome import TrialOutcome
+from autotune.core.trial.racing import Member, Race
+from autotune.core.trial.verdict import judge
 from autotune.errors import FailureClass, StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS

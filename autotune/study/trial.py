@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from autotune.core.capacity import (
+from autotune.core.deployment.slots import Slot
+from autotune.core.deployment.startup import startup_phases
+from autotune.core.metrics.summary import flat_metrics, to_vllm_json
+from autotune.core.trial.capacity_search import (
     MONOTONE_IN_LOAD,
     CapacitySearch,
     Incumbent,
@@ -27,19 +30,16 @@ from autotune.core.capacity import (
     goodput_limits,
     search,
 )
-from autotune.core.metrics import flat_metrics, to_vllm_json
-from autotune.core.objectives import Objective
-from autotune.core.outcome import Measurement, ProfileResult
-from autotune.core.profiles import WorkloadProfile
-from autotune.core.racing import Race, beaten, run_order
-from autotune.core.slots import Slot
-from autotune.core.startup import startup_phases
-from autotune.core.workload import RequestSource
+from autotune.core.trial.objectives import Objective
+from autotune.core.trial.outcome import Measurement, ProfileResult
+from autotune.core.trial.racing import Race, beaten, run_order
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
 from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
 from autotune.shell.install import Entrypoint, vllm_version
-from autotune.shell.server import Deployment, DeploymentSpec, TeardownReport
+from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport
 from autotune.shell.validation import VllmValidator
 
 
@@ -61,7 +61,7 @@ class BenchPlan:
 
 
 class Served(Protocol):
-    """What a trial needs of a deployment (``shell.server.Deployment``): a context manager
+    """What a trial needs of a deployment (``shell.server.ServerProcess``): a context manager
     that is ready on entry and gone on exit."""
 
     url: str
@@ -93,7 +93,7 @@ class TrialSetup:
     startup_timeout_s: float = 600.0
     validator: VllmValidator | None = None
     extra_env: tuple[tuple[str, str], ...] = ()  # e.g. the trial marker the reaper looks for
-    deploy: Deploy = Deployment
+    deploy: Deploy = ServerProcess
     bench: Bench = run_profile
 
 

@@ -1,0 +1,164 @@
+"""The effect of each parameter on each objective metric, per profile, with its interval; and
+the sign flips between profiles. Pure.
+
+A parameter's effect comes from matched pairs of trials that differ in that parameter only (as
+the reference configs do) where they exist, otherwise from a linear model of the log metric
+over all feasible trials; with too few trials to separate it, it is withheld. A sign flip is
+claimed only when two profiles' intervals both exclude zero with opposite signs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.core.analysis.study_data import StudyData
+from autotune.core.maths.stats import Change, mean_log_change
+from autotune.core.trial.outcome import TrialOutcome
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The effect of setting ``param`` to ``value`` instead of ``base`` on one metric at one
+    profile, with its interval, or withheld with the reason."""
+
+    param: str
+    value: str
+    base: str
+    profile: str
+    metric: str
+    change: Change | None
+    method: str = ""  # "2 matched pairs" | "model over 9 trials"
+    withheld: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.change is None:
+            return f"withheld: {self.withheld}"
+        if not self.change.significant:
+            return f"no effect detected ({self.change.text})"
+        return self.change.text
+
+
+def _base_value(data: StudyData, param: str, values: Sequence[str]) -> str:
+    for source in ((data.baseline.params if data.baseline else {}), data.defaults):
+        if param in source and str(source[param]) in values:
+            return str(source[param])
+    return sorted(values)[0]
+
+
+def _matched_diffs(pool: Sequence[TrialOutcome], param: str, base: str, value: str,
+                   profile: str, metric: str) -> list[float]:
+    out = []
+    for a in pool:
+        if str(a.params.get(param)) != base:
+            continue
+        rest = {k: v for k, v in a.params.items() if k != param}
+        for b in pool:
+            if str(b.params.get(param)) == value and rest == {
+                    k: v for k, v in b.params.items() if k != param}:
+                out.append(math.log(b.value(profile, metric) / a.value(profile, metric)))
+    return out
+
+
+def _design(pool: Sequence[TrialOutcome], levels: Mapping[str, tuple[str, list[str]]]
+            ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """One-hot columns (reference coding against each parameter's base value) and an
+    intercept."""
+    columns = [(p, v) for p, (_, others) in levels.items() for v in others]
+    x = np.ones((len(pool), len(columns) + 1))
+    for i, t in enumerate(pool):
+        for j, (p, v) in enumerate(columns):
+            x[i, j + 1] = float(str(t.params.get(p)) == v)
+    return x, columns
+
+
+def _model_changes(data: StudyData, pool: Sequence[TrialOutcome], profile: str, metric: str,
+                   levels: Mapping[str, tuple[str, list[str]]]) -> dict[tuple[str, str], Change | str]:
+    """Least squares of log(metric) on every parameter at once; the residual variance is never
+    taken below the measurement noise. A column the trials cannot separate gets a reason."""
+    x, columns = _design(pool, levels)
+    y = np.log([t.value(profile, metric) for t in pool])
+    rank = np.linalg.matrix_rank(x)
+    df = len(pool) - x.shape[1]
+    if rank < x.shape[1] or df < 1:
+        why = (f"{len(pool)} feasible trials cannot separate {len(columns)} parameter values "
+               "from each other; more trials (or matched pairs) needed")
+        return {c: why for c in columns}
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    rss = float(np.sum((y - x @ coef) ** 2))
+    noise = data.noise.of(f"{profile}:{metric}")
+    n_mean = float(np.mean([len(t.results[profile].values(metric)) for t in pool]))
+    resid_var, noise_var = rss / df, noise.log_sd ** 2 / n_mean
+    var, dof = (resid_var, float(df)) if resid_var >= noise_var else (noise_var, noise.df)
+    cov = var * np.linalg.inv(x.T @ x)
+    return {c: Change.from_log(float(coef[j + 1]), math.sqrt(cov[j + 1, j + 1]), dof)
+            for j, c in enumerate(columns)}
+
+
+def effects(data: StudyData, metric: str) -> list[Effect]:
+    """Per profile, parameter and non-base value: the effect on ``metric``."""
+    out: list[Effect] = []
+    for profile in data.profiles:
+        pool = [t for t in data.outcomes if t.feasible and t.has(profile, metric)]
+        values: dict[str, set[str]] = defaultdict(set)
+        for t in pool:
+            for k, v in t.params.items():
+                values[k].add(str(v))
+        levels = {}
+        for param in sorted(values):
+            if len(values[param]) > 1:
+                base = _base_value(data, param, sorted(values[param]))
+                levels[param] = (base, sorted(values[param] - {base}))
+        model: dict[tuple[str, str], Change | str] | None = None
+        n_each = float(np.mean([len(t.results[profile].values(metric)) for t in pool])) if pool else 1
+        for param, (base, others) in levels.items():
+            for value in others:
+                diffs = _matched_diffs(pool, param, base, value, profile, metric)
+                if diffs:
+                    change = mean_log_change(diffs, data.noise.of(f"{profile}:{metric}"), n_each)
+                    out.append(Effect(param, value, base, profile, metric, change,
+                                      f"{len(diffs)} matched pair{'s' * (len(diffs) > 1)}"))
+                    continue
+                if model is None:
+                    model = _model_changes(data, pool, profile, metric, levels)
+                found = model[(param, value)]
+                if isinstance(found, str):
+                    out.append(Effect(param, value, base, profile, metric, None, withheld=found))
+                else:
+                    out.append(Effect(param, value, base, profile, metric, found,
+                                      f"model over {len(pool)} trials"))
+    return out
+
+
+@dataclass(frozen=True)
+class SignFlip:
+    """An effect that helps at one profile and hurts at another, both beyond the noise."""
+
+    param: str
+    value: str
+    metric: str
+    by_profile: Mapping[str, Change]
+
+
+def sign_flips(effects_: Sequence[Effect]) -> tuple[list[SignFlip], list[str]]:
+    """Flips established by the intervals, and the parameter changes whose point estimates
+    change sign without both intervals excluding zero (not claimed; listed as such)."""
+    groups: dict[tuple[str, str, str], dict[str, Change]] = defaultdict(dict)
+    for e in effects_:
+        if e.change is not None:
+            groups[(e.param, e.value, e.metric)][e.profile] = e.change
+    flips, unconfirmed = [], []
+    for (param, value, metric), by_profile in sorted(groups.items()):
+        significant = [c for c in by_profile.values() if c.significant]
+        if any(c.pct > 0 for c in significant) and any(c.pct < 0 for c in significant):
+            flips.append(SignFlip(param, value, metric, by_profile))
+        elif any(c.pct > 0 for c in by_profile.values()) and any(c.pct < 0 for c in by_profile.values()):
+            unconfirmed.append(f"{param}={value} ({metric})")
+    return flips, unconfirmed
+
+

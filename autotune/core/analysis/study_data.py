@@ -1,0 +1,146 @@
+"""A study's trials as analysis sees them (``StudyData``): the front, estimates with intervals,
+changes against the baseline, the pooled noise, finalists and failures. Pure: built by the
+study layer, read by ``core.recommend`` and ``core.effects``; rendering happens elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autotune.core.maths.pareto import pareto_front
+from autotune.core.maths.stats import Change, Estimate, NoiseModel, compare, pooled_noise
+from autotune.core.space.search_space import Value
+from autotune.core.trial.capacity_search import Incumbent, by_load
+from autotune.core.trial.objectives import Objective
+from autotune.core.trial.outcome import TrialOutcome
+
+
+@dataclass(frozen=True)
+class StudyData:
+    """What analysis needs of a study."""
+
+    outcomes: tuple[TrialOutcome, ...]
+    objectives: tuple[Objective, ...]
+    noise: NoiseModel
+    baseline: TrialOutcome | None = None
+    defaults: Mapping[str, Value] = field(default_factory=dict)  # vLLM's value per parameter
+    loads: Mapping[str, float] = field(default_factory=dict)  # profile -> concurrency it runs at
+
+    def objective_for(self, use: str) -> Objective:
+        """The objective of a use: interactive, the one on the profile with the lowest
+        concurrency (the first such); throughput, the one on the highest (the last such).
+        Profiles of unknown concurrency (an imported study) fall back to the objectives' order."""
+        order = {o.name: i for i, o in enumerate(self.objectives)}
+        if use == "interactive":
+            return min(self.objectives, key=lambda o: (self.loads.get(o.profile, 0.0), order[o.name]))
+        return max(self.objectives, key=lambda o: (self.loads.get(o.profile, 0.0), order[o.name]))
+
+    @property
+    def profiles(self) -> list[str]:
+        seen = dict.fromkeys(o.profile for o in self.objectives)
+        for t in self.outcomes:
+            seen.update(dict.fromkeys(t.results))
+        return list(seen)
+
+    @property
+    def feasible(self) -> list[TrialOutcome]:
+        return [t for t in self.outcomes if t.feasible
+                and all(t.has(o.profile, o.metric) for o in self.objectives)]
+
+    def estimate(self, t: TrialOutcome, profile: str, metric: str) -> Estimate:
+        return t.estimate(profile, metric, self.noise.of(f"{profile}:{metric}"))
+
+    def objective_estimate(self, t: TrialOutcome, o: Objective) -> Estimate:
+        return self.estimate(t, o.profile, o.metric)
+
+    def costs(self, t: TrialOutcome) -> tuple[float, ...]:
+        return tuple(o.cost(t.value(o.profile, o.metric)) for o in self.objectives)
+
+    def front(self) -> list[TrialOutcome]:
+        """Feasible non-dominated trials, ordered by the first objective, best first."""
+        return sorted(pareto_front(self.feasible, self.costs), key=self.costs)
+
+    def changes_from_defaults(self, t: TrialOutcome) -> dict[str, Value]:
+        return {k: v for k, v in sorted(t.params.items())
+                if k in self.defaults and self.defaults[k] != v}
+
+    @property
+    def reference_point(self) -> str:
+        return "baseline" if self.baseline is not None else "vLLM's defaults"
+
+    def differences(self, t: TrialOutcome) -> dict[str, Value]:
+        """What ``t`` changes from the baseline, or from vLLM's defaults without one."""
+        if self.baseline is not None:
+            return differing_params(t, self.baseline)
+        return self.changes_from_defaults(t)
+
+    def versus_baseline(self, t: TrialOutcome, profile: str, metric: str) -> Change | None:
+        b = self.baseline
+        if b is None or not b.feasible or not b.has(profile, metric) or b.number == t.number:
+            return None
+        return compare(self.estimate(t, profile, metric), self.estimate(b, profile, metric))
+
+
+def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
+    """Every feasible trial's capacity on ``profile`` with its costs on the objectives of the
+    other profiles: what a new capacity search may start from (``core.capacity``)."""
+    return tuple(
+        Incumbent(t.number, t.capacity[profile].boundary.load,
+                  t.value(profile, "output_throughput"),
+                  {o.name: o.cost(t.value(o.profile, o.metric))
+                   for o in data.objectives if o.profile != profile})
+        for t in data.feasible if profile in t.capacity)
+
+
+def noise_of(outcomes: Sequence[TrialOutcome]) -> NoiseModel:
+    """Pooled noise per ``profile:metric`` from the repeats of every feasible trial; for a
+    capacity profile, from the runs at every load its search measured more than once."""
+    groups: dict[str, list[list[float]]] = defaultdict(list)
+    for t in outcomes:
+        if not t.feasible:
+            continue
+        for profile, result in t.results.items():
+            if profile in t.capacity:
+                continue  # below: every load a search measured more than once
+            for metric in (result.runs[0] if result.runs else {}):
+                groups[f"{profile}:{metric}"].append(result.values(metric))
+        for profile, found in t.capacity.items():
+            for runs in by_load(found.probes).values():
+                for metric in runs[0]:
+                    groups[f"{profile}:{metric}"].append([r[metric] for r in runs if metric in r])
+    return pooled_noise(groups)
+
+
+def differing_params(t: TrialOutcome, baseline: TrialOutcome | None) -> dict[str, Value]:
+    """Parameters whose value differs from the baseline's (all of them without a baseline)."""
+    if baseline is None:
+        return dict(t.params)
+    keys = set(t.params) | set(baseline.params)
+    return {k: t.params.get(k) for k in sorted(keys) if t.params.get(k) != baseline.params.get(k)}
+
+
+def describe_params(params: Mapping[str, Value]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def failures_by_class(outcomes: Sequence[TrialOutcome]) -> dict[str, list[TrialOutcome]]:
+    out: dict[str, list[TrialOutcome]] = defaultdict(list)
+    for t in outcomes:
+        if t.failure is not None:
+            out[t.failure.value].append(t)
+    return dict(sorted(out.items()))
+
+
+def finalists(data: StudyData, k: int) -> list[TrialOutcome]:
+    """Up to ``k`` members of the front, spread along it (its two ends first), and the
+    baseline when it is feasible: what a confirmation deploys again."""
+    front = data.front()
+    if len(front) > k:
+        picks = sorted({round(i * (len(front) - 1) / max(k - 1, 1)) for i in range(k)})
+        front = [front[i] for i in picks]
+    base = data.baseline
+    if base is not None and base.feasible and all(t.number != base.number for t in front):
+        front.append(base)
+    return front

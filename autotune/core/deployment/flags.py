@@ -1,0 +1,135 @@
+"""Configuration to vLLM options: params in, argv or a ``vllm serve --config`` mapping out. Pure.
+
+A configuration becomes an ordered mapping of vLLM options (``--flag`` -> value); that one
+mapping renders both as argv (booleans as ``--x`` / ``--no-x``, dicts as compact JSON) and as
+the YAML mapping that ``vllm serve --config`` reads, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.core.space.search_space import ModelContext, Params, SearchSpace
+
+Options = dict[str, Any]
+
+
+def _substitute(obj: Any, derived: Mapping[str, Any]) -> Any:
+    """Replace ``"${name}"`` by a derived value; a ``"<<"`` key merges a derived mapping
+    under the other keys (``{"<<": "${rope_parameters}", "rope_type": "yarn"}`` keeps the
+    model's rope_theta and partial rotary factor and changes only the type)."""
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        if "<<" in obj:
+            out.update(copy.deepcopy(_substitute(obj["<<"], derived)) or {})
+        out.update({k: _substitute(v, derived) for k, v in obj.items() if k != "<<"})
+        return out
+    if isinstance(obj, str) and obj.startswith("${") and obj.endswith("}"):
+        return derived[obj[2:-1]]
+    return obj
+
+
+def _put(target: dict, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        target = target.setdefault(key, {})
+    target[last] = value
+
+
+def _merge(target: dict, extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def to_options(space: SearchSpace, ctx: ModelContext, params: Params) -> Options:
+    """vLLM options for one configuration, deployment settings first, then parameters."""
+    options: Options = {"--tensor-parallel-size": space.deployment.tensor_parallel_size}
+    options["--max-model-len"] = ctx.max_model_len
+    options.update(space.deployment.flags)
+    derived = ctx.derived()
+    for name, value in params.items():
+        p = space.parameter(name)
+        if p.flag:
+            if p.type == "bool" and p.bool_style == "only_true" and not value:
+                continue
+            options[p.flag] = value
+            continue
+        assert p.json is not None
+        blob = options.setdefault(p.json.flag, {})
+        if p.type == "bool":
+            if value and p.json.set:
+                _merge(blob, _substitute(p.json.set, derived))
+            elif p.json.key:
+                _put(blob, p.json.key, value)
+        else:
+            _put(blob, p.json.key, value)
+    return {k: v for k, v in options.items() if v != {}}
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value)
+
+
+def options_to_argv(options: Mapping[str, Any]) -> list[str]:
+    """argv fragment: ``--x`` / ``--no-x`` for booleans, compact JSON for dicts."""
+    argv: list[str] = []
+    for flag, value in options.items():
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        else:
+            argv += [flag, _render(value)]
+    return argv
+
+
+def options_to_config(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The mapping a YAML file for ``vllm serve --config`` holds (model included).
+
+    vLLM turns each key back into ``--key value``, booleans into ``--key`` / ``--no-key`` and
+    nested mappings into the JSON its flag takes.
+    """
+    config: dict[str, Any] = {"model": model}
+    for flag, value in options.items():
+        config[flag[2:]] = value
+    return config
+
+
+def to_argv(space: SearchSpace, ctx: ModelContext, params: Params) -> list[str]:
+    """The vLLM option argv (after ``vllm serve MODEL``) of one configuration."""
+    return options_to_argv(to_options(space, ctx, params))
+
+
+def _scalar(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def argv_to_options(argv: list[str]) -> Options:
+    """Inverse of :func:`options_to_argv` for argv it produced (JSON values become dicts)."""
+    options: Options = {}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        if has_value:
+            text = argv[i + 1]
+            options[flag] = json.loads(text) if text.startswith("{") else _scalar(text)
+            i += 2
+        elif flag.startswith("--no-"):
+            options["--" + flag[5:]] = False
+            i += 1
+        else:
+            options[flag] = True
+            i += 1
+    return options

@@ -1,0 +1,1 @@
+"""Shared mathematics: intervals and pooled noise, Pareto fronts and knees. Pure."""

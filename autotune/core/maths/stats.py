@@ -1,0 +1,211 @@
+"""Uncertainty of measured numbers: intervals, pooled noise, relative changes. Pure.
+
+Run-to-run noise on shared machines is multiplicative (a busy core slows a whole run by a
+share), so everything is done on the log scale: a metric's noise is the standard deviation of
+log(value) between repeats of one configuration on one deployment, pooled over every trial of a
+study that has repeats. A trial measured once borrows that pooled noise; a study without any
+repeat falls back to an assumed noise, and says so ("assumed").
+
+An ``Estimate`` is a mean with the noise behind it; a ``Change`` is the relative difference of
+two estimates (or an effect) with its interval. A change whose interval contains zero is a tie,
+never a finding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtri, stdtrit  # scipy.stats costs a second to import
+
+from autotune.core.metrics.registry import ASSUMED_LOG_SD, METRICS
+
+LEVEL = 0.95
+
+
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """Two-sided quantile of Student's t (the normal one for infinite df)."""
+    q = 0.5 + level / 2
+    return float(ndtri(q) if math.isinf(df) else stdtrit(df, q))
+
+
+def assumed_log_sd(metric: str) -> float:
+    """The noise assumed for ``metric`` before a study has repeats (its registry record's)."""
+    return METRICS[metric].assumed_log_sd if metric in METRICS else ASSUMED_LOG_SD
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The noise of one metric: log-scale standard deviation and its degrees of freedom."""
+
+    log_sd: float
+    df: float  # inf when assumed
+    source: str  # "pooled from 12 repeats of 6 trials" | "assumed"
+
+    @property
+    def assumed(self) -> bool:
+        return math.isinf(self.df)
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Per-metric noise of a study; metrics without repeats get the assumed noise."""
+
+    by_metric: Mapping[str, Noise]
+
+    def of(self, metric: str) -> Noise:
+        return self.by_metric.get(metric) or Noise(assumed_log_sd(metric), math.inf, "assumed")
+
+
+def _logs(values: Sequence[float]) -> np.ndarray | None:
+    arr = np.asarray(values, dtype=float)
+    return np.log(arr) if arr.size and np.all(arr > 0) and np.all(np.isfinite(arr)) else None
+
+
+def pooled_noise(groups: Mapping[str, Iterable[Sequence[float]]]) -> NoiseModel:
+    """Pool the within-group log variance of each metric over its groups (one group: the
+    repeats of one profile on one deployment) weighted by their degrees of freedom."""
+    out: dict[str, Noise] = {}
+    for metric, metric_groups in groups.items():
+        ss, df, trials = 0.0, 0, 0
+        for values in metric_groups:
+            logs = _logs(values)
+            if logs is None or logs.size < 2:
+                continue
+            ss += float(np.sum((logs - logs.mean()) ** 2))
+            df += logs.size - 1
+            trials += 1
+        if df:
+            out[metric] = Noise(math.sqrt(ss / df), float(df),
+                                f"pooled from {df + trials} repeats of {trials} measurement(s)")
+    return NoiseModel(out)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A relative change in percent with its interval; ``significant`` when the interval
+    excludes zero."""
+
+    pct: float
+    low_pct: float
+    high_pct: float
+
+    @property
+    def significant(self) -> bool:
+        return self.low_pct > 0 or self.high_pct < 0
+
+    @property
+    def text(self) -> str:
+        return f"{self.pct:+.1f}% [{self.low_pct:+.1f}, {self.high_pct:+.1f}]"
+
+    @classmethod
+    def from_log(cls, d: float, se: float, df: float) -> Change:
+        t = t_quantile(df)
+        return cls(*(100.0 * math.expm1(x) for x in (d, d - t * se, d + t * se)))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A metric's mean over ``n`` repeats with the noise behind its interval."""
+
+    mean: float
+    n: int
+    noise: Noise
+
+    @property
+    def _half(self) -> float:
+        return t_quantile(self.noise.df) * self.noise.log_sd / math.sqrt(max(self.n, 1))
+
+    @property
+    def low(self) -> float:
+        return self.mean * math.exp(-self._half)
+
+    @property
+    def high(self) -> float:
+        return self.mean * math.exp(self._half)
+
+    @property
+    def text(self) -> str:
+        digits = 0 if self.mean >= 100 else 1
+        return f"{self.mean:,.{digits}f} [{self.low:,.{digits}f}, {self.high:,.{digits}f}]"
+
+
+def estimate(values: Sequence[float], noise: Noise) -> Estimate:
+    """The mean of the repeats, with the study's noise for its interval."""
+    return Estimate(float(np.mean(values)), len(values), noise)
+
+
+def compare(a: Estimate, b: Estimate) -> Change:
+    """``a`` relative to ``b``, with an interval from both estimates' noise (Welch-style
+    degrees of freedom when the two noises differ)."""
+    d = math.log(a.mean / b.mean) if a.mean > 0 and b.mean > 0 else math.nan
+    va = a.noise.log_sd ** 2 / max(a.n, 1)
+    vb = b.noise.log_sd ** 2 / max(b.n, 1)
+    se = math.sqrt(va + vb)
+    dfs = [a.noise.df, b.noise.df]
+    if any(math.isinf(x) for x in dfs) or se == 0:
+        df = min(dfs)
+    else:
+        df = (va + vb) ** 2 / (va ** 2 / dfs[0] + vb ** 2 / dfs[1])
+    return Change.from_log(d, se, df)
+
+
+def mean_log_change(diffs: Sequence[float], noise: Noise, n_each: float) -> Change:
+    """The mean of paired log differences with its interval: from the pairs' own scatter when
+    there are several, never narrower than what the measurement noise allows."""
+    k = len(diffs)
+    d = float(np.mean(diffs))
+    noise_se = noise.log_sd * math.sqrt(2.0 / max(n_each, 1.0)) / math.sqrt(k)
+    if k >= 2:
+        pair_se = float(np.std(diffs, ddof=1)) / math.sqrt(k)
+        if pair_se > noise_se:
+            return Change.from_log(d, pair_se, k - 1)
+    return Change.from_log(d, noise_se, noise.df)
+
+
+# ------------------------------------------------------------- over seeds (sampler benchmarks)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A statistic with its 95% interval; ``verdict`` of a difference: below, above or tie."""
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def verdict(self) -> str:
+        return "below" if self.high < 0 else "above" if self.low > 0 else "tie"
+
+
+def median_interval(values: Sequence[float], seed: int = 0, n: int = 4000) -> Interval:
+    """The median with a 95% percentile-bootstrap interval."""
+    arr = np.asarray(values, dtype=float)
+    boots = np.median(np.random.default_rng(seed).choice(arr, size=(n, arr.size)), axis=1)
+    return Interval(float(np.median(arr)), float(np.quantile(boots, 0.025)),
+                    float(np.quantile(boots, 0.975)))
+
+
+def median_difference(a: Sequence[float], b: Sequence[float], seed: int = 0,
+                      n: int = 4000) -> Interval:
+    """median(a) - median(b) of two independent samples, with a 95% percentile-bootstrap
+    interval: a difference whose interval contains 0 is a tie."""
+    rng = np.random.default_rng(seed)
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    boots = (np.median(rng.choice(a_, size=(n, a_.size)), axis=1)
+             - np.median(rng.choice(b_, size=(n, b_.size)), axis=1))
+    return Interval(float(np.median(a_) - np.median(b_)), float(np.quantile(boots, 0.025)),
+                    float(np.quantile(boots, 0.975)))
+
+
+def proportion_interval(k: int, n: int) -> Interval:
+    """k of n with its 95% Wilson score interval."""
+    if n == 0:
+        return Interval(math.nan, 0.0, 1.0)
+    z, p = float(ndtri(0.5 + LEVEL / 2)), k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(p, centre - half, centre + half)

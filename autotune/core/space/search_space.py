@@ -1,0 +1,284 @@
+"""Search spaces and reference configurations as records, and applying them to a model:
+which parameters apply, sampling, completing, resolving references, the grid. Pure.
+
+A space (``search_spaces/*.yaml``, parsed by ``core.space_yaml``) holds fixed ``deployment``
+settings and an ordered list of ``parameters``. Each parameter has a type, a domain, a default,
+exactly one vLLM mapping (``flag`` or ``json``), and optional conditions (``when`` on earlier
+parameters, ``applies_to`` on the model). ``params_key`` is a configuration's one identity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autotune.core.space.model_facts import ModelInfo
+from autotune.errors import SpaceError
+
+Value = bool | int | float | str | None
+Params = dict[str, Value]
+
+
+def params_key(params: Mapping[str, Value]) -> str:
+    """A configuration's one identity (duplicates, references, recorded tables)."""
+    return json.dumps(dict(params), sort_keys=True)
+
+
+TYPES = ("categorical", "int", "float", "bool")
+APPLIES_TO = {
+    "moe": "the model is not a mixture of experts",
+    "dense": "the model is a mixture of experts",
+    "mtp": "the model has no MTP (multi-token prediction) layers",
+    "long_context": "max_model_len does not exceed the model's native context",
+}
+DERIVED = ("native_context", "max_model_len", "yarn_factor", "rope_parameters")
+
+
+@dataclass(frozen=True)
+class JsonMapping:
+    """A value placed inside the JSON of one flag (``--speculative-config``, ...).
+
+    ``key`` (dotted) receives the parameter's value; for a bool parameter ``set`` is merged
+    into the flag's JSON when the value is true and nothing is added when false.
+    """
+
+    flag: str
+    key: str = ""
+    set: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One tunable knob and how it reaches vLLM."""
+
+    name: str
+    type: str
+    default: Value
+    choices: tuple[Value, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    flag: str = ""
+    json: JsonMapping | None = None
+    when: Mapping[str, tuple[Value, ...]] = field(default_factory=dict)
+    applies_to: str = ""
+    bool_style: str = "switch"  # switch: --x / --no-x; only_true: --x or nothing
+    help: str = ""
+    unsupported: str = ""  # why the installed vLLM cannot take it (set by the shell's validator)
+
+    def contains(self, value: Value) -> bool:
+        """Whether ``value`` lies in this parameter's domain."""
+        if self.type == "bool":
+            return isinstance(value, bool)
+        if self.type == "categorical":
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.type == "int" and not float(value).is_integer():
+            return False
+        assert self.low is not None and self.high is not None
+        return self.low <= value <= self.high
+
+    def size(self) -> float:
+        """Number of distinct values (inf for a continuous float)."""
+        if self.type == "bool":
+            return 2
+        if self.type == "categorical":
+            return len(self.choices)
+        assert self.low is not None and self.high is not None
+        if self.type == "int" and not self.log:
+            return int((self.high - self.low) // (self.step or 1)) + 1
+        if self.type == "int":
+            return int(self.high - self.low) + 1
+        return math.inf if self.step is None else int((self.high - self.low) // self.step) + 1
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Settings fixed for every trial of a space."""
+
+    tensor_parallel_size: int = 2
+    max_model_len: int | None = None
+    flags: Mapping[str, Value] = field(default_factory=dict)  # extra fixed vLLM options
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A validated search space."""
+
+    name: str
+    path: str
+    deployment: Deployment
+    parameters: tuple[Parameter, ...]
+    description: str = ""
+    text: str = field(default="", repr=False, compare=False)  # the YAML it was parsed from
+
+    def parameter(self, name: str) -> Parameter:
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A named configuration expressed in a space's parameters (unset ones take defaults)."""
+
+    name: str
+    params: Mapping[str, Value]
+    base: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What parameter applicability and derived values depend on."""
+
+    model: ModelInfo
+    max_model_len: int
+
+    def derived(self) -> dict[str, Any]:
+        """Values a mapping can refer to as ``${name}``."""
+        native = self.model.native_context
+        factor = self.max_model_len / native if native else 1.0
+        return {
+            "native_context": native,
+            "max_model_len": self.max_model_len,
+            "yarn_factor": round(factor, 6),
+            "rope_parameters": dict(self.model.rope_parameters),
+        }
+
+    def why_not(self, applies_to: str) -> str:
+        """Empty when the condition holds, else the reason the parameter does not apply."""
+        holds = {
+            "": True,
+            "moe": self.model.is_moe,
+            "dense": not self.model.is_moe,
+            "mtp": self.model.has_mtp,
+            "long_context": self.max_model_len > self.model.native_context > 0,
+        }[applies_to]
+        return "" if holds else APPLIES_TO[applies_to]
+
+
+@dataclass(frozen=True)
+class ReferenceSet:
+    """The reference configs of a file, and which one is the baseline for deltas."""
+
+    path: str
+    configs: tuple[Reference, ...]
+    baseline: str = ""
+
+
+class Suggester(Protocol):
+    """The part of ``optuna.Trial`` that sampling uses (a seam: tests pass a plain object)."""
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> int: ...
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float: ...
+
+
+def inapplicable(space: SearchSpace, ctx: ModelContext) -> dict[str, str]:
+    """Parameters that do not apply to this model (or that the installed vLLM does not take),
+    with the reason."""
+    return {p.name: why for p in space.parameters
+            if (why := p.unsupported or ctx.why_not(p.applies_to))}
+
+
+def _active(param: Parameter, params: Params) -> bool:
+    return all(params.get(other) in values for other, values in param.when.items())
+
+
+def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester) -> Params:
+    """Suggest one configuration: only parameters that apply and whose conditions hold."""
+    skip = inapplicable(space, ctx)
+    params: Params = {}
+    for p in space.parameters:
+        if p.name in skip or not _active(p, params):
+            continue
+        if p.type == "bool":
+            params[p.name] = trial.suggest_categorical(p.name, [False, True])
+        elif p.type == "categorical":
+            params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+        elif p.type == "int":
+            assert p.low is not None and p.high is not None
+            params[p.name] = trial.suggest_int(
+                p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log
+            )
+        else:
+            assert p.low is not None and p.high is not None
+            params[p.name] = trial.suggest_float(p.name, p.low, p.high, step=p.step, log=p.log)
+    return params
+
+
+def complete(space: SearchSpace, ctx: ModelContext | None, given: Mapping[str, Value]) -> Params:
+    """Applicable, active parameters with ``given`` values and defaults for the rest. Without
+    a model (``ctx`` None: results measured elsewhere) every parameter applies."""
+    skip = inapplicable(space, ctx) if ctx is not None else {}
+    params: Params = {}
+    for p in space.parameters:
+        if p.name not in skip and _active(p, {**params}):
+            params[p.name] = given.get(p.name, p.default)
+    return params
+
+
+@dataclass(frozen=True)
+class ResolvedReference:
+    """A reference config made concrete for one model, or skipped with the reason."""
+
+    name: str
+    params: Params
+    skipped: str = ""
+
+
+def resolve_references(
+    space: SearchSpace, ctx: ModelContext, refs: tuple[Reference, ...]
+) -> tuple[ResolvedReference, ...]:
+    """Each reference for this model; skipped when its change does not apply or repeats one."""
+    skip = inapplicable(space, ctx)
+    out: list[ResolvedReference] = []
+    seen: dict[str, str] = {}
+    by_name = {r.name: r for r in refs}
+    for ref in refs:
+        params = complete(space, ctx, ref.params)
+        base = by_name.get(ref.base)
+        changed = {k for k, v in ref.params.items() if base is None or base.params.get(k) != v}
+        dropped = sorted(changed & set(skip))
+        key = params_key(params)
+        if base is not None and dropped and dropped == sorted(changed):
+            reasons = "; ".join(f"{name}: {skip[name]}" for name in dropped)
+            out.append(ResolvedReference(ref.name, params, f"does not apply ({reasons})"))
+        elif key in seen:
+            out.append(ResolvedReference(ref.name, params, f"same flags as {seen[key]!r}"))
+        else:
+            seen[key] = ref.name
+            out.append(ResolvedReference(ref.name, params))
+    return tuple(out)
+
+
+def grid_points(space: SearchSpace) -> list[Params]:
+    """Every combination of a space of categorical and bool parameters, in the space's order
+    (the last parameter varies fastest)."""
+    choices = []
+    for p in space.parameters:
+        if p.type not in ("bool", "categorical"):
+            raise SpaceError(f"{space.path}: parameter {p.name!r} is {p.type}; a grid needs "
+                             "categorical and bool parameters only")
+        choices.append((False, True) if p.type == "bool" else p.choices)
+    return [dict(zip(space.names, values, strict=True)) for values in itertools.product(*choices)]
+
+
+def space_size(space: SearchSpace, ctx: ModelContext) -> float:
+    """Upper bound on distinct configurations over the applicable parameters."""
+    skip = inapplicable(space, ctx)
+    return math.prod(p.size() for p in space.parameters if p.name not in skip)

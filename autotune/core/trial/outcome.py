@@ -1,0 +1,229 @@
+"""What a trial measures and what it stores, as records; their flat attribute form. Pure.
+
+``Measurement`` is what one deployment produced (the trial function's result). ``TrialOutcome``
+is everything a trial of a study stores: parameters, launch flags, per-profile and per-repeat
+metrics, start-up, hardware, versions, failure class, message and log tail, and its links to
+other trials (duplicate, retry). ``to_attrs`` and ``from_attrs`` are the only code that knows
+how an outcome is spelled as Optuna user attributes (``study.records`` writes and reads them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.core.maths.stats import Estimate, Noise, estimate
+from autotune.core.metrics.registry import SUMMARY_METRICS
+from autotune.core.space.search_space import Value, params_key
+from autotune.core.trial.capacity_search import CapacitySearch
+from autotune.errors import FailureClass
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """All repeats of one profile on one deployment: flat vLLM-keyed metrics per repeat."""
+
+    profile: str
+    runs: tuple[Mapping[str, float], ...]
+
+    def values(self, metric: str) -> list[float]:
+        return [float(r[metric]) for r in self.runs if metric in r]
+
+    def mean(self, metric: str) -> float:
+        return statistics.fmean(self.values(metric))
+
+    def spread(self, metric: str) -> float:
+        """(max - min) / mean over repeats."""
+        values = self.values(metric)
+        mean = statistics.fmean(values)
+        return (max(values) - min(values)) / mean if mean else 0.0
+
+    def means(self) -> dict[str, float]:
+        return {k: self.mean(k) for k in self.runs[0]} if self.runs else {}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one deployment of one configuration produced. ``failure`` is None for a served,
+    fully measured configuration."""
+
+    failure: FailureClass | None = None
+    message: str = ""
+    log_tail: str = ""
+    startup_s: float = 0.0
+    bench_s: float = 0.0
+    wall_s: float = 0.0
+    results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
+    raced: str = ""  # why its remaining runs were skipped (beaten beyond the noise)
+    startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.startup
+    files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
+    teardown_clean: bool = True
+    teardown_s: float = 0.0
+    gpu_memory_mib: int | None = None  # held by the server once ready (NVML; GPUs only)
+    vllm_version: str = ""
+    hardware: str = ""
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """Everything one trial stores. ``state`` is Optuna's, in lower case."""
+
+    number: int
+    state: str = "complete"  # complete | fail | running | waiting
+    params: Mapping[str, Value] = field(default_factory=dict)
+    reference: str = ""
+    model: str = ""
+    argv: tuple[str, ...] = ()
+    results: Mapping[str, ProfileResult] = field(default_factory=dict)
+    capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
+    failure: FailureClass | None = None
+    failure_message: str = ""
+    log_tail: str = ""
+    slo_violations: Mapping[str, float] = field(default_factory=dict)  # SLO key -> how far past
+    startup_s: float | None = None
+    startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.startup
+    bench_s: float | None = None
+    wall_s: float | None = None
+    trial_wall_s: float | None = None
+    teardown_clean: bool | None = None
+    teardown_s: float | None = None
+    gpu_memory_mib: int | None = None
+    vllm_version: str = ""
+    hardware: str = ""
+    worker: Mapping[str, Any] = field(default_factory=dict)
+    duplicate_of: int | None = None  # same flags as this trial; a failure copied, not relaunched
+    retry_of: int | None = None  # a dead worker's trial, run again
+    skipped: str = ""  # given back before deploying (a duplicate, or over budget)
+    raced: str = ""  # measured in part: beaten beyond the noise, its remaining runs skipped
+    imported_from: str = ""
+    derived: tuple[str, ...] = ()  # metrics computed from others on import
+
+    @property
+    def feasible(self) -> bool:
+        """Finished, served, measured, within every SLO, and every capacity found (a search
+        stopped below an incumbent is complete but has none)."""
+        return (self.state == "complete" and self.failure is None and bool(self.results)
+                and all(v <= 0 for v in self.slo_violations.values())
+                and all(s.boundary.found for s in self.capacity.values()))
+
+    @property
+    def dominated(self) -> bool:
+        """Complete and served, but a capacity search stopped below an incumbent's load."""
+        return self.state == "complete" and self.failure is None and any(
+            s.boundary.below_incumbent is not None for s in self.capacity.values())
+
+    @property
+    def status(self) -> str:
+        """For tables: ok, the failure class, dominated, or Optuna's state."""
+        if self.feasible:
+            return "raced" if self.raced else "ok"
+        return self.failure.value if self.failure else "dominated" if self.dominated else self.state
+
+    @property
+    def startup_text(self) -> str:
+        """'58 s (compile 23 s, cache miss)'; '-' for a trial that never started a server."""
+        if self.startup_s is None:
+            return "-"
+        p = self.startup_phases
+        inner = [f"{name} {float(p[key]):.0f} s" for key, name in
+                 (("compile_s", "compile"), ("cuda_graphs_s", "CUDA graphs"), ("weights_s", "weights"))
+                 if float(p.get(key, 0) or 0) >= 1]
+        if p.get("compile_cache"):
+            inner.append(f"cache {p['compile_cache']}")
+        return f"{self.startup_s:.0f} s" + (f" ({', '.join(inner)})" if inner else "")
+
+    @property
+    def key(self) -> str:
+        return params_key(self.params)
+
+    @property
+    def label(self) -> str:
+        return f"#{self.number}" + (f" {self.reference}" if self.reference else "")
+
+    def has(self, profile: str, metric: str) -> bool:
+        return profile in self.results and bool(self.results[profile].values(metric))
+
+    def value(self, profile: str, metric: str) -> float:
+        return self.results[profile].mean(metric)
+
+    def estimate(self, profile: str, metric: str, noise: Noise) -> Estimate:
+        return estimate(self.results[profile].values(metric), noise)
+
+    def with_measurement(self, m: Measurement) -> TrialOutcome:
+        return dataclasses.replace(
+            self, results=m.results if m.failure is None else {}, failure=m.failure,
+            capacity=m.capacity if m.failure is None else {}, raced=m.raced,
+            startup_phases={k: round(v, 2) if isinstance(v, float) else v
+                            for k, v in m.startup_phases.items()},
+            failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
+            startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
+            wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,
+            teardown_s=round(m.teardown_s, 3), gpu_memory_mib=m.gpu_memory_mib,
+            vllm_version=m.vllm_version, hardware=m.hardware,
+        )
+
+
+_FROM_OPTUNA = ("number", "state", "params")  # Optuna keeps these itself
+
+
+def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
+    """The outcome as user attributes: every field that differs from its default, under its
+    own name (``failure`` as ``failure_class``, ``results`` as ``repeats``), plus per-profile
+    ``metrics`` (means) and ``spread`` for people reading the dashboard."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(TrialOutcome):
+        value = getattr(outcome, f.name)
+        if f.name in _FROM_OPTUNA or value == _default(f):
+            continue
+        if f.name == "results":
+            out["repeats"] = {p: [dict(r) for r in res.runs] for p, res in value.items()}
+            out["metrics"] = {p: res.means() for p, res in value.items()}
+            out["spread"] = {p: {m: round(res.spread(m), 4) for m in SUMMARY_METRICS
+                                 if res.values(m)} for p, res in value.items()}
+        elif f.name == "failure":
+            out["failure_class"] = value.value
+        elif f.name == "capacity":
+            out["capacity"] = {p: search.to_dict() for p, search in value.items()}
+        elif isinstance(value, tuple):
+            out[f.name] = list(value)
+        elif isinstance(value, Mapping):
+            out[f.name] = dict(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def from_attrs(number: int, state: str, params: Mapping[str, Value],
+               attrs: Mapping[str, Any], retry_of: int | None = None) -> TrialOutcome:
+    """The outcome stored in ``attrs`` (as ``to_attrs`` wrote it, or by an older autotune that
+    kept only ``metrics`` means)."""
+    names = {f.name for f in dataclasses.fields(TrialOutcome)} - set(_FROM_OPTUNA)
+    kwargs: dict[str, Any] = {k: attrs[k] for k in names & set(attrs)
+                              if k not in ("results", "failure", "capacity")}
+    for k in ("argv", "derived"):
+        if k in kwargs:
+            kwargs[k] = tuple(kwargs[k])
+    if "repeats" in attrs:
+        kwargs["results"] = {p: ProfileResult(p, tuple(runs)) for p, runs in attrs["repeats"].items()}
+    elif "metrics" in attrs:
+        kwargs["results"] = {p: ProfileResult(p, (m,)) for p, m in attrs["metrics"].items()}
+    if "capacity" in attrs:
+        kwargs["capacity"] = {p: CapacitySearch.from_dict(d) for p, d in attrs["capacity"].items()}
+    failure = attrs.get("failure_class")
+    if failure:
+        kwargs["failure"] = FailureClass(failure)
+    return TrialOutcome(number=number, state=state, params=dict(params), retry_of=retry_of,
+                        **kwargs)

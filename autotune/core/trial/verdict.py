@@ -1,0 +1,64 @@
+"""The verdict on a measured trial: what the sampler is told. Pure.
+
+A trial that failed, or went past an SLO, or met no load of a capacity profile is infeasible:
+its constraints are violated (``> 0``) so that the sampler learns to avoid the region, and its
+objective values are those of a trial that served nothing. A served trial gets its objectives'
+means and one constraint per SLO (how far past its limit, ``<= 0`` met).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.core.metrics.slo import Slo
+from autotune.core.trial.capacity_search import boundary_text as describe_capacity
+from autotune.core.trial.objectives import Objective, objective_values
+from autotune.core.trial.outcome import TrialOutcome
+from autotune.errors import FailureClass
+
+FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
+
+
+def capacity_key(profile: str) -> str:
+    """Constraint: > 0 when no load of the capacity profile met its SLOs."""
+    return f"{profile}:capacity"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome to store (SLO failures classified), its constraints and objective values."""
+
+    outcome: TrialOutcome
+    constraints: dict[str, float]
+    values: list[float]
+
+
+def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence[Slo],
+          capacity_profiles: Sequence[str]) -> Verdict:
+    """The verdict on ``outcome``: constraints served, then one per SLO and capacity profile."""
+    if outcome.failure is not None:
+        constraints = {FEASIBLE: 1.0, **{slo.key: 1.0 for slo in slos},
+                       **{capacity_key(p): 1.0 for p in capacity_profiles}}
+        return Verdict(outcome, constraints, [o.infeasible_value for o in objectives])
+    means = {p: r.means() for p, r in outcome.results.items()}
+    violations = {slo.key: slo.violation(means[slo.profile][slo.metric]) for slo in slos}
+    past = [key for key, v in violations.items() if v > 0]
+    outcome = dataclasses.replace(outcome, slo_violations=violations)
+    none = [s for s in outcome.capacity.values()
+            if not s.boundary.found and s.boundary.below_incumbent is None]
+    if past:
+        outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED,
+                                      failure_message=f"past the SLO {', '.join(past)}")
+    elif none:
+        outcome = dataclasses.replace(
+            outcome, failure=FailureClass.SLO_VIOLATED,
+            failure_message="; ".join(f"{s.profile}: {describe_capacity(s)}" for s in none))
+    constraints = {FEASIBLE: 0.0, **violations, **{
+        capacity_key(p): float(any(s.profile == p for s in none)) for p in capacity_profiles}}
+    # A search stopped below an incumbent measured no capacity: the sampler is told the value
+    # of a trial that carried nothing there (the trial itself is dominated).
+    values = [objective_values([o], means)[0] if o.profile in means else o.infeasible_value
+              for o in objectives]
+    return Verdict(outcome, constraints, values)
