@@ -2,7 +2,7 @@
 Measurement with a failure class, and the deployment is torn down.
 
 These tests pass STAND-INS through run_trial's seams (``TrialSetup.deploy`` and
-``TrialSetup.bench``): a fake deployment and a fake benchmark that inject faults a real vLLM
+``TrialSetup.run_profile``): a fake deployment and a fake benchmark that inject faults a real vLLM
 server cannot be made to produce on demand. They test the trial's logic, not deployment;
 real deployments are tested in test_deploy.py and test_study.py.
 """
@@ -82,7 +82,7 @@ class StandInBench:
         return BenchmarkRun(profile, seed, summarize(results, 1.0))
 
 
-def trial(tmp_path, *, bench=None, validator=None, **deployment):
+def trial(tmp_path, *, run_profile=None, validator=None, **deployment):
     made: list[StandInDeployment] = []
 
     def deploy(spec, on_phase):
@@ -90,7 +90,7 @@ def trial(tmp_path, *, bench=None, validator=None, **deployment):
         return made[-1]
 
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=validator, deploy=deploy,
-                       bench=bench or StandInBench())
+                       run_profile=run_profile or StandInBench())
     plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES}, repeats=2)
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     return measured, made
@@ -109,7 +109,7 @@ def test_a_configuration_vllm_rejects_is_config_rejected_and_nothing_is_deployed
 
 def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gone(tmp_path):
     bench = StandInBench()
-    measured, made = trial(tmp_path, bench=bench)
+    measured, made = trial(tmp_path, run_profile=bench)
     assert measured.failure is None and measured.startup_s == 12.5
     assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 2, "high": 2}
     assert bench.calls == ["low", "high", "low", "high"]  # one run of each before any repeat
@@ -127,14 +127,14 @@ def test_a_deployment_that_does_not_come_up_keeps_its_class_and_log_tail(tmp_pat
 
 
 def test_failed_requests_on_a_live_server_make_the_benchmark_invalid(tmp_path):
-    measured, made = trial(tmp_path, bench=StandInBench(failed_requests=1))
+    measured, made = trial(tmp_path, run_profile=StandInBench(failed_requests=1))
     assert measured.failure is FailureClass.BENCHMARK_INVALID
     assert measured.message == "low: 1 of 4 requests failed: HTTP 500: engine dead"
     assert measured.results == {} and made[0].teardown is not None
 
 
 def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
-    measured, made = trial(tmp_path, bench=StandInBench(failed_requests=4), serving=False)
+    measured, made = trial(tmp_path, run_profile=StandInBench(failed_requests=4), serving=False)
     assert measured.failure is FailureClass.ENGINE_DIED
     assert "worker died" in measured.message and "EngineDeadError" in measured.log_tail
     assert made[0].teardown is not None
@@ -148,7 +148,7 @@ def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
 ], ids=["benchmark-cannot-run", "disk-full", "our-bug"])
 def test_an_exception_in_the_benchmark_becomes_a_failure_class_and_the_server_is_torn_down(
         tmp_path, error, failure, words):
-    measured, made = trial(tmp_path, bench=StandInBench(error=error))
+    measured, made = trial(tmp_path, run_profile=StandInBench(error=error))
     assert measured.failure is failure and words in measured.message
     assert made[0].teardown is not None and measured.results == {}
 
@@ -167,10 +167,26 @@ def test_a_trial_beaten_beyond_the_noise_stops_measuring_and_keeps_the_runs_it_h
                 noise)
     bench = StandInBench()
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
-                       StandInDeployment(spec, on_phase), bench=bench)
+                       StandInDeployment(spec, on_phase), run_profile=bench)
     plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES},
                      repeats=2, race=race)
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     assert measured.failure is None and measured.raced.startswith("beaten by #0")
     assert bench.calls == ["low", "high"]  # one run of each, then no more
     assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 1, "high": 1}
+
+
+def test_a_capacity_search_leaves_its_probes_and_record_and_draws_nothing(tmp_path):
+    from autotune.core.metrics.slo import parse_limit
+    from autotune.core.workload.capacity_spec import CapacitySpec
+
+    capacity = WorkloadProfile(name="cap", num_prompts=4, capacity=CapacitySpec(
+        low=1, high=16, max_probes=3, limits=(parse_limit("p99_ttft_ms<=100", "test"),)))
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
+                       StandInDeployment(spec, on_phase), run_profile=StandInBench())
+    plan = BenchPlan(profiles=(capacity,), sources={"cap": RandomPrompts(512)})
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    assert measured.failure is None and measured.capacity["cap"].probes
+    names = sorted(p.name for p in (tmp_path / "trial").iterdir())
+    assert "capacity-cap.json" in names and "bench-cap-probe-1.json" in names
+    assert not [n for n in names if n.endswith(".png")]  # the report draws the curve

@@ -29,8 +29,8 @@ def trial_note(t, data: StudyData) -> str:
                          f"{versus.text if versus else '-'} |")
     for profile, search in t.capacity.items():
         lines += ["", f"Capacity ({profile}, SLOs {', '.join(search.limits)}): "
-                  f"{describe_capacity(search)}. The curve is the trial's artifact "
-                  f"`capacity-{profile}.png`; every probe is in `capacity-{profile}.json`."]
+                  f"{describe_capacity(search)}. The curve is drawn by `autotune report`; every "
+                  f"probe is in the trial's artifact `capacity-{profile}.json`."]
     lines += ["", "Launch flags:", "", "```", "vllm serve MODEL " + " ".join(t.argv), "```"]
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@ profile: search its load), tear down.
 rejected flags, a deployment that does not come up, an invalid run, a dead engine, a benchmark
 that cannot run and a bug of ours each become a failure class with a message (and vLLM's log
 tail), never an exception, and the server is gone when it returns. ``TrialSetup.deploy`` and
-``TrialSetup.bench`` are its seams: the real deployment and client by default; tests of its
+``TrialSetup.run_profile`` are its seams: the real deployment and client by default; tests of its
 branches pass stand-ins. Knows nothing of Optuna.
 """
 
@@ -79,7 +79,7 @@ class Served(Protocol):
 
 Phase = Callable[[str], None]
 Deploy = Callable[..., Served]  # (spec: DeploymentSpec, on_phase=...) -> Served
-Bench = Callable[..., BenchmarkRun]  # as shell.client.run_profile
+ProfileRunner = Callable[..., BenchmarkRun]  # runs one profile on a server: shell.client.run_profile
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class TrialSetup:
     validator: VllmValidator | None = None
     extra_env: tuple[tuple[str, str], ...] = ()  # e.g. the trial marker the reaper looks for
     deploy: Deploy = ServerProcess
-    bench: Bench = run_profile
+    run_profile: ProfileRunner = run_profile
 
 
 TrialFunction = Callable[[Sequence[str], "BenchPlan", "TrialSetup", Phase], Measurement]
@@ -105,7 +105,7 @@ def _write(path: Path, payload: dict, files: list[Path]) -> None:
     files.append(path)
 
 
-def _search_capacity(dep: Served, bench: Bench, target: Target, profile: WorkloadProfile, plan: BenchPlan,
+def _search_capacity(dep: Served, run_profile: ProfileRunner, target: Target, profile: WorkloadProfile, plan: BenchPlan,
                      seed: int, results: Mapping[str, ProfileResult], workdir: Path,
                      on_phase: Phase, files: list[Path]) -> CapacitySearch:
     """Probe loads on this deployment until the search finds the boundary."""
@@ -118,7 +118,7 @@ def _search_capacity(dep: Served, bench: Bench, target: Target, profile: Workloa
         nonlocal count
         count += 1
         on_phase(f"capacity {profile.name}: probe {count} at {load:g} {spec.unit} ({why})")
-        run = bench(target, profile.at_load(load), seed=seed + count, source=plan.sources[profile.name], slo=slo)
+        run = run_profile(target, profile.at_load(load), seed=seed + count, source=plan.sources[profile.name], slo=slo)
         _write(workdir / f"bench-{profile.name}-probe-{count}.json",
                {"profile": profile.name, "load": load, "seed": seed + count,
                 **to_vllm_json(run.summary)}, files)
@@ -128,11 +128,6 @@ def _search_capacity(dep: Served, bench: Bench, target: Target, profile: Workloa
 
     found = search(profile.name, spec, measure, incumbent_for(profile, plan, results))
     _write(workdir / f"capacity-{profile.name}.json", found.to_dict(), files)
-    if found.probes:
-        from autotune.study.plots import plot_capacity
-
-        plot_capacity({profile.name: found}, workdir / f"capacity-{profile.name}.png")
-        files.append(workdir / f"capacity-{profile.name}.png")
     return found
 
 
@@ -149,16 +144,16 @@ def incumbent_for(profile: WorkloadProfile, plan: BenchPlan,
 
 
 @dataclass(frozen=True)
-class Benched:
-    """What the benchmark of one deployment gave."""
+class DeploymentResults:
+    """What benchmarking one deployment gave."""
 
     results: dict[str, ProfileResult]
     searches: dict[str, CapacitySearch]
     raced: str = ""  # why the remaining runs were skipped (beaten beyond the noise)
 
 
-def _bench(dep: Served, bench: Bench, plan: BenchPlan, workdir: Path, on_phase: Phase,
-           files: list[Path]) -> Benched:
+def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchPlan, workdir: Path, on_phase: Phase,
+               files: list[Path]) -> DeploymentResults:
     target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
     index = {p.name: i for i, p in enumerate(plan.profiles)}
     fixed = {p.name: p for p in plan.profiles if p.capacity is None}
@@ -172,7 +167,7 @@ def _bench(dep: Served, bench: Bench, plan: BenchPlan, workdir: Path, on_phase: 
         on_phase(f"benchmarking {name}" + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
         # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
         seed = plan.seed * 1000 + index[name] * 100 + r
-        run = bench(target, profile, seed=seed, source=plan.sources[name])
+        run = run_profile(target, profile, seed=seed, source=plan.sources[name])
         _write(workdir / f"bench-{name}-{r + 1}.json",
                {"profile": name, "seed": seed, "repeat": r + 1, **to_vllm_json(run.summary)}, files)
         if not run.summary.valid:
@@ -182,18 +177,18 @@ def _bench(dep: Served, bench: Bench, plan: BenchPlan, workdir: Path, on_phase: 
         raced = beaten(plan.race, results) if plan.race is not None else ""
         if raced:
             on_phase(f"stopped: {raced}")
-            return Benched(results, {}, raced)
+            return DeploymentResults(results, {}, raced)
     searches: dict[str, CapacitySearch] = {}
     for profile in plan.profiles:
         if profile.capacity is None:
             continue
-        found = _search_capacity(dep, bench, target, profile, plan,
+        found = _search_capacity(dep, run_profile, target, profile, plan,
                                  plan.seed * 1000 + index[profile.name] * 100, results, workdir,
                                  on_phase, files)
         searches[profile.name] = found
         if found.boundary.found:
             results[profile.name] = ProfileResult(profile.name, tuple(found.runs_at_boundary()))
-    return Benched(results, searches)
+    return DeploymentResults(results, searches)
 
 
 class _InvalidRun(Exception):
@@ -225,7 +220,7 @@ def run_trial(
     files: list[Path] = []
     failure: FailureClass | None = None
     message = log_tail = ""
-    benched = Benched({}, {})
+    benchmarked = DeploymentResults({}, {})
     bench_s = 0.0
     gpu_mib: int | None = None
     try:
@@ -233,7 +228,7 @@ def run_trial(
             b0 = time.monotonic()
             try:
                 gpu_mib = dep.gpu_used_mib()
-                benched = _bench(dep, setup.bench, plan, setup.workdir, on_phase, files)
+                benchmarked = _benchmark(dep, setup.run_profile, plan, setup.workdir, on_phase, files)
             except _InvalidRun as exc:
                 if not dep.is_serving():
                     err = dep.diagnose(str(exc))
@@ -257,8 +252,8 @@ def run_trial(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
         startup_phases=phases.as_dict() if phases else {},
         bench_s=bench_s, wall_s=time.monotonic() - t0,
-        results=benched.results if not failure else {},
-        capacity=benched.searches if not failure else {}, raced=benched.raced if not failure else "",
+        results=benchmarked.results if not failure else {},
+        capacity=benchmarked.searches if not failure else {}, raced=benchmarked.raced if not failure else "",
         gpu_memory_mib=gpu_mib,
         files=tuple(files), teardown_clean=report.clean if report else True,
         teardown_s=report.seconds if report else 0.0,
