@@ -80,7 +80,10 @@ class StudyData:
         b = self.baseline
         if b is None or not b.feasible or not b.has(profile, metric) or b.number == t.number:
             return None
-        return compare(self.estimate(t, profile, metric), self.estimate(b, profile, metric))
+        mine, theirs = self.estimate(t, profile, metric), self.estimate(b, profile, metric)
+        if not (mine.mean > 0 and theirs.mean > 0):
+            return None  # no ratio of a value <= 0 (a hit rate of 0): no relative change
+        return compare(mine, theirs)
 
 
 def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
@@ -129,7 +132,7 @@ def failures_by_class(outcomes: Sequence[TrialOutcome]) -> dict[str, list[TrialO
     out: dict[str, list[TrialOutcome]] = defaultdict(list)
     for t in outcomes:
         if t.failure is not None:
-            out[t.failure.value].append(t)
+            out[t.failure.name].append(t)
     return dict(sorted(out.items()))
 
 

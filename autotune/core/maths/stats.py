@@ -7,8 +7,9 @@ study that has repeats. A trial measured once borrows that pooled noise; a study
 repeat falls back to an assumed noise, and says so ("assumed").
 
 An ``Estimate`` is a mean with the noise behind it; a ``Change`` is the relative difference of
-two estimates (or an effect) with its interval. A change whose interval contains zero is a tie,
-never a finding.
+two estimates (or an effect) with its interval; a ``Difference`` is an absolute one, for the
+metrics that can be 0 (a rate, a count), where a ratio has no meaning. A change whose interval
+contains zero is a tie, never a finding.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri, stdtrit  # scipy.stats costs a second to import
+from scipy.special import ndtr, ndtri, stdtrit  # scipy.stats costs a second to import
 
 from autotune.core.metrics.registry import ASSUMED_LOG_SD, METRICS
 
@@ -64,21 +65,31 @@ def _logs(values: Sequence[float]) -> np.ndarray | None:
     return np.log(arr) if arr.size and np.all(arr > 0) and np.all(np.isfinite(arr)) else None
 
 
+def pooled_sd(groups: Iterable[Sequence[float]]) -> tuple[float, int, int] | None:
+    """The within-group standard deviation in the values' own unit, pooled over the groups of
+    two or more finite values and weighted by their degrees of freedom, with those degrees of
+    freedom and the number of groups; None without any such group."""
+    ss, df, trials = 0.0, 0, 0
+    for values in groups:
+        arr = np.asarray(values, dtype=float)
+        if arr.size < 2 or not np.all(np.isfinite(arr)):
+            continue
+        ss += float(np.sum((arr - arr.mean()) ** 2))
+        df += arr.size - 1
+        trials += 1
+    return (math.sqrt(ss / df), df, trials) if df else None
+
+
 def pooled_noise(groups: Mapping[str, Iterable[Sequence[float]]]) -> NoiseModel:
     """Pool the within-group log variance of each metric over its groups (one group: the
-    repeats of one profile on one deployment) weighted by their degrees of freedom."""
+    repeats of one profile on one deployment) weighted by their degrees of freedom; groups with
+    a value <= 0 have no log and are left out."""
     out: dict[str, Noise] = {}
     for metric, metric_groups in groups.items():
-        ss, df, trials = 0.0, 0, 0
-        for values in metric_groups:
-            logs = _logs(values)
-            if logs is None or logs.size < 2:
-                continue
-            ss += float(np.sum((logs - logs.mean()) ** 2))
-            df += logs.size - 1
-            trials += 1
-        if df:
-            out[metric] = Noise(math.sqrt(ss / df), float(df),
+        found = pooled_sd(logs for logs in map(_logs, metric_groups) if logs is not None)
+        if found is not None:
+            sd, df, trials = found
+            out[metric] = Noise(sd, float(df),
                                 f"pooled from {df + trials} repeats of {trials} measurement(s)")
     return NoiseModel(out)
 
@@ -97,6 +108,10 @@ class Change:
         return self.low_pct > 0 or self.high_pct < 0
 
     @property
+    def sign(self) -> float:
+        return math.copysign(1.0, self.pct) if self.pct else 0.0
+
+    @property
     def text(self) -> str:
         return f"{self.pct:+.1f}% [{self.low_pct:+.1f}, {self.high_pct:+.1f}]"
 
@@ -104,6 +119,35 @@ class Change:
     def from_log(cls, d: float, se: float, df: float) -> Change:
         t = t_quantile(df)
         return cls(*(100.0 * math.expm1(x) for x in (d, d - t * se, d + t * se)))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """An absolute difference in ``unit`` with its interval; ``significant`` when the interval
+    excludes zero."""
+
+    value: float
+    low: float
+    high: float
+    unit: str
+
+    @property
+    def significant(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    @property
+    def sign(self) -> float:
+        return math.copysign(1.0, self.value) if self.value else 0.0
+
+    @property
+    def text(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.value:+.3g}{unit} [{self.low:+.3g}, {self.high:+.3g}]"
+
+    @classmethod
+    def from_se(cls, d: float, se: float, df: float, unit: str) -> Difference:
+        t = t_quantile(df)
+        return cls(d, d - t * se, d + t * se, unit)
 
 
 @dataclass(frozen=True)
@@ -152,17 +196,62 @@ def compare(a: Estimate, b: Estimate) -> Change:
     return Change.from_log(d, se, df)
 
 
-def mean_log_change(diffs: Sequence[float], noise: Noise, n_each: float) -> Change:
-    """The mean of paired log differences with its interval: from the pairs' own scatter when
-    there are several, never narrower than what the measurement noise allows."""
+POWER = 0.8  # the chance of separating a stated difference that sample sizes aim for
+
+
+def separation_chance(difference: float, noise: Noise, n_a: float, n_b: float) -> float:
+    """The chance that ``compare`` separates the means of ``n_a`` and ``n_b`` runs of two
+    configurations whose true relative difference is ``difference`` (0.05: 5%), under ``noise``
+    (two-sided at ``LEVEL``; the normal approximation with the t quantile of the noise's
+    degrees of freedom)."""
+    d = abs(math.log1p(difference))
+    se = noise.log_sd * math.sqrt(1.0 / n_a + 1.0 / n_b)
+    if se == 0:
+        return 1.0 if d > 0 else 0.0
+    t = t_quantile(noise.df)
+    return float(ndtr(d / se - t) + ndtr(-d / se - t))
+
+
+def rounds_to_separate(difference: float, noise: Noise, *, runs_per_round: int,
+                       runs_now: tuple[int, int] = (0, 0), power: float = POWER) -> int:
+    """The fewest rounds, each adding ``runs_per_round`` runs to both of two configurations
+    that hold ``runs_now`` runs, after which a true relative difference of ``difference`` is
+    separated with at least the chance ``power``. Derived from the difference worth caring
+    about, never from an observed one (the observed one is what the noise leaves in doubt);
+    the noise's degrees of freedom are today's, which new runs only raise."""
+    if not difference > 0 or runs_per_round < 1 or not 0 < power < 1:
+        raise ValueError(f"difference {difference} must be > 0, runs_per_round "
+                         f"{runs_per_round} >= 1 and power {power} in (0, 1)")
+
+    def chance(rounds: int) -> float:
+        n_a, n_b = (n + rounds * runs_per_round for n in runs_now)
+        return separation_chance(difference, noise, n_a, n_b) if min(n_a, n_b) > 0 else 0.0
+
+    # Equal runs n each need about 2 (sd (t + z) / d)^2; from there, the exact fewest.
+    each = 2 * (noise.log_sd * (t_quantile(noise.df) + float(ndtri(power)))
+                / math.log1p(difference)) ** 2
+    low, high = 0, max(1, math.ceil(each / runs_per_round))
+    while chance(high) < power:
+        low, high = high, 2 * high
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if chance(mid) >= power else (mid + 1, high)
+    return low
+
+
+def mean_paired(diffs: Sequence[float], noise_sd: float, noise_df: float, n_each: float
+                ) -> tuple[float, float, float]:
+    """The mean of paired differences with its standard error and degrees of freedom: from
+    the pairs' own scatter when there are several, never narrower than what the measurement
+    noise (``noise_sd`` on the differences' scale, one run) allows."""
     k = len(diffs)
     d = float(np.mean(diffs))
-    noise_se = noise.log_sd * math.sqrt(2.0 / max(n_each, 1.0)) / math.sqrt(k)
+    noise_se = noise_sd * math.sqrt(2.0 / max(n_each, 1.0)) / math.sqrt(k)
     if k >= 2:
         pair_se = float(np.std(diffs, ddof=1)) / math.sqrt(k)
         if pair_se > noise_se:
-            return Change.from_log(d, pair_se, k - 1)
-    return Change.from_log(d, noise_se, noise.df)
+            return d, pair_se, k - 1
+    return d, noise_se, noise_df
 
 
 # ------------------------------------------------------------- over seeds (sampler benchmarks)

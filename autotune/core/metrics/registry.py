@@ -24,6 +24,15 @@ class Source(StrEnum):
     SEARCH = "capacity search"  # the load a capacity search found (core.capacity)
 
 
+class Scale(StrEnum):
+    """How two values of a metric are compared in an effect: as a ratio (on the log scale,
+    for what is always > 0: throughputs, latencies) or as a difference in the metric's unit
+    (for what can be 0 in a run: rates, shares, counts)."""
+
+    RATIO = "ratio"
+    DIFFERENCE = "difference"
+
+
 # Without any repeat in a study: identical runs on these machines differ by 6-12% in throughput
 # and E2EL (../shared/notes/vllm-on-cpu.md) and by far more in TTFT; a log-sd of 0.08 (and 0.5
 # for TTFT) keeps the assumed intervals on the honest side of that.
@@ -44,6 +53,7 @@ class Metric:
     assumed_log_sd: float = ASSUMED_LOG_SD
     summary: bool = False  # one of the few shown per profile in notes and checks
     detail: bool = False  # a further statistic of a distribution (std, median, p50, p90)
+    effect_scale: Scale = Scale.RATIO
 
     @property
     def direction(self) -> str:
@@ -64,7 +74,9 @@ for _key, _label, _unit in (("output_throughput", "output throughput", "tok/s"),
                             ("request_throughput", "request throughput", "req/s"),
                             ("request_goodput", "goodput", "req/s")):
     _register(Metric(_key, _unit, True, _label, grows_with_load=True,
-                     summary=_key == "output_throughput"))
+                     summary=_key == "output_throughput",
+                     # no request may meet the SLOs: goodput 0
+                     effect_scale=Scale.DIFFERENCE if _key == "request_goodput" else Scale.RATIO))
 _register(Metric("capacity_load", "load", True, "load carried", grows_with_load=True,
                  source=Source.SEARCH))
 for _m, _name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
@@ -87,12 +99,12 @@ for _low, _high in PROMPT_BUCKETS:
                      assumed_log_sd=ASSUMED_LOG_SD_TTFT, detail=True))
 # Speculative decoding over the run, from the server's counters (as vLLM's benchmark reads them).
 _register(Metric("spec_decode_acceptance_rate", "%", True, "draft acceptance rate",
-                 source=Source.SERVER, assumed_log_sd=0.2))
+                 source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE))
 _register(Metric("spec_decode_acceptance_length", "tokens", True, "tokens per step",
                  source=Source.SERVER, assumed_log_sd=0.2))
 # The share of prompt tokens the server found in its prefix cache during the run.
 _register(Metric("prefix_cache_hit_rate", "%", True, "prefix-cache hit rate",
-                 source=Source.SERVER, assumed_log_sd=0.2))
+                 source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE))
 
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
 # What one run measures, for tables of runs: every metric but the further statistics.
