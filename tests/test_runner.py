@@ -19,9 +19,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.core.deployment import failures
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.workload.profiles import get_profile
-from autotune.errors import ConfigError, FailureClass
+from autotune.errors import ConfigError
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
@@ -63,7 +64,7 @@ class StandIn:
         self.calls.append(tuple(argv))
         on_phase("benchmarking (stand-in)")
         if "--enable-expert-parallel" in argv:
-            return Measurement(FailureClass.ENGINE_DIED, "worker died with exit code -11",
+            return Measurement(failures.ENGINE_DIED, "worker died with exit code -11",
                                log_tail="segfault", startup_s=1.0)
         slow = 0.5 if argv[argv.index("--optimization-level") + 1] == "0" else 1.0
         mtp = "--speculative-config" in argv
@@ -113,7 +114,7 @@ def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(
     assert sum(t.state == "complete" for t in found) == 6
     assert study.metric_names == ["low-concurrency:mean_e2el_ms", "high-concurrency:output_throughput"]
     ep = found[2]
-    assert ep.failure is FailureClass.ENGINE_DIED and ep.log_tail == "segfault" and not ep.feasible
+    assert ep.failure is failures.ENGINE_DIED and ep.log_tail == "segfault" and not ep.feasible
     assert study.trials[2].values == [math.inf, 0.0] and study.trials[2].constraints["served"] == 1.0
     base = found[0]
     assert base.feasible and len(base.results["low-concurrency"].runs) == 2
@@ -159,13 +160,13 @@ def test_a_trial_past_its_slo_is_infeasible_with_its_measurements(tmp_path):
     plan = make_plan(tmp_path, trials=2, slos=["low-concurrency:p99_ttft_ms<=100"])
     study = run(plan, StandIn())
     o0 = next(t for t in outcomes(study) if t.reference == "o0")  # -O0 doubles the p99 TTFT
-    assert o0.failure is FailureClass.SLO_VIOLATED and o0.results and not o0.feasible
+    assert o0.failure is failures.SLO_VIOLATED and o0.results and not o0.feasible
     assert o0.slo_violations["low-concurrency:p99_ttft_ms<=100"] == pytest.approx(60.0)
     assert study.trials[o0.number].values[0] < math.inf  # measured values, not the failure's
 
 
-@pytest.mark.parametrize("error, failure", [(KeyboardInterrupt, FailureClass.INTERRUPTED),
-                                            (ValueError, FailureClass.INTERNAL_ERROR)],
+@pytest.mark.parametrize("error, failure", [(KeyboardInterrupt, failures.INTERRUPTED),
+                                            (ValueError, failures.INTERNAL_ERROR)],
                          ids=["ctrl-c", "bug"])
 def test_an_exception_in_a_trial_fails_it_and_leaves_nothing_running(tmp_path, error, failure):
     def broken(argv, bench, setup, on_phase):
@@ -209,11 +210,12 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     for t, before in zip(data.outcomes, search.outcomes, strict=True):
         assert t.results == (read_confirmed(study)[t.number] if t.number in confirmed else before.results)
     # The report counts every trial and marks the confirmed ones; none is forgotten.
-    from autotune.study.report import compute, render
+    from autotune.study.report_data import compute_report
+    from autotune.study.report_render import report_sections
 
-    report = compute(study)
+    report = compute_report(study)
     assert len(report.data.feasible) == len(search.feasible) and report.confirmed == set(confirmed)
-    trials = next(sec for sec in render(report) if sec.title == "Every trial").tables[0][1]
+    trials = next(sec for sec in report_sections(report) if sec.title == "Every trial").tables[0][1]
     assert len(trials) == len(search.outcomes)
     assert sum("(confirmed)" in row[0] for row in trials) == len(confirmed)
 
@@ -273,7 +275,7 @@ def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_i
     assert o0.status == "dominated" and base.status == "ok" and ep.status == "engine_died"
     assert o0.number not in [t.number for t in study_data(study).front()]
     assert study.trials[1].constraints["served"] == 0.0 and study.trials[1].values[1] == 0.0
-    assert ep.failure is FailureClass.ENGINE_DIED and "capacity" not in ep.capacity
+    assert ep.failure is failures.ENGINE_DIED and "capacity" not in ep.capacity
 
 
 def test_a_capacity_profile_without_an_slo_is_a_one_line_error(tmp_path):
