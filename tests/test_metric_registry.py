@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.core.analysis import table
 from autotune.core.maths.stats import assumed_log_sd
-from autotune.core.metrics.registry import METRICS, SUMMARY_METRICS, Source, metric, unit_of
+from autotune.core.metrics.registry import (
+    LATENCY_METRIC,
+    METRICS,
+    SUMMARY_METRICS,
+    TABLE_METRICS,
+    THROUGHPUT_METRIC,
+    Source,
+    metric,
+    unit_of,
+)
 from autotune.core.metrics.slo import parse_limit
 from autotune.core.metrics.summary import PrefixCacheStats, RequestResult, SpecDecodeStats, flat_metrics, summarize
 from autotune.core.trial.capacity_search import MONOTONE_IN_LOAD
@@ -52,5 +62,9 @@ def test_the_lists_elsewhere_are_derived_from_the_registry():
     assert set(MONOTONE_IN_LOAD) == {k for k, m in METRICS.items() if m.grows_with_load}
     assert "output_throughput" in MONOTONE_IN_LOAD and "mean_e2el_ms" not in MONOTONE_IN_LOAD
     assert SUMMARY_METRICS == ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+    assert table.TABLE_METRICS is TABLE_METRICS and set(TABLE_METRICS) == {
+        "output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms", "p99_e2el_ms",
+        "p99_ttft_ms", "request_throughput"}  # the recorded tables' columns, as recorded
+    assert (THROUGHPUT_METRIC, LATENCY_METRIC) == ("output_throughput", "mean_e2el_ms")
     assert assumed_log_sd("p99_ttft_ms") == METRICS["p99_ttft_ms"].assumed_log_sd > assumed_log_sd(
         "mean_e2el_ms")

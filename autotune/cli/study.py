@@ -31,6 +31,7 @@ from autotune.cli.common import (
 from autotune.core.analysis.scheduling import parse_duration
 from autotune.core.analysis.study_data import StudyData, describe_params
 from autotune.core.deployment.slots import Slot
+from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.trial.capacity_search import boundary_cell as capacity_cell
 from autotune.core.trial.capacity_search import boundary_text as describe_capacity
 from autotune.core.trial.outcome import TrialOutcome
@@ -78,10 +79,11 @@ def describe_result(t: TrialOutcome) -> str:
         dup = f" (same flags as #{t.duplicate_of}, not relaunched)" if t.duplicate_of is not None \
             and t.startup_s is None else ""
         return f"infeasible, {t.failure.value}: {t.failure_message[:200]}{dup}"
-    parts = [f"{p}: {fmt(r.mean('output_throughput'))} tok/s, {fmt(r.mean('mean_e2el_ms'), 0)} ms"
+    tput, lat = THROUGHPUT_METRIC, LATENCY_METRIC
+    parts = [f"{p}: {fmt(r.mean(tput))} {unit_of(tput)}, {fmt(r.mean(lat), 0)} {unit_of(lat)}"
              for p, r in t.results.items() if p not in t.capacity]
     parts += [f"{p}: {describe_capacity(s)}" + (
-        f", {fmt(t.value(p, 'output_throughput'))} tok/s there" if s.boundary.found else "")
+        f", {fmt(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
         for p, s in t.capacity.items()]
     return f"ready in {t.startup_text}; " + "; ".join(parts)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from autotune.core.maths.pareto import pareto_front
 from autotune.core.maths.stats import Change, Estimate, NoiseModel, compare, pooled_noise
+from autotune.core.metrics.registry import THROUGHPUT_METRIC
 from autotune.core.space.search_space import Value
 from autotune.core.trial.capacity_search import Incumbent, by_load
 from autotune.core.trial.objectives import Objective
@@ -91,7 +92,7 @@ def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
     other profiles: what a new capacity search may start from (``core.capacity``)."""
     return tuple(
         Incumbent(t.number, t.capacity[profile].boundary.load,
-                  t.value(profile, "output_throughput"),
+                  t.value(profile, THROUGHPUT_METRIC),
                   {o.name: o.cost(t.value(o.profile, o.metric))
                    for o in data.objectives if o.profile != profile})
         for t in data.feasible if profile in t.capacity)

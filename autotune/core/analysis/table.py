@@ -20,16 +20,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune.core.metrics.registry import TABLE_METRICS
 from autotune.core.space.search_space import Value, params_key
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 
 SERVED = "served"
 NOT_REACHED = "not_reached"
-# What each run keeps: the objectives' metrics and what a reader of the table wants beside them.
-# The recorded CSV's fixed columns (a file layout: changing it changes the format).
-TABLE_METRICS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms",
-           "p99_e2el_ms", "p99_ttft_ms", "request_throughput")
 
 
 @dataclass(frozen=True)

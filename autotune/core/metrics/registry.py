@@ -40,6 +40,14 @@ ASSUMED_LOG_SD = 0.08
 ASSUMED_LOG_SD_TTFT = 0.5
 
 
+class Role(StrEnum):
+    """What a metric stands for where a line has room for one throughput and one latency (a
+    trial's one-line result) or one throughput (what a capacity search's incumbent carried)."""
+
+    THROUGHPUT = "throughput"
+    LATENCY = "latency"
+
+
 @dataclass(frozen=True)
 class Metric:
     """Everything autotune knows about one metric."""
@@ -54,6 +62,8 @@ class Metric:
     summary: bool = False  # one of the few shown per profile in notes and checks
     detail: bool = False  # a further statistic of a distribution (std, median, p50, p90)
     effect_scale: Scale = Scale.RATIO
+    table: bool = False  # a column of a recorded table (core.analysis.table): part of its layout
+    role: Role | None = None
 
     @property
     def direction(self) -> str:
@@ -75,6 +85,8 @@ for _key, _label, _unit in (("output_throughput", "output throughput", "tok/s"),
                             ("request_goodput", "goodput", "req/s")):
     _register(Metric(_key, _unit, True, _label, grows_with_load=True,
                      summary=_key == "output_throughput",
+                     table=_key in ("output_throughput", "request_throughput"),
+                     role=Role.THROUGHPUT if _key == "output_throughput" else None,
                      # no request may meet the SLOs: goodput 0
                      effect_scale=Scale.DIFFERENCE if _key == "request_goodput" else Scale.RATIO))
 _register(Metric("capacity_load", "load", True, "load carried", grows_with_load=True,
@@ -84,7 +96,9 @@ for _m, _name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "
         _register(Metric(f"{_stat}_{_m}_ms", "ms", False, f"{_stat} {_name}",
                          assumed_log_sd=ASSUMED_LOG_SD_TTFT if _m == "ttft" else ASSUMED_LOG_SD,
                          summary=_stat == "mean" and _m != "itl",
-                         detail=_stat not in ("mean", "p99")))
+                         detail=_stat not in ("mean", "p99"),
+                         table=(_stat == "mean" and _m != "itl") or (_stat == "p99" and _m in ("ttft", "e2el")),
+                         role=Role.LATENCY if (_stat, _m) == ("mean", "e2el") else None))
 # TTFT by prompt length: where long prompts wait (chunked prefill, batched tokens) shows here.
 PROMPT_BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 256), (256, 1024), (1024, 4096), (4096, None))
 
@@ -107,6 +121,9 @@ _register(Metric("prefix_cache_hit_rate", "%", True, "prefix-cache hit rate",
                  source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE))
 
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
+TABLE_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.table)
+THROUGHPUT_METRIC, LATENCY_METRIC = (next(k for k, m in METRICS.items() if m.role is r)
+                                     for r in (Role.THROUGHPUT, Role.LATENCY))
 # What one run measures, for tables of runs: every metric but the further statistics.
 RUN_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items()
                                      if not m.detail and m.source is not Source.SEARCH)
