@@ -6,8 +6,8 @@
     │   └── SpaceError            a search space or reference file is malformed
     ├── ValidationError           vLLM's own parser rejected a flag set (no server started)
     │   └── ValidationUnavailable the installed vLLM's parser cannot be found (another version)
-    ├── DeploymentError           a vLLM server did not come up or died; carries a
-    │                             FailureClass and the log tail
+    ├── DeploymentError           a vLLM server did not come up or died; carries its failure
+    │                             class (core.deployment.failures) and the log tail
     ├── BenchmarkError            a benchmark could not run at all (not: some requests failed,
     │                             which is data in the benchmark record)
     └── StudyError                the study storage or its state is unusable
@@ -17,7 +17,7 @@ Messages say what was expected, what was found, and how to fix it.
 
 from __future__ import annotations
 
-from enum import StrEnum
+from typing import Any
 
 
 class AutotuneError(Exception):
@@ -41,25 +41,13 @@ class ValidationUnavailable(ValidationError):
     flags are then checked by deploying them."""
 
 
-class FailureClass(StrEnum):
-    """Why a deployment or trial failed; stored with every failed trial."""
-
-    CONFIG_REJECTED = "config_rejected"
-    STARTUP_CRASH = "startup_crash"
-    STARTUP_TIMEOUT = "startup_timeout"
-    OUT_OF_MEMORY = "out_of_memory"
-    ENGINE_DIED = "engine_died"
-    BENCHMARK_INVALID = "benchmark_invalid"
-    SLO_VIOLATED = "slo_violated"  # served and measured, but past an SLO limit
-    INTERRUPTED = "interrupted"
-    INTERNAL_ERROR = "internal_error"  # a bug of autotune's; the trial is failed, not lost
-
-
 class DeploymentError(AutotuneError):
     """Raised when a vLLM server fails to start, to become ready, or dies while serving."""
 
-    def __init__(self, failure: FailureClass, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{failure.value}: {message}")
+    # ``failure`` is a ``core.deployment.failures.FailureClass``: this module sits below the
+    # core and cannot name the type.
+    def __init__(self, failure: Any, message: str, *, log_tail: str = "") -> None:
+        super().__init__(f"{failure.name}: {message}")
         self.failure = failure
         self.reason = message
         self.log_tail = log_tail

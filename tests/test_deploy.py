@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from autotune.core.deployment import failures
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.errors import DeploymentError, FailureClass
+from autotune.errors import DeploymentError
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.processes import port_is_free, processes_titled, session_pids
@@ -72,7 +73,7 @@ def test_an_invalid_flag_value_fails_fast_as_configuration_rejected(dense_model,
     with pytest.raises(DeploymentError) as info:
         with ServerProcess(spec_for(dense_model, tmp_path, "--max-num-seqs", "-1")):
             pass
-    assert info.value.failure == FailureClass.CONFIG_REJECTED
+    assert info.value.failure == failures.CONFIG_REJECTED
     assert "max_num_seqs" in info.value.reason and "greater than or equal to 1" in info.value.reason
     assert info.value.log_tail
     assert time.monotonic() - t0 < 120
@@ -91,7 +92,7 @@ def test_a_killed_worker_is_detected_as_engine_death_and_the_run_is_invalid(dens
         assert run.summary.invalid_reason.startswith(f"{run.summary.failed} of 6 requests failed")
         assert not dep.is_serving()
         err = dep.diagnose("requests failed")
-        assert err.failure == FailureClass.ENGINE_DIED
+        assert err.failure == failures.ENGINE_DIED
         assert "died" in err.reason
     assert dep.teardown is not None and dep.teardown.clean
 
@@ -106,8 +107,8 @@ def test_expert_parallel_on_the_moe_model_is_classified_or_works(moe_model, tmp_
         with dep:
             outcome = "works"
     except DeploymentError as exc:
-        outcome = exc.failure.value
-        assert exc.failure in (FailureClass.ENGINE_DIED, FailureClass.STARTUP_CRASH), exc
+        outcome = exc.failure.name
+        assert exc.failure in (failures.ENGINE_DIED, failures.STARTUP_CRASH), exc
         assert "died unexpectedly" in exc.reason  # exit code -11 or None, as seen here
     record_property("expert_parallel_outcome", outcome)
     print(f"expert parallel on the MoE model: {outcome}")

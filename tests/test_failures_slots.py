@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.core.deployment import failures
 from autotune.core.deployment.failures import classify_startup_exit, engine_died, vllm_message
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
-from autotune.errors import ConfigError, FailureClass
+from autotune.errors import ConfigError
 
 ARGPARSE_LOG = "usage: api_server.py [-h]\napi_server.py: error: argument --max-num-seqs: invalid int value: 'x'\n"
 PYDANTIC_LOG = (
@@ -23,16 +24,36 @@ WORKER_LOG = (
 @pytest.mark.parametrize(
     ("code", "log", "expected"),
     [
-        (2, ARGPARSE_LOG, FailureClass.CONFIG_REJECTED),
-        (1, PYDANTIC_LOG, FailureClass.CONFIG_REJECTED),
-        (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", FailureClass.OUT_OF_MEMORY),
-        (-9, "Loading weights", FailureClass.OUT_OF_MEMORY),
-        (1, WORKER_LOG, FailureClass.STARTUP_CRASH),
+        (2, ARGPARSE_LOG, failures.CONFIG_REJECTED),
+        (1, PYDANTIC_LOG, failures.CONFIG_REJECTED),
+        (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", failures.OUT_OF_MEMORY),
+        (-9, "Loading weights", failures.OUT_OF_MEMORY),
+        (1, WORKER_LOG, failures.STARTUP_CRASH),
+        (1, "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 8000): "
+            "address already in use", failures.HOST_FAULT),
+        (1, "OSError: [Errno 28] No space left on device: '/root/.cache/vllm'", failures.HOST_FAULT),
     ],
-    ids=["argparse", "pydantic", "cuda-oom", "sigkill", "worker-crash"],
+    ids=["argparse", "pydantic", "cuda-oom", "sigkill", "worker-crash", "port-taken", "disk-full"],
 )
 def test_startup_exits_are_classified(code, log, expected):
     assert classify_startup_exit(code, log).failure == expected
+
+
+def test_every_failure_class_is_one_record_stored_by_its_name_and_the_table_is_derived_from_them():
+    table = failures.failure_table().splitlines()
+    assert len(table) == 2 + len(failures.FAILURE_CLASSES)
+    for name, record in failures.FAILURE_CLASSES.items():
+        assert failures.failure_class(name) is record and record.name == name
+        (row,) = [r for r in table if r.startswith(f"| `{name}` |")]
+        assert record.seen_as in row and record.remedy in row
+        assert ("infeasible" in row) is record.blames_configuration
+    with pytest.raises(ValueError, match="failure class 'gone': valid: config_rejected, "):
+        failures.failure_class("gone")
+
+
+def test_only_failures_the_configuration_causes_are_held_against_it():
+    ours = {f.name for f in failures.FAILURE_CLASSES.values() if not f.blames_configuration}
+    assert ours == {"interrupted", "internal_error", "host_fault"}
 
 
 def test_the_message_is_vllms_root_cause_not_the_generic_wrapper():

@@ -80,7 +80,7 @@ def test_a_replayed_study_runs_the_references_first_and_keeps_the_tables_failure
     assert [t.reference for t in found[:len(refs)]] == refs
     for t in found:
         row = TABLE.find(t.params)
-        assert (t.failure.value if t.failure else SERVED) == row.status
+        assert (t.failure.name if t.failure else SERVED) == row.status
         if row.served:  # every replayed run is one of the recorded runs of that configuration
             for profile, result in t.results.items():
                 assert result.runs and all(recorded(run) in row.runs[profile] for run in result.runs)

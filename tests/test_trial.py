@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from autotune.core.deployment import failures
 from autotune.core.metrics.summary import RequestResult, summarize
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
+from autotune.errors import BenchmarkError, DeploymentError, ValidationError
 from autotune.shell.client import BenchmarkRun
 from autotune.shell.server import TeardownReport
 from autotune.study.trial import BenchPlan, TrialSetup, run_trial
@@ -55,7 +56,7 @@ class StandInDeployment:
         return self.serving
 
     def diagnose(self, symptom: str) -> DeploymentError:
-        return DeploymentError(FailureClass.ENGINE_DIED, f"{symptom}; vLLM: worker died",
+        return DeploymentError(failures.ENGINE_DIED, f"{symptom}; vLLM: worker died",
                                log_tail="Traceback ... EngineDeadError")
 
     def gpu_used_mib(self) -> int | None:
@@ -103,7 +104,7 @@ class Rejecting:
 
 def test_a_configuration_vllm_rejects_is_config_rejected_and_nothing_is_deployed(tmp_path):
     measured, made = trial(tmp_path, validator=Rejecting())
-    assert measured.failure is FailureClass.CONFIG_REJECTED and "must be positive" in measured.message
+    assert measured.failure is failures.CONFIG_REJECTED and "must be positive" in measured.message
     assert made == []
 
 
@@ -119,32 +120,32 @@ def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gon
 
 
 def test_a_deployment_that_does_not_come_up_keeps_its_class_and_log_tail(tmp_path):
-    error = DeploymentError(FailureClass.STARTUP_CRASH, "exited with 1: bad flag", log_tail="Traceback")
+    error = DeploymentError(failures.STARTUP_CRASH, "exited with 1: bad flag", log_tail="Traceback")
     measured, made = trial(tmp_path, start_error=error)
     assert (measured.failure, measured.message, measured.log_tail) == (
-        FailureClass.STARTUP_CRASH, "exited with 1: bad flag", "Traceback")
+        failures.STARTUP_CRASH, "exited with 1: bad flag", "Traceback")
     assert measured.results == {}
 
 
 def test_failed_requests_on_a_live_server_make_the_benchmark_invalid(tmp_path):
     measured, made = trial(tmp_path, run_profile=StandInBench(failed_requests=1))
-    assert measured.failure is FailureClass.BENCHMARK_INVALID
+    assert measured.failure is failures.BENCHMARK_INVALID
     assert measured.message == "low: 1 of 4 requests failed: HTTP 500: engine dead"
     assert measured.results == {} and made[0].teardown is not None
 
 
 def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
     measured, made = trial(tmp_path, run_profile=StandInBench(failed_requests=4), serving=False)
-    assert measured.failure is FailureClass.ENGINE_DIED
+    assert measured.failure is failures.ENGINE_DIED
     assert "worker died" in measured.message and "EngineDeadError" in measured.log_tail
     assert made[0].teardown is not None
 
 
 @pytest.mark.parametrize(("error", "failure", "words"), [
-    (BenchmarkError("--endpoint 'x': valid: completions, chat"), FailureClass.BENCHMARK_INVALID,
+    (BenchmarkError("--endpoint 'x': valid: completions, chat"), failures.BENCHMARK_INVALID,
      "the benchmark could not run: --endpoint 'x'"),
-    (OSError(28, "No space left on device"), FailureClass.INTERNAL_ERROR, "OSError: [Errno 28]"),
-    (ValueError("duration_s must be > 0, got 0"), FailureClass.INTERNAL_ERROR, "ValueError: duration_s"),
+    (OSError(28, "No space left on device"), failures.HOST_FAULT, "OSError: [Errno 28]"),
+    (ValueError("duration_s must be > 0, got 0"), failures.INTERNAL_ERROR, "ValueError: duration_s"),
 ], ids=["benchmark-cannot-run", "disk-full", "our-bug"])
 def test_an_exception_in_the_benchmark_becomes_a_failure_class_and_the_server_is_torn_down(
         tmp_path, error, failure, words):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
+from autotune.core.deployment import failures
 from autotune.core.metrics.slo import parse_slo
 from autotune.core.trial.objectives import default_objectives
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.verdict import FEASIBLE, judge
 from autotune.core.workload.profiles import get_profile
-from autotune.errors import FailureClass
 
 PROFILES = (get_profile("low-concurrency"), get_profile("high-concurrency"))
 OBJECTIVES = default_objectives(PROFILES)
@@ -32,12 +32,12 @@ def test_a_served_trial_within_its_slo_is_told_its_means_and_how_far_from_the_li
 
 def test_a_trial_past_its_slo_is_infeasible_with_its_measured_values():
     verdict = judge(served(6000.0), OBJECTIVES, [SLO], [])
-    assert verdict.outcome.failure is FailureClass.SLO_VIOLATED and not verdict.outcome.feasible
+    assert verdict.outcome.failure is failures.SLO_VIOLATED and not verdict.outcome.feasible
     assert verdict.constraints[SLO.key] == 1000.0 and verdict.values == [1000.0, 1700.0]
 
 
 def test_a_failed_trial_is_told_it_served_nothing():
-    failed = TrialOutcome(4, failure=FailureClass.ENGINE_DIED)
+    failed = TrialOutcome(4, failure=failures.ENGINE_DIED)
     verdict = judge(failed, OBJECTIVES, [SLO], ["capacity"])
     assert verdict.values == [math.inf, 0.0]
     assert verdict.constraints == {FEASIBLE: 1.0, SLO.key: 1.0, "capacity:capacity": 1.0}

@@ -78,7 +78,7 @@ def describe_result(t: TrialOutcome) -> str:
     if t.failure is not None:
         dup = f" (same flags as #{t.duplicate_of}, not relaunched)" if t.duplicate_of is not None \
             and t.startup_s is None else ""
-        return f"infeasible, {t.failure.value}: {t.failure_message[:200]}{dup}"
+        return f"infeasible, {t.failure.name}: {t.failure_message[:200]}{dup}"
     tput, lat = THROUGHPUT_METRIC, LATENCY_METRIC
     parts = [f"{p}: {fmt(r.mean(tput))} {unit_of(tput)}, {fmt(r.mean(lat), 0)} {unit_of(lat)}"
              for p, r in t.results.items() if p not in t.capacity]

@@ -23,6 +23,9 @@ from types import TracebackType
 import httpx
 
 from autotune.core.deployment.failures import (
+    ENGINE_DIED,
+    STARTUP_TIMEOUT,
+    FailureClass,
     classify_startup_exit,
     engine_death_message,
     engine_died,
@@ -31,7 +34,7 @@ from autotune.core.deployment.failures import (
     vllm_message,
 )
 from autotune.core.deployment.slots import Slot
-from autotune.errors import ConfigError, DeploymentError, FailureClass
+from autotune.errors import ConfigError, DeploymentError
 from autotune.shell.install import Entrypoint, resolve_entrypoint
 from autotune.shell.processes import (
     HOST,
@@ -200,7 +203,7 @@ class ServerProcess:
                     raise self._fail(diag.failure, f"start-up failed: {diag.message}")
                 if time.monotonic() > deadline:
                     raise self._fail(
-                        FailureClass.STARTUP_TIMEOUT,
+                        STARTUP_TIMEOUT,
                         f"not ready after {self.spec.startup_timeout_s:.0f} s "
                         f"(last log line: {vllm_message(self.log_text())})",
                     )
@@ -257,9 +260,9 @@ class ServerProcess:
         code = self._proc.poll() if self._proc else None
         if engine_died(log) or code is not None:
             return self._fail(
-                FailureClass.ENGINE_DIED, f"{symptom}; vLLM: {engine_death_message(log)}"
+                ENGINE_DIED, f"{symptom}; vLLM: {engine_death_message(log)}"
             )
-        return self._fail(FailureClass.ENGINE_DIED, symptom)
+        return self._fail(ENGINE_DIED, symptom)
 
     def is_serving(self) -> bool:
         """Process alive and its log does not report a dead engine."""

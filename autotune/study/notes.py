@@ -17,7 +17,7 @@ def trial_note(t, data: StudyData) -> str:
     if t.feasible or t.dominated:
         lines.append(f"Ready in {t.startup_s or 0:.0f} s.")
     else:
-        lines += [f"**Infeasible: {t.failure.value if t.failure else t.state}**", "",
+        lines += [f"**Infeasible: {t.failure.name if t.failure else t.state}**", "",
                   f"> {t.failure_message[:500]}"]
     lines += ["", "| profile | metric | mean [95% interval] | vs baseline |", "|---|---|---|---|"]
     for profile in t.results:

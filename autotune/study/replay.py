@@ -23,12 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, TableRow
+from autotune.core.deployment import failures
 from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import ModelContext, SearchSpace
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
-from autotune.errors import ConfigError, FailureClass
+from autotune.errors import ConfigError
 from autotune.study.trial import BenchPlan, TrialSetup
 
 VALIDATION_S = 1.0  # a configuration vLLM's parser rejects: validation only (measured < 1 s)
@@ -74,9 +75,9 @@ class Replay:
         self.replayed.append(row)
         startup = row.startup_s or 0.0
         if not row.served:
-            self.clock.now += (VALIDATION_S if row.status == FailureClass.CONFIG_REJECTED
+            self.clock.now += (VALIDATION_S if row.status == failures.CONFIG_REJECTED.name
                                else startup + TEARDOWN_S)
-            return Measurement(FailureClass(row.status), row.message, startup_s=startup)
+            return Measurement(failures.failure_class(row.status), row.message, startup_s=startup)
         missing = [p.name for p in bench.profiles if p.name not in row.runs]
         if missing:
             raise ConfigError(f"the recorded table has no runs of profile(s) {missing}; "

@@ -44,18 +44,20 @@ from autotune.core.analysis.scheduling import (
     worker_seed,
 )
 from autotune.core.analysis.study_data import StudyData, finalists, incumbents
+from autotune.core.deployment import failures
 from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import params_key, sample
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.verdict import judge
-from autotune.errors import FailureClass, StudyError
+from autotune.errors import StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
-from autotune.study.plans import StudyPlan, read_time_budget
+from autotune.study.plans import StudyPlan
 from autotune.study.reaping import counts, look
-from autotune.study.records import TRIAL_ENV, UID, read_outcome, study_data, write_outcome
+from autotune.study.records import TRIAL_ENV, read_outcome, study_data, write_outcome
+from autotune.study.state import time_budget, uid
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
     Heartbeat,
@@ -187,7 +189,7 @@ class StudyRunner:
             interrupted = isinstance(exc, KeyboardInterrupt)
             failed = TrialOutcome(
                 trial.number,
-                failure=FailureClass.INTERRUPTED if interrupted else FailureClass.INTERNAL_ERROR,
+                failure=failures.INTERRUPTED if interrupted else failures.INTERNAL_ERROR,
                 failure_message=("interrupted by the user (SIGINT)" if interrupted
                                  else f"{type(exc).__name__}: {exc}"[:2000]))
             try:
@@ -236,7 +238,7 @@ class StudyRunner:
         setup = dataclasses.replace(
             self.setup, model=plan.model.name,
             workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
-            extra_env=((TRIAL_ENV, f"{study.user_attrs.get(UID, '')}:{trial.number}"),),
+            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
@@ -313,7 +315,7 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     """Where the study stands against its time budget (None without one): the expected cost
     of a trial from the finished ones, and the confirmation's cost kept in reserve (each
     finalist and the baseline deployed once per round, at a served trial's cost)."""
-    seconds, started = read_time_budget(study)
+    seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False)

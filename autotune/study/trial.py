@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from autotune.core.deployment import failures
+from autotune.core.deployment.failures import FailureClass
 from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import startup_phases
 from autotune.core.metrics.summary import flat_metrics, to_vllm_json
@@ -35,7 +37,7 @@ from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import Race, beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
-from autotune.errors import BenchmarkError, DeploymentError, FailureClass, ValidationError
+from autotune.errors import BenchmarkError, DeploymentError, ValidationError
 from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
 from autotune.shell.install import Entrypoint, vllm_version
@@ -207,7 +209,7 @@ def run_trial(
         try:
             setup.validator.check(setup.model, options)
         except ValidationError as exc:
-            return Measurement(FailureClass.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}",
+            return Measurement(failures.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}",
                                wall_s=time.monotonic() - t0, vllm_version=vllm_version(),
                                hardware=hardware_description())
     log_path = setup.workdir / "server.log"
@@ -234,14 +236,16 @@ def run_trial(
                     err = dep.diagnose(str(exc))
                     failure, message, log_tail = err.failure, err.reason, err.log_tail
                 else:
-                    failure, message = FailureClass.BENCHMARK_INVALID, str(exc)
+                    failure, message = failures.BENCHMARK_INVALID, str(exc)
             bench_s = time.monotonic() - b0
     except DeploymentError as exc:
         failure, message, log_tail = exc.failure, exc.reason, exc.log_tail
     except BenchmarkError as exc:
-        failure, message = FailureClass.BENCHMARK_INVALID, f"the benchmark could not run: {exc}"
-    except Exception as exc:  # a bug of ours, or the disk: the trial fails, the study goes on
-        failure, message = FailureClass.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
+        failure, message = failures.BENCHMARK_INVALID, f"the benchmark could not run: {exc}"
+    except OSError as exc:  # the machine's: a full disk, a port taken
+        failure, message = failures.HOST_FAULT, f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a bug of ours
+        failure, message = failures.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
     finally:
         if log_path.exists():
             files.append(log_path)

@@ -79,7 +79,7 @@ def table_from_outcomes(outcomes: Sequence[TrialOutcome], parameters: Sequence[s
         key = params_key({k: t.params.get(k) for k in parameters})
         if key in rows:
             continue
-        status = SERVED if t.failure is None else t.failure.value
+        status = SERVED if t.failure is None else t.failure.name
         runs = {p: tuple({m: float(run[m]) for m in TABLE_METRICS if m in run}
                          for run in t.results[p].runs)
                 for p in profiles if t.failure is None and p in t.results}

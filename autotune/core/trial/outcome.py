@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.core.deployment import failures
+from autotune.core.deployment.failures import FailureClass
 from autotune.core.maths.stats import Estimate, Noise, estimate
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.space.search_space import Value, params_key
 from autotune.core.trial.capacity_search import CapacitySearch
-from autotune.errors import FailureClass
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class TrialOutcome:
         """For tables: ok, the failure class, dominated, or Optuna's state."""
         if self.feasible:
             return "raced" if self.raced else "ok"
-        return self.failure.value if self.failure else "dominated" if self.dominated else self.state
+        return self.failure.name if self.failure else "dominated" if self.dominated else self.state
 
     @property
     def startup_text(self) -> str:
@@ -186,7 +187,7 @@ def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
             out["spread"] = {p: {m: round(res.spread(m), 4) for m in SUMMARY_METRICS
                                  if res.values(m)} for p, res in value.items()}
         elif f.name == "failure":
-            out["failure_class"] = value.value
+            out["failure_class"] = value.name
         elif f.name == "capacity":
             out["capacity"] = {p: search.to_dict() for p, search in value.items()}
         elif isinstance(value, tuple):
@@ -224,6 +225,6 @@ def from_attrs(number: int, state: str, params: Mapping[str, Value],
         kwargs["capacity"] = {p: CapacitySearch.from_dict(d) for p, d in attrs["capacity"].items()}
     failure = attrs.get("failure_class")
     if failure:
-        kwargs["failure"] = FailureClass(failure)
+        kwargs["failure"] = failures.failure_class(failure)
     return TrialOutcome(number=number, state=state, params=dict(params), retry_of=retry_of,
                         **kwargs)

@@ -12,11 +12,11 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.core.deployment import failures
 from autotune.core.metrics.slo import Slo
 from autotune.core.trial.capacity_search import boundary_text as describe_capacity
 from autotune.core.trial.objectives import Objective, objective_values
 from autotune.core.trial.outcome import TrialOutcome
-from autotune.errors import FailureClass
 
 FEASIBLE = "served"  # constraint: > 0 when the trial did not deliver a valid measurement
 
@@ -49,11 +49,11 @@ def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence
     none = [s for s in outcome.capacity.values()
             if not s.boundary.found and s.boundary.below_incumbent is None]
     if past:
-        outcome = dataclasses.replace(outcome, failure=FailureClass.SLO_VIOLATED,
+        outcome = dataclasses.replace(outcome, failure=failures.SLO_VIOLATED,
                                       failure_message=f"past the SLO {', '.join(past)}")
     elif none:
         outcome = dataclasses.replace(
-            outcome, failure=FailureClass.SLO_VIOLATED,
+            outcome, failure=failures.SLO_VIOLATED,
             failure_message="; ".join(f"{s.profile}: {describe_capacity(s)}" for s in none))
     constraints = {FEASIBLE: 0.0, **violations, **{
         capacity_key(p): float(any(s.profile == p for s in none)) for p in capacity_profiles}}
