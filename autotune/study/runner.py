@@ -54,10 +54,9 @@ from autotune.errors import StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
-from autotune.study.plans import StudyPlan
+from autotune.study.plans import StudyPlan, read_time_budget
 from autotune.study.reaping import counts, look
-from autotune.study.records import TRIAL_ENV, read_outcome, study_data, write_outcome
-from autotune.study.state import time_budget, uid
+from autotune.study.records import TRIAL_ENV, UID, read_outcome, study_data, write_outcome
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import (
     Heartbeat,
@@ -238,7 +237,7 @@ class StudyRunner:
         setup = dataclasses.replace(
             self.setup, model=plan.model.name,
             workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
-            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
+            extra_env=((TRIAL_ENV, f"{study.user_attrs.get(UID, '')}:{trial.number}"),),
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
@@ -315,7 +314,7 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     """Where the study stands against its time budget (None without one): the expected cost
     of a trial from the finished ones, and the confirmation's cost kept in reserve (each
     finalist and the baseline deployed once per round, at a served trial's cost)."""
-    seconds, started = time_budget(study)
+    seconds, started = read_time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False)
