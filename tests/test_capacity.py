@@ -13,6 +13,7 @@ from autotune.core.trial.capacity_search import (
     CapacitySearch,
     Incumbent,
     Probe,
+    boundary_text,
     choose_incumbent,
 )
 from autotune.core.trial.capacity_search import search as capacity_search
@@ -171,3 +172,14 @@ def test_the_noise_of_a_capacity_objective_pools_every_load_measured_more_than_o
     assert noise.df == 2  # two loads measured twice; the single run at 32 adds nothing
     expected = math.sqrt(((math.log(100 / 110) / 2) ** 2 * 2 + (math.log(200 / 180) / 2) ** 2 * 2) / 2)
     assert noise.log_sd == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("boundary, text", [
+    (Boundary(16, 32, 20, "", 5), "16 concurrent (fails at 32; 5 probes)"),
+    (Boundary(64, None, 64, "", 4), "64 concurrent (highest load searched; 4 probes)"),
+    (Boundary(None, 1, None, "past the SLOs at the lowest load, 1", 2),
+     "no load meets the SLOs (past the SLOs at the lowest load, 1)"),
+    (Boundary(None, 8, None, "", 1, below_incumbent=3), "below #3 (past the SLOs at its load 8)"),
+], ids=["bracketed", "top-of-range", "none", "below-incumbent"])
+def test_where_a_search_ended_reads_as_one_line(boundary, text):
+    assert boundary_text(CapacitySearch("cap", "concurrency", (TTFT.text,), boundary)) == text

@@ -42,6 +42,7 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     ([*DRY, "--slo", "low-concurrency:p99_ttft_ms<=-5"], "the limit must be a positive number"),
     ([*DRY, "--objective", "low-concurrency:speed"], "unknown metric 'speed'"),
     ([*DRY, "--trials", "0"], "--trials and --repeats must be >= 1"),
+    ([*DRY, "--time-budget", "20 minutes"], "--time-budget '20 minutes': expected a duration such as 20m"),
     (["run", "--dry-run", "--profile", "capacity"], "a capacity profile needs at least one SLO"),
     ([*DRY, "--slo", "p99_ttft_ms<=500"], "--slo 'p99_ttft_ms<=500': name the profile it applies to"),
     (["run", "--dry-run", "--profile", "capacity", "--slo", "p99_tpot_ms<=50", "--load-range", "8,2"],
@@ -58,7 +59,7 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["worker", "--study", "missing"], "no such file"),
     (["import-results", "missing.json", "--study", "s"], "missing.json: cannot read"),
     (["import-results", "results.txt", "--study", "s"], "results.txt: expected a .csv or .json file"),
-], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials",
+], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials", "bad-time-budget",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
         "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
         "import-missing-file", "import-wrong-format"])
@@ -138,3 +139,32 @@ def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypat
     assert lines and max(len(line) for line in lines) <= width
     for name in changed:
         assert any(name in line for line in lines), (name, screen.getvalue())
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90.0), ("20m", 1200.0), ("2h", 7200.0),
+                                           ("1h30m", 5400.0), (" 1.5H ", 5400.0)])
+def test_a_duration_reads_in_hours_minutes_and_seconds(text, seconds):
+    from autotune.cli.common import parse_duration
+
+    assert parse_duration(text, "--time-budget") == seconds
+
+
+@pytest.mark.parametrize("text, message", [("", "expected a duration"), ("20", "expected a duration"),
+                                           ("m", "expected a duration"), ("0m", "must be more than zero")])
+def test_a_bad_duration_names_the_flag(text, message):
+    from autotune.cli.common import parse_duration
+    from autotune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"--time-budget {text!r}: {message}"):
+        parse_duration(text, "--time-budget")
+
+
+@pytest.mark.parametrize("boundary, cell", [((16, 32), "16 of 32"), ((64, None), "64+"),
+                                            ((None, 1), "none")], ids=["bracketed", "top", "none"])
+def test_a_capacity_cell_shows_the_load_met_and_the_one_missed(boundary, cell):
+    from autotune.cli.common import capacity_cell
+    from autotune.core.trial.capacity_search import Boundary, CapacitySearch
+
+    load, fail = boundary
+    found = CapacitySearch("cap", "concurrency", ("p99_ttft_ms<=2000",), Boundary(load, fail, load, "", 3))
+    assert capacity_cell(found) == cell

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
+from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
@@ -32,6 +35,32 @@ def fmt(value: float, digits: int = 1) -> str:
     return "inf" if math.isinf(value) else f"{value:,.{digits}f}"
 
 
+def capacity_cell(search: CapacitySearch) -> str:
+    """For a table: '48 of 57' (met at 48, not at 57), '64+' (met at the top of the range),
+    'below #3', or 'none'."""
+    b = search.boundary
+    if b.below_incumbent is not None:
+        return f"below #{b.below_incumbent}"
+    if not b.found:
+        return "none"
+    return f"{b.load:g}+" if b.fail_load is None else f"{b.load:g} of {b.fail_load:g}"
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds of ``2h``, ``20m``, ``90s`` or ``1h30m``; a one-line error naming ``flag``."""
+    m = _DURATION.match(text.strip().lower())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise ConfigError(f"{flag} {text!r}: expected a duration such as 20m, 2h, 1h30m or 90s")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ConfigError(f"{flag} {text!r}: must be more than zero")
+    return total
+
+
 def print_fitting(build: Callable[[bool], Table], changes: Sequence[tuple[str, str]],
                   heading: str) -> None:
     """A table whose last column lists parameter changes: with that column where every word
@@ -45,6 +74,26 @@ def print_fitting(build: Callable[[bool], Table], changes: Sequence[tuple[str, s
     out.print(f"{heading}:")
     for label, text in changes:
         out.print(f"  {label}: {text}")
+
+
+def parse_percent(text: str, flag: str) -> float:
+    """``5%`` or ``5`` as the fraction 0.05 (more than 0, less than 100%); a one-line error
+    naming ``flag``."""
+    try:
+        value = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise ConfigError(f"{flag} {text!r}: expected a percentage above 0 and below 100, "
+                          "e.g. 5%")
+    return value
+
+
+def add_smallest_difference(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--smallest-difference", default=f"{SMALLEST_DIFFERENCE:.0%}", metavar="PCT",
+                   help="the smallest difference worth caring about: a tie says how many "
+                        "confirmation rounds would separate it at 80%% power (default "
+                        f"{SMALLEST_DIFFERENCE:.0%%})")
 
 
 def storage_of_args(args: argparse.Namespace) -> str:

@@ -19,28 +19,30 @@ from autotune.cli.common import (
     add_profile_args,
     add_profile_overrides,
     add_study_args,
+    capacity_cell,
     console,
     entrypoint_of,
     fmt,
     out,
+    parse_duration,
     print_fitting,
     profiles_of,
     slots_of,
     storage_of_args,
 )
-from autotune.core.analysis.scheduling import parse_duration
 from autotune.core.analysis.study_data import StudyData, describe_params
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
-from autotune.core.trial.capacity_search import boundary_cell as capacity_cell
 from autotune.core.trial.capacity_search import boundary_text as describe_capacity
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.confirm import CONFIRM_ROUNDS
-from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, PlanRequest, StudyPlan
+from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
+from autotune.study.plans import DEFAULT_REFERENCES, StudyPlan
+from autotune.study.samplers import SAMPLERS
 from autotune.study.trial import TrialSetup
 
-DEFAULTS = PlanRequest(workdir=Path(), profiles=())  # the one source of run's defaults
+DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
 
 
@@ -130,7 +132,6 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
-        describe_only=args.dry_run,
     )
 
 
@@ -185,10 +186,11 @@ def _finish(plan: StudyPlan, code: int) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
     from autotune.study.creation import dry_run_argv, prepare_study
-    from autotune.study.plans import build_plan, set_time_budget
+    from autotune.study.plans import build_plan
+    from autotune.study.state import start_clock
     from autotune.study.storage import hostname, redact
 
-    plan = build_plan(request_of(args), say=console.print)
+    plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
     if args.dry_run:
@@ -200,7 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     study, notes, created = prepare_study(plan, _heartbeat(args))
-    set_time_budget(study, plan.time_budget_s, time.time())
+    start_clock(study, time.time())
     console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                   f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
                   f"{', '.join(o.name for o in plan.objectives)}, budget {plan.trials} trials, "

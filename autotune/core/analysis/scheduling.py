@@ -11,12 +11,9 @@ trial numbers the storage hands out decide which one is over the budget and back
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-
-from autotune.errors import ConfigError
 
 
 class Step(StrEnum):
@@ -76,21 +73,6 @@ def worker_seed(seed: int | None, worker: str) -> int | None:
         return None
     digest = hashlib.sha256(f"{seed}:{worker}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """Seconds of ``2h``, ``20m``, ``90s`` or ``1h30m``; a one-line error naming ``flag``."""
-    m = _DURATION.match(text.strip().lower())
-    if not text.strip() or m is None or not any(m.groups()):
-        raise ConfigError(f"{flag} {text!r}: expected a duration such as 20m, 2h, 1h30m or 90s")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ConfigError(f"{flag} {text!r}: must be more than zero")
-    return total
 
 
 @dataclass(frozen=True)

@@ -257,7 +257,9 @@ class CapacitySearch:
 
 
 def boundary_text(search: CapacitySearch, unit: str = "") -> str:
-    """One line: 'carries 12 (fails at 16; crossing ~13.4)', or why it has no capacity."""
+    """One line: '12 concurrent (fails at 16; 5 probes)', or why it has no capacity. Text in
+    the core because the verdict writes it into the failure message of a trial that met no
+    load; the tables' short form is the CLI's (``cli.common.capacity_cell``)."""
     b = search.boundary
     unit = unit or ("concurrent" if search.load == "concurrency" else "req/s")
     if b.below_incumbent is not None:
@@ -266,17 +268,6 @@ def boundary_text(search: CapacitySearch, unit: str = "") -> str:
         return f"no load meets the SLOs ({b.reason})"
     above = f"fails at {b.fail_load:g}" if b.fail_load is not None else "highest load searched"
     return f"{b.load:g} {unit} ({above}; {b.probes} probes)"
-
-
-def boundary_cell(search: CapacitySearch) -> str:
-    """For a table: '48 of 57' (met at 48, not at 57), '64+' (met at the top of the range),
-    'below #3', or 'none'."""
-    b = search.boundary
-    if b.below_incumbent is not None:
-        return f"below #{b.below_incumbent}"
-    if not b.found:
-        return "none"
-    return f"{b.load:g}+" if b.fail_load is None else f"{b.load:g} of {b.fail_load:g}"
 
 
 def goodput_limits(spec: CapacitySpec) -> SloLimits:
