@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from autotune.core.deployment import failures
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.workload.profiles import get_profile
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
@@ -84,7 +84,7 @@ class StandIn:
 
 
 def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
-              sampler: str = "tpe"):
+              sampler: str = "tpe", **settings):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
@@ -95,7 +95,7 @@ def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), 
         profiles=(get_profile("low-concurrency"), get_profile("high-concurrency")),
         model=str(model), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
-        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler))
+        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings))
 
 
 def run(plan, trial_fn, heartbeat: Heartbeat | None = None, label: str = "") -> optuna.Study:
@@ -178,6 +178,65 @@ def test_an_exception_in_a_trial_fails_it_and_leaves_nothing_running(tmp_path, e
     (only,) = outcomes(study)
     assert only.state == "fail" and only.failure is failure
     assert not study.get_trials(states=(TrialState.RUNNING,))
+
+
+class FailingNotByItsConfiguration(StandIn):
+    """Fault injection: the first ``times`` deployments of -O0 fail as ``failure`` (a full disk,
+    a bug of ours), the way run_trial reports them; every other deployment as ``StandIn``."""
+
+    def __init__(self, failure, times: int) -> None:
+        super().__init__()
+        self.failure, self.left = failure, times
+
+    def __call__(self, argv, bench, setup, on_phase) -> Measurement:
+        if "0" in argv and self.left:
+            self.calls.append(tuple(argv))
+            self.left -= 1
+            return Measurement(self.failure, "OSError: [Errno 28] No space left on device",
+                               startup_s=1.0)
+        return super().__call__(argv, bench, setup, on_phase)
+
+
+class Said(SilentProgress):
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.said.append(text)
+
+
+def test_a_failure_that_is_not_the_configurations_is_run_once_more_and_not_held_against_it(tmp_path):
+    plan = make_plan(tmp_path, trials=3)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    stand_in, progress = FailingNotByItsConfiguration(failures.HOST_FAULT, times=1), Said()
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                        progress=progress).work()
+    o0 = next(t for t in outcomes(study) if t.reference == "o0")
+    assert o0.feasible and o0.failure is None and stand_in.calls.count(o0.argv) == 2
+    assert study.trials[o0.number].constraints["served"] == 0.0
+    assert any("host_fault" in s and "running it once more" in s for s in progress.said)
+
+
+@pytest.mark.parametrize("failure", [failures.HOST_FAULT, failures.INTERNAL_ERROR],
+                         ids=["the-machines", "ours"])
+def test_a_second_failure_that_is_not_the_configurations_stops_the_study_with_one_line(tmp_path, failure):
+    stand_in = FailingNotByItsConfiguration(failure, times=2)
+    with pytest.raises(StudyError) as stopped:
+        run(make_plan(tmp_path, trials=3), stand_in)
+    message = str(stopped.value)
+    assert "\n" not in message and message.startswith(
+        f"trial #1 failed twice for a reason that is not its configuration's ({failure.name}: "
+        "OSError: [Errno 28] No space left on device); the study stops: ")
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}")
+    base, o0 = outcomes(study)
+    assert base.feasible and (o0.state, o0.failure) == ("fail", failure)  # FAIL: no sampler learns from it
+    assert stand_in.calls.count(o0.argv) == 2 and not study.trials[o0.number].constraints
+    # Run again once the machine is fixed: -O0, drawn again, is deployed, not copied.
+    study.enqueue_trial(o0.params)
+    again = StandIn()
+    found = outcomes(run(make_plan(tmp_path, trials=3), again))
+    assert o0.argv in again.calls and any(t.argv == o0.argv and t.feasible for t in found)
 
 
 def test_a_dead_workers_trial_is_failed_and_run_again_by_a_live_one(tmp_path):
@@ -297,7 +356,7 @@ class Clock:
 
 def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confirmation_in_reserve(
         tmp_path):
-    from autotune.study.plans import set_time_budget
+    from autotune.study.state import start_clock
 
     clock = Clock(trial_s=100.0)
     stand_in = StandIn()
@@ -314,12 +373,12 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
 
     for finalists, budget, deployed in ((0, 450.0, 4), (1, 900.0, 7)):
         (tmp_path / f"c{finalists}").mkdir()
-        plan = dataclasses.replace(make_plan(tmp_path / f"c{finalists}", trials=100, references=False),
-                                   confirm=finalists)
+        plan = make_plan(tmp_path / f"c{finalists}", trials=100, references=False,
+                         confirm=finalists, time_budget_s=budget)
         plan.workdir.mkdir(parents=True)
         study, _, _ = prepare_study(plan, Heartbeat())
         start = clock.now
-        set_time_budget(study, budget, start)
+        start_clock(study, start)
         StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=costly,
                     progress=Said(), clock=clock).work()
         # A deployment costs 100 s (a failure copied from an identical trial costs nothing).
@@ -335,7 +394,7 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
 def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial_is_stored(tmp_path):
     from autotune.core.trial.racing import beaten
 
-    plan = dataclasses.replace(make_plan(tmp_path, trials=4), race=True)  # base, o0, ep, one sampled
+    plan = make_plan(tmp_path, trials=4, race=True)  # base, o0, ep, one sampled
     stand_in = StandIn(sd=0.01)
     fronts: list[tuple[str, ...]] = []
 

@@ -1,10 +1,9 @@
 """Scale-out without processes: the budget arithmetic, duplicates, seeds, slots from flags,
-storage URLs and the plan a study carries. Real workers are in test_workers.py."""
+storage URLs. The plan a study carries is in test_plans.py; real workers are in test_workers.py."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sqlite3
 import time
@@ -34,7 +33,6 @@ from autotune.study.storage import (
     refuse_shared_sqlite,
     storage_url,
 )
-from tests.conftest import LLAMA_CONFIG
 
 # ------------------------------------------------------------------ the study-wide budget
 
@@ -137,41 +135,6 @@ def test_sqlite_is_opened_with_the_write_ahead_log_and_refused_across_machines(t
     refuse_shared_sqlite("postgresql+psycopg://h/db", {"other-node"})
 
 
-# ------------------------------------------------------------------ the plan a study carries
-
-
-def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
-    from autotune.core.workload.profiles import get_profile
-    from autotune.study.plans import PlanRequest, build_plan, store_plan, stored_request
-
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
-    (tmp_path / "space.yaml").write_text(
-        "name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
-        "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
-    request = PlanRequest(
-        workdir=tmp_path, profiles=(get_profile("high-concurrency"),), model=str(tmp_path / "model"),
-        space_path=str(tmp_path / "space.yaml"), trials=7, repeats=2, seed=11, study_name="p",
-        storage="sqlite://", slos=("high-concurrency:p99_ttft_ms<=500",), tp=1, max_model_len=4096,
-        objectives=("high-concurrency:p99_ttft_ms",))
-    plan = build_plan(request)
-    study = optuna.create_study(study_name="p")
-    store_plan(study, plan)
-    again = build_plan(stored_request(study, storage="sqlite://", workdir=tmp_path / "w", model=None,
-                                      trials=None))
-    assert again.space.parameters == plan.space.parameters and again.space.deployment == plan.space.deployment
-    assert again.space.deployment.tensor_parallel_size == 1
-    assert (again.bench, again.trials, again.max_model_len, again.slos, again.seed, again.objectives) == (
-        plan.bench, 7, 4096, plan.slos, 11, plan.objectives)
-    assert again.model == plan.model and again.workdir == tmp_path / "w"
-    assert stored_request(study, storage="sqlite://", workdir=tmp_path, model=None, trials=9).trials == 9
-    import dataclasses
-
-    other = dataclasses.replace(plan, max_model_len=8192)
-    with pytest.raises(ConfigError, match="created with other settings \\(max_model_len differ"):
-        store_plan(study, other)
-
-
 # ------------------------------------------------------------------ a dead worker's leftovers
 
 
@@ -181,18 +144,19 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
     import subprocess
 
     from autotune.study.reaping import reap_dead_workers
-    from autotune.study.records import TRIAL_ENV, UID
+    from autotune.study.records import TRIAL_ENV
+    from autotune.study.state import make_uid, uid
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'r.db'}", Heartbeat()))
-    study.set_user_attr(UID, "u1")
+    make_uid(study)
     dead = study.ask()
     study.tell(dead, state=optuna.trial.TrialState.FAIL)
     alive = study.ask()  # RUNNING, its worker alive: its server must stay
     procs = {
         name: subprocess.Popen(["sleep", "300"], env={**os.environ, TRIAL_ENV: marker},
                                start_new_session=True)
-        for name, marker in (("dead", f"u1:{dead.number}"), ("alive", f"u1:{alive.number}"),
-                             ("other study", f"u2:{dead.number}"))
+        for name, marker in (("dead", f"{uid(study)}:{dead.number}"),
+                             ("alive", f"{uid(study)}:{alive.number}"), ("other study", f"u2:{dead.number}"))
     }
     said = []
     try:
@@ -224,6 +188,42 @@ def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enque
     retry = study.trials[1]
     assert retry.state == optuna.trial.TrialState.WAITING and retry.params == study.trials[0].params
     assert said == ["trial #0: its worker stopped sending heartbeats; failed and re-enqueued for a live worker"]
+
+
+def test_a_storage_outage_is_retried_and_then_names_what_was_lost():
+    """Fault injection: an action that raises the database's own error twice stands in for a
+    restarting database."""
+    from sqlalchemy.exc import OperationalError
+
+    from autotune.study.reaping import riding_out_outages
+
+    def flaky(failures: int):
+        calls = []
+
+        def action() -> int:
+            calls.append(1)
+            if len(calls) <= failures:
+                raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+            return len(calls)
+        return action
+
+    said: list[str] = []
+    assert riding_out_outages(flaky(2), said.append, retries=2, retry_s=0) == 3
+    assert len(said) == 2 and all(m.startswith("storage unavailable (lost the study storage: ")
+                                  and m.endswith("retrying in 0 s") for m in said)
+    with pytest.raises(StudyError, match="^lost the study storage: "):
+        riding_out_outages(flaky(3), said.append, retries=2, retry_s=0)
+
+
+def test_counting_a_study_sees_finished_and_running_trials(tmp_path):
+    from autotune.study.reaping import count_trials
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'c.db'}", Heartbeat()))
+    study.tell(study.ask(), 1.0)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    running = study.ask()
+    found = count_trials(study)
+    assert found.finished == 1 and list(found.running) == [running.number]
 
 
 class DroppingRelay:
@@ -282,7 +282,7 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
 
     from sqlalchemy.engine import make_url
 
-    from autotune.study.reaping import look
+    from autotune.study.reaping import count_trials, riding_out_outages
 
     real = make_url(postgres_url)
     relay = DroppingRelay(real.port or 5432)
@@ -292,8 +292,8 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
     relay.drop()
     said = []
     threading.Timer(1.5, lambda: setattr(relay, "up", True)).start()  # the database is back
-    assert look(study, said.append, retries=10, retry_s=0.5).finished == 0
+    assert riding_out_outages(lambda: count_trials(study), said.append, retries=10, retry_s=0.5).finished == 0
     assert said and all(m.startswith("storage unavailable (") for m in said)
     relay.drop()
     with pytest.raises(StudyError, match="lost the study storage"):
-        look(study, said.append, retries=2, retry_s=0.1)
+        riding_out_outages(lambda: count_trials(study), said.append, retries=2, retry_s=0.1)

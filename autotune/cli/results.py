@@ -22,13 +22,13 @@ from autotune.cli.common import (
     storage_of_args,
 )
 from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
+from autotune.core.analysis.stored_plan import DEFAULT_SPACE
 from autotune.core.analysis.study_data import StudyData, describe_params
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import read_references, read_space, shipped
-from autotune.core.analysis.stored_plan import DEFAULT_SPACE
 from autotune.study.plans import DEFAULT_REFERENCES
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Confirmation of finalists: the front's members and the baseline, deployed again and
 measured in interleaved rounds (A, B, base, then B, base, A, ...), so that drift of the
 machine hits every finalist alike. The confirmed numbers are stored apart from the search's
-(``records.write_confirmed``) and are what recommendations, exports and reports use."""
+(``state.write_confirmed``) and are what recommendations, exports and reports use."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import optuna
 from autotune.core.analysis.study_data import finalists
 from autotune.core.trial.outcome import ProfileResult
 from autotune.study.plans import StudyPlan
-from autotune.study.records import study_data, write_confirmed
+from autotune.study.records import study_data
+from autotune.study.state import write_confirmed
 from autotune.study.trial import TrialFunction, TrialSetup, run_trial
 
 CONFIRM_ROUNDS = 2  # rounds of a confirmation: every finalist deployed once per round

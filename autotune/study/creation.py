@@ -4,8 +4,6 @@ written)."""
 
 from __future__ import annotations
 
-import uuid
-
 import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
@@ -15,8 +13,8 @@ from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import resolve_references, sample
 from autotune.errors import StudyError
 from autotune.study.plans import StudyPlan, store_plan
-from autotune.study.records import BASELINE_ATTR, REFS_ENQUEUED, UID
 from autotune.study.samplers import make_sampler
+from autotune.study.state import make_uid, mark_references, references_enqueued
 from autotune.study.storage import Heartbeat, open_storage, storage_errors
 
 
@@ -41,8 +39,7 @@ def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | 
                 f"study {plan.study_name!r} has objectives {study.metric_names}, this run asks for "
                 f"{names}; use the same --profile/--objective list or another --study name")
         store_plan(study, plan)
-        if UID not in study.user_attrs:
-            study.set_user_attr(UID, uuid.uuid4().hex)
+        make_uid(study)
         return study, enqueue_references(study, plan, created), created
 
 
@@ -51,7 +48,7 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = Tru
     into a study that has none and no trials yet. Returns messages for skipped ones."""
     if plan.references is None:
         return []
-    if study.user_attrs.get(REFS_ENQUEUED) or (study.trials and not created):
+    if references_enqueued(study) or (study.trials and not created):
         return []
     notes = []
     for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
@@ -59,8 +56,7 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = Tru
             notes.append(f"reference {ref.name}: skipped, {ref.skipped}")
             continue
         study.enqueue_trial(dict(ref.params), user_attrs={"reference": ref.name})
-    study.set_user_attr(REFS_ENQUEUED, True)
-    study.set_user_attr(BASELINE_ATTR, plan.references.baseline)
+    mark_references(study, plan.references.baseline)
     return notes
 
 

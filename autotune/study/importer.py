@@ -24,7 +24,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune.core.analysis.stored_plan import StoredPlan
+from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.metrics.registry import METRICS, Source
 from autotune.core.space.search_space import Parameter, ReferenceSet, SearchSpace, complete, params_key
 from autotune.core.trial.objectives import Objective, objective_values
@@ -32,8 +32,8 @@ from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.verdict import FEASIBLE
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError
-from autotune.study.plans import write_plan
-from autotune.study.records import BASELINE_ATTR, REFS_ENQUEUED, write_outcome
+from autotune.study.records import write_outcome
+from autotune.study.state import mark_references, write_plan
 
 # Every measured metric a row may give (the registry's; a capacity load is searched, not given).
 NUMERIC = tuple(k for k, m in METRICS.items() if m.source is not Source.SEARCH)
@@ -163,11 +163,9 @@ def import_results(study_name: str, storage: str, path: Path, configs: list[Impo
         trial.set_constraint(FEASIBLE, 0.0)
         study.tell(trial, objective_values(objectives, cfg.metrics))
     if refs:
-        study.set_user_attr(BASELINE_ATTR, refs.baseline)
-        study.set_user_attr(REFS_ENQUEUED, True)
-    # What readers need of a plan; no space text, so no worker can run an imported study.
-    write_plan(study, StoredPlan(
-        model=f"imported from {path.name}", space_path=space.path, profiles=profiles,
-        objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
-        defaults={p.name: p.default for p in space.parameters}))
+        mark_references(study, refs.baseline)
+    write_plan(study, PlanRequest(  # imported_from: no worker can run it
+        profiles=profiles, model=f"imported from {path.name}", space_path=space.path,
+        space_yaml=space.text, objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
+        repeats=1, confirm=0, imported_from=str(path)))
     return study

@@ -1,14 +1,12 @@
-"""A study's plan: built in one place, stored in the study, rebuilt from it.
+"""A study's plan: built in one place from the one record of what the study was asked to do.
 
 ``build_plan`` turns a ``PlanRequest`` (what `run` asks for, or what a study stored) into a
-``StudyPlan``: the search space, the model (generated on the CPU build when none is given),
-the profiles, objectives and SLOs, the budget and the storage. `autotune run`, `autotune
-worker` (another node, same storage) and the dry run all call it; `worker` and the dry run
-with ``describe_only`` never write a model.
-
-The plan is stored in the study as a ``core.stored_plan.StoredPlan`` (a user attribute, JSON),
-so that every worker runs exactly the trials that `run` defined; readers take the objectives,
-profiles and vLLM's defaults from it. This module is the only code that reads or writes it.
+``StudyPlan``: that request with its open fields filled in (the model, generated on the CPU build
+when none is given; the space's text; the objectives), and the facts derived from it (the model's
+facts, the search space, the profiles' request sources, the parsed objectives and SLOs).
+`autotune run`, `autotune worker` (another node, same storage) and the dry run all call it;
+`worker` and the dry run never write a model. The study stores the filled-in request
+(``study.state``), so that every worker and resumed run rebuilds exactly the plan `run` made.
 """
 
 from __future__ import annotations
@@ -20,76 +18,75 @@ from typing import Any
 
 import optuna
 
-from autotune.core.analysis.stored_plan import StoredPlan
+from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.metrics.slo import Slo
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
-from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
 from autotune.shell.workloads import load_tokenizer, sources_for
 from autotune.study.samplers import SAMPLERS
+from autotune.study.state import read_plan, write_plan
 from autotune.study.storage import check_url, storage_url
 from autotune.study.trial import BenchPlan
 
-DEFAULT_SPACE = "search_spaces/reference.yaml"
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
-PLAN_ATTR = "plan"
-BUDGET_ATTR = "budget"
-TIME_BUDGET_ATTR = "time_budget"
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What a study is asked to be: from `run`'s flags, or from a plan stored in a study."""
-
-    workdir: Path
-    profiles: tuple[WorkloadProfile, ...]
-    model: str | None = None  # None: the generated model (CPU build only)
-    space_path: str = DEFAULT_SPACE
-    space_yaml: str | None = None  # a stored plan's space text, instead of reading space_path
-    references_path: str | None = None  # given: its references are enqueued first
-    trials: int = 10
-    repeats: int = 2  # runs per profile per deployment: 2 measure the noise
-    seed: int | None = None
-    sampler: str = "tpe"
-    study_name: str | None = None
-    storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
-    objectives: tuple[str, ...] = ()  # PROFILE:METRIC[:min|max]; empty: the default pair
-    slos: tuple[str, ...] = ()
-    tp: int | None = None
-    max_model_len: int | None = None
-    confirm: int = 3  # front members confirmed at the end (0: off)
-    # Stop measuring a trial once the front beats it beyond the noise. Off by default: on the
-    # recorded CPU table it saved no device time (README "Time to an answer").
-    race: bool = False
-    time_budget_s: float | None = None  # wall clock of the study's trials, confirmation included
-    describe_only: bool = False  # a dry run: describe a generated model, do not write it
 
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Everything that decides a study's trials, fixed before the first one."""
+    """A study's request, filled in, and what follows from it; fixed before the first trial."""
 
+    request: PlanRequest  # every open field filled in: what the study stores
     model: ModelInfo
     space: SearchSpace
     bench: BenchPlan
     objectives: tuple[Objective, ...]
-    trials: int  # study-wide budget of finished trials
-    study_name: str
-    storage: str
-    workdir: Path  # artifacts and per-trial folders
-    max_model_len: int
     references: ReferenceSet | None = None
-    seed: int | None = None
-    sampler: str = "tpe"
     slos: tuple[Slo, ...] = ()
-    confirm: int = 0
-    race: bool = False
-    time_budget_s: float | None = None
+
+    @property
+    def trials(self) -> int:
+        return self.request.trials
+
+    @property
+    def study_name(self) -> str:
+        return str(self.request.study_name)
+
+    @property
+    def storage(self) -> str:
+        return str(self.request.storage)
+
+    @property
+    def workdir(self) -> Path:
+        return self.request.workdir
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.request.max_model_len or 0)
+
+    @property
+    def seed(self) -> int | None:
+        return self.request.seed
+
+    @property
+    def sampler(self) -> str:
+        return self.request.sampler
+
+    @property
+    def confirm(self) -> int:
+        return self.request.confirm
+
+    @property
+    def race(self) -> bool:
+        return self.request.race
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return self.request.time_budget_s
 
     @property
     def profile_names(self) -> list[str]:
@@ -131,8 +128,10 @@ def default_study_name(model: str, space: str, profiles: list[str]) -> str:
     return f"{base}-{space}-{'+'.join(profiles)}"
 
 
-def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
-    """The one plan constructor. Bad input is a ConfigError before anything is written."""
+def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
+               dry_run: bool = False) -> StudyPlan:
+    """The one plan constructor. Bad input is a ConfigError before anything is written;
+    ``dry_run`` describes a generated model without writing it."""
     names = [p.name for p in request.profiles]
     if len(set(names)) != len(names):
         raise ConfigError(f"--profile: each profile once, got {names}")
@@ -162,71 +161,30 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None) -> StudyPlan:
                   or default_objectives(profiles))
     if len({o.name for o in objectives}) != len(objectives):
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
-    model = model_info(request.model, request.workdir, describe_only=request.describe_only,
-                       say=say)
+    model = model_info(request.model, request.workdir, describe_only=dry_run, say=say)
     max_model_len = request.max_model_len or space.deployment.max_model_len or model.native_context
     tokenizer = load_tokenizer(model.name)
-    if tokenizer is None and request.describe_only and any(p.dataset for p in profiles):
+    if tokenizer is None and dry_run and any(p.dataset for p in profiles):
         say("datasets are read once the model exists (a dry run does not make it)")
         sources: dict = {}
     else:
         profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
                                         max_model_len=max_model_len)
+    filled = dataclasses.replace(
+        request, model=model.name, space_yaml=space.text,
+        tp=space.deployment.tensor_parallel_size, max_model_len=max_model_len, profiles=profiles,
+        objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
+        slos=tuple(slo.key for slo in slos), storage=storage,
+        study_name=request.study_name or default_study_name(model.name, space.name, names))
     return StudyPlan(
-        model=model, space=space, objectives=objectives,
-        bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
-                        seed=request.seed or 0, objectives=objectives),
-        trials=request.trials,
-        study_name=request.study_name or default_study_name(model.name, space.name, names),
-        storage=storage, workdir=request.workdir, max_model_len=max_model_len,
-        references=references, seed=request.seed, sampler=request.sampler, slos=slos,
-        confirm=request.confirm, race=request.race, time_budget_s=request.time_budget_s,
-    )
-
-
-def stored_plan_of(plan: StudyPlan) -> StoredPlan:
-    return StoredPlan(
-        model=plan.model.name, space_path=plan.space.path, space_yaml=plan.space.text,
-        tensor_parallel_size=plan.space.deployment.tensor_parallel_size,
-        max_model_len=plan.max_model_len, profiles=plan.bench.profiles,
-        objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in plan.objectives),
-        repeats=plan.bench.repeats, slos=tuple(slo.key for slo in plan.slos), seed=plan.seed,
-        sampler=plan.sampler, confirm=plan.confirm, race=plan.race,
-        defaults={p.name: p.default for p in plan.space.parameters},
-    )
-
-
-def write_plan(study: optuna.Study, stored: StoredPlan) -> None:
-    study.set_user_attr(PLAN_ATTR, stored.to_dict())
-
-
-def read_plan(study: optuna.Study) -> StoredPlan | None:
-    """The plan stored in ``study``; None for a study that autotune did not create."""
-    data = study.user_attrs.get(PLAN_ATTR)
-    return None if data is None else StoredPlan.from_dict(data, f"study {study.study_name!r}")
-
-
-def set_budget(study: optuna.Study, trials: int) -> None:
-    """The study-wide number of finished trials that workers run to."""
-    study.set_user_attr(BUDGET_ATTR, trials)
-
-
-def set_time_budget(study: optuna.Study, seconds: float | None, started_at: float) -> None:
-    """The wall-clock budget of this `run` (every slot's and worker's trials count from its
-    start), or none."""
-    study.set_user_attr(TIME_BUDGET_ATTR, None if seconds is None else
-                        {"seconds": seconds, "started_at": started_at})
-
-
-def read_time_budget(study: optuna.Study) -> tuple[float | None, float]:
-    """(seconds, epoch start) of the study's time budget; (None, 0) without one."""
-    found = study.user_attrs.get(TIME_BUDGET_ATTR)
-    return (float(found["seconds"]), float(found["started_at"])) if found else (None, 0.0)
+        request=filled, model=model, space=space, objectives=objectives, references=references,
+        slos=slos, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
+                                   seed=request.seed or 0, objectives=objectives))
 
 
 def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
     """Record the plan on a new study, or check that it matches the one stored."""
-    new = stored_plan_of(plan)
+    new = plan.request
     old = read_plan(study)
     if old is not None:
         stored = {p.name: p.dataset for p in old.profiles if p.dataset is not None}
@@ -245,25 +203,23 @@ def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
                 "plan, or pick another --study name"
             )
     write_plan(study, new)
-    set_budget(study, plan.trials)
 
 
 def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: str | None,
                    trials: int | None) -> PlanRequest:
     """The request a study's stored plan makes, for a worker that joins it. ``model``
-    overrides the stored model path (a node that keeps it elsewhere); ``trials`` sets the
-    study's budget."""
+    overrides the stored model path (a node that keeps it elsewhere); ``trials`` the budget."""
     stored = read_plan(study)
     if stored is None or not stored.runnable:
         raise StudyError(f"study {study.study_name!r} has no stored plan: it was not created by "
                          "`autotune run`; start it with `autotune run --storage ... --study NAME`")
-    budget = trials if trials is not None else int(study.user_attrs.get(BUDGET_ATTR, 0))
-    return PlanRequest(
-        workdir=workdir, profiles=stored.profiles,
-        model=model or stored.model, space_path=stored.space_path,
-        space_yaml=stored.space_yaml, trials=budget, repeats=stored.repeats,
-        seed=stored.seed, sampler=stored.sampler, study_name=study.study_name,
-        storage=storage, objectives=stored.objectives, slos=stored.slos,
-        tp=stored.tensor_parallel_size, max_model_len=stored.max_model_len,
-        confirm=stored.confirm, race=stored.race, time_budget_s=read_time_budget(study)[0],
-    )
+    return dataclasses.replace(stored, workdir=workdir, storage=storage, study_name=study.study_name,
+                               model=model or stored.model,
+                               trials=trials if trials is not None else stored.trials)
+
+
+def set_budget(study: optuna.Study, trials: int) -> None:
+    """The study-wide number of finished trials that workers run to (`worker --trials`)."""
+    stored = read_plan(study)
+    if stored is not None:
+        write_plan(study, dataclasses.replace(stored, trials=trials))

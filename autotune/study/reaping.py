@@ -1,11 +1,12 @@
-"""Finding dead workers: their trials are failed (Optuna's retry callback re-enqueues them) and
-their leftover servers on this host killed; and counting a study's trials, riding out a storage
-outage."""
+"""What a worker does before it asks for a trial: reap dead workers (their trials failed, so that
+Optuna's retry callback re-enqueues them; their leftover servers on this host killed) and count
+the study's trials, each riding out a storage outage."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import optuna
 from optuna.trial import TrialState
@@ -13,8 +14,11 @@ from optuna.trial import TrialState
 from autotune.core.analysis.scheduling import Counts
 from autotune.errors import StudyError
 from autotune.shell.processes import kill_processes, marked_processes
-from autotune.study.records import TRIAL_ENV, UID, read_outcome
+from autotune.study.records import TRIAL_ENV, read_outcome
+from autotune.study.state import uid
 from autotune.study.storage import storage_errors
+
+T = TypeVar("T")
 
 
 def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> None:
@@ -29,25 +33,24 @@ def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> No
         if outcome.state == "fail" and outcome.failure is None and not outcome.skipped:
             message(f"trial #{number}: its worker stopped sending heartbeats; failed and "
                     "re-enqueued for a live worker")
-    uid = study.user_attrs.get(UID)
+    mine = uid(study)
     for marker, pids in marked_processes(TRIAL_ENV).items():
         study_uid, _, number = marker.partition(":")
-        if study_uid == uid and number.isdigit() and int(number) < len(trials) and \
+        if mine and study_uid == mine and number.isdigit() and int(number) < len(trials) and \
                 trials[int(number)].state != TrialState.RUNNING:
             kill_processes(pids)
             message(f"trial #{number}: killed {len(pids)} leftover server process(es) of its "
                     "dead worker")
 
 
-def look(study: optuna.Study, message: Callable[[str], None], retries: int,
-         retry_s: float) -> Counts:
-    """Reap dead workers and count the study's trials; rides out a storage outage (a database
-    restart) of ``retries`` x ``retry_s``, then gives up with a clear error."""
+def riding_out_outages(action: Callable[[], T], message: Callable[[str], None], *, retries: int,
+                       retry_s: float) -> T:
+    """``action()``, tried again through a storage outage (a database restart) of ``retries`` x
+    ``retry_s``; then its error, which names what was lost."""
     for attempt in range(retries + 1):
         try:
             with storage_errors("lost the study storage"):
-                reap_dead_workers(study, message)
-                return counts(study)
+                return action()
         except StudyError as exc:
             if attempt == retries:
                 raise
@@ -56,7 +59,8 @@ def look(study: optuna.Study, message: Callable[[str], None], retries: int,
     raise AssertionError("unreachable")
 
 
-def counts(study: optuna.Study) -> Counts:
+def count_trials(study: optuna.Study) -> Counts:
+    """The study's finished trials and the numbers of its running ones."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
     return Counts(finished=sum(t.state == TrialState.COMPLETE for t in trials),
                   running=[t.number for t in trials if t.state == TrialState.RUNNING])

@@ -8,8 +8,10 @@ budget is study-wide (``core.scheduling``); every running trial sends heartbeats
 that looks for work first fails the trials of dead workers (Optuna re-enqueues them) and kills
 what is left of their servers on its own host.
 
-What the sampler is told of a measured trial is ``core.verdict``'s; a parameter set identical
-to an infeasible one is not relaunched; one identical to a running or measured one is resampled
+What the sampler is told of a measured trial is ``core.verdict``'s; a trial that fails for a
+reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's or
+ours) is run once more, and a second such failure stops the study (``StudyError``); a parameter
+set identical to an infeasible one is not relaunched; one identical to a running or measured one is resampled
 (the skipped trial is stored as FAIL with ``skipped``); SIGINT tears the server down and marks
 the trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
 """
@@ -47,17 +49,18 @@ from autotune.core.analysis.study_data import StudyData, finalists, incumbents
 from autotune.core.deployment import failures
 from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import params_key, sample
-from autotune.core.trial.outcome import TrialOutcome
+from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.verdict import judge
 from autotune.errors import StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
-from autotune.study.plans import StudyPlan, read_time_budget
-from autotune.study.reaping import counts, look
-from autotune.study.records import TRIAL_ENV, UID, read_outcome, study_data, write_outcome
+from autotune.study.plans import StudyPlan
+from autotune.study.reaping import count_trials, reap_dead_workers, riding_out_outages
+from autotune.study.records import TRIAL_ENV, read_outcome, study_data, write_outcome
 from autotune.study.samplers import make_sampler
+from autotune.study.state import time_budget, uid
 from autotune.study.storage import (
     Heartbeat,
     hostname,
@@ -65,7 +68,7 @@ from autotune.study.storage import (
     refuse_shared_sqlite,
     storage_errors,
 )
-from autotune.study.trial import TrialFunction, TrialSetup, run_trial
+from autotune.study.trial import BenchPlan, TrialFunction, TrialSetup, run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
@@ -100,6 +103,8 @@ def _claims(study: optuna.Study) -> list[Claim]:
     found = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
         o = read_outcome(t)
+        if o.failure is not None and not o.failure.blames_configuration:
+            continue  # not held against the configuration (stored by an older autotune)
         if o.state == "complete" or o.argv:
             found.append(Claim(o.number, o.key, o.state == "running", o.failure is not None))
     return found
@@ -146,8 +151,11 @@ class StudyRunner:
         store = FileSystemArtifactStore(str(store_dir))
         waiting_said = False
         time_said = -1
+        say, retry = self.progress.message, {"retries": self.storage_retries,
+                                             "retry_s": self.storage_retry_s}
         while True:
-            now = look(study, self.progress.message, self.storage_retries, self.storage_retry_s)
+            riding_out_outages(lambda: reap_dead_workers(study, say), say, **retry)
+            now = riding_out_outages(lambda: count_trials(study), say, **retry)
             step = next_step(now, plan.trials)
             if step is Step.STOP:
                 return study
@@ -207,7 +215,7 @@ class StudyRunner:
                       store: FileSystemArtifactStore, t0: float) -> None:
         plan = self.plan
         total = plan.trials
-        now = counts(study)
+        now = count_trials(study)
         if over_budget(trial.number, now, total):
             self._skip(study, trial, "over budget: other workers claimed the last trials")
             return
@@ -237,7 +245,7 @@ class StudyRunner:
         setup = dataclasses.replace(
             self.setup, model=plan.model.name,
             workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
-            extra_env=((TRIAL_ENV, f"{study.user_attrs.get(UID, '')}:{trial.number}"),),
+            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
@@ -252,18 +260,38 @@ class StudyRunner:
             bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
                 Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
                 for t in data.front()), data.noise))
-        measured = self.trial_fn(claim.argv, bench, setup,
-                                 lambda ph: self.progress.phase(number, total, ph))
+        measured = self._measure(claim.argv, bench, setup, number)
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
         outcome = dataclasses.replace(claim.with_measurement(measured),
                                       trial_wall_s=round(self.clock() - t0, 3))
         values = self._store(trial, outcome)
+        if values is None:
+            study.tell(trial, state=TrialState.FAIL)
+            raise StudyError(_stop_message(trial.number, outcome))
         study.tell(trial, values)
         self._report(study, number, trial.number)
 
-    def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> list[float]:
-        """Write the outcome with its verdict's constraints; returns the objective values."""
+    def _measure(self, argv: tuple[str, ...], bench: BenchPlan, setup: TrialSetup,
+                 number: int) -> Measurement:
+        """The trial function's measurement; one that failed for a reason that is not the
+        configuration's (the machine's or ours) is taken once more."""
+        total = self.plan.trials
+
+        def on_phase(phase: str) -> None:
+            self.progress.phase(number, total, phase)
+
+        measured = self.trial_fn(argv, bench, setup, on_phase)
+        if measured.failure is None or measured.failure.blames_configuration:
+            return measured
+        self.progress.message(f"trial {number}/{total}: {measured.failure.name} "
+                              f"({_first_line(measured.message)}), not the "
+                              "configuration's fault: running it once more")
+        return self.trial_fn(argv, bench, setup, on_phase)
+
+    def _store(self, trial: optuna.Trial, outcome: TrialOutcome) -> list[float] | None:
+        """Write the outcome with its verdict's constraints; returns the objective values
+        (None: a failure that is not the configuration's, nothing to tell the sampler)."""
         plan = self.plan
         verdict = judge(outcome, plan.objectives, plan.slos, plan.capacity_profiles)
         write_outcome(trial, verdict.outcome)
@@ -301,6 +329,19 @@ class StudyRunner:
         study.tell(trial, list(previous.values))
 
 
+def _first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0][:200]
+
+
+def _stop_message(trial_number: int, outcome: TrialOutcome) -> str:
+    """Why the study stops: a trial failed twice, neither time through its configuration."""
+    failure = outcome.failure
+    assert failure is not None
+    return (f"trial #{trial_number} failed twice for a reason that is not its configuration's "
+            f"({failure.name}: {_first_line(outcome.failure_message)}); the study stops: "
+            f"{failure.remedy}")
+
+
 def run_seconds(data: StudyData) -> dict[str, float]:
     """The median duration of one run per profile over the study's measured trials."""
     found: dict[str, list[float]] = {}
@@ -314,7 +355,7 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     """Where the study stands against its time budget (None without one): the expected cost
     of a trial from the finished ones, and the confirmation's cost kept in reserve (each
     finalist and the baseline deployed once per round, at a served trial's cost)."""
-    seconds, started = read_time_budget(study)
+    seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False)

@@ -1,90 +1,147 @@
-"""The plan a study stores: one record and its versioned layout. Pure.
+"""What a study was asked to do: one record from `run`'s flags to the study's storage and back,
+and its versioned layout. Pure.
 
-``StoredPlan`` is what every worker, resumed run and reader of a study takes from it: the
-model, the search space's text, the profiles, objectives, SLOs, repeats, sampler and vLLM's
-defaults. ``to_dict`` writes layout ``VERSION``; ``from_dict`` reads it and the unversioned
-layout of earlier autotune (the same keys, without ``version``). ``study.plans`` is the only
-code that puts it in a study or takes it out.
+``PlanRequest`` is what `run` asks for, what the study stores (``to_dict``, layout ``VERSION``)
+and what every worker, resumed run and reader takes from it (``from_dict``, which reads layout 2
+and layout 1, the one before it). Facts derived from it (vLLM's defaults, the parsed objectives)
+are computed from it, never stored beside it. ``study.state`` is the only code that puts it in a
+study or takes it out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune.core.space.search_space import Value
+from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, parse_objective
 from autotune.core.workload.profiles import WorkloadProfile, profile_from_dict
-from autotune.errors import StudyError
+from autotune.errors import ConfigError, StudyError
 
-VERSION = 1
+VERSION = 2
+DEFAULT_SPACE = "search_spaces/reference.yaml"
 # What must agree between `run`s that join one study (the budget and seed may change).
-SHAPE_FIELDS = ("space_yaml", "tensor_parallel_size", "max_model_len", "profiles", "repeats",
-                "slos", "objectives")
+SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives")
+# Where this node runs the study: another node has its own, so none is stored. The references
+# are enqueued once, by the `run` that creates the study (its baseline is in the study's state).
+LOCAL_FIELDS = ("workdir", "storage", "study_name", "references_path")
+# Layout 1 kept the budget and time budget as attributes of their own, beside the plan.
+LAYOUT1_BUDGET, LAYOUT1_TIME_BUDGET = "budget", "time_budget"
 
 
 @dataclass(frozen=True)
-class StoredPlan:
-    """A study's plan as stored. ``space_yaml`` None: no worker can run it (an imported study)."""
+class PlanRequest:
+    """What a study is asked to do. From `run`'s flags some fields are open (no model: the
+    generated one; no objectives: the default pair); the plan built from it fills them in, and
+    that is what the study stores, so that a rebuild from it gives the same plan."""
 
-    model: str
-    space_path: str
     profiles: tuple[WorkloadProfile, ...]
-    objectives: tuple[str, ...]  # PROFILE:METRIC:min|max
-    defaults: Mapping[str, Value] = field(default_factory=dict)  # vLLM's, per parameter
-    space_yaml: str | None = None
-    tensor_parallel_size: int = 1
-    max_model_len: int = 0
-    repeats: int = 1
-    slos: tuple[str, ...] = ()  # Slo keys
+    model: str | None = None  # None: the generated model (CPU build only)
+    space_path: str = DEFAULT_SPACE
+    space_yaml: str | None = None  # the space's text; given, space_path is not read
+    trials: int = 10  # the study-wide budget of finished trials that workers run to
+    repeats: int = 2  # runs per profile per deployment: 2 measure the noise
     seed: int | None = None
     sampler: str = "tpe"
-    confirm: int = 0
+    objectives: tuple[str, ...] = ()  # PROFILE:METRIC[:min|max]; empty: the default pair
+    slos: tuple[str, ...] = ()  # Slo keys
+    tp: int | None = None  # None: the space's tensor parallel size
+    max_model_len: int | None = None  # None: the space's, else the model's native context
+    confirm: int = 3  # front members confirmed at the end (0: off)
+    # Stop measuring a trial once the front beats it beyond the noise. Off by default: on the
+    # recorded CPU table it saved no device time (docs "Time to an answer").
     race: bool = False
+    time_budget_s: float | None = None  # wall clock of the study's trials, confirmation included
+    startup_timeout_s: float = 600.0  # a deployment not ready by then fails as startup_timeout
+    imported_from: str | None = None  # results imported from this file: no worker can run it
+    workdir: Path = Path(".")  # LOCAL_FIELDS from here on
+    storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
+    study_name: str | None = None
+    references_path: str | None = None  # given: its references are enqueued first
 
     @property
     def runnable(self) -> bool:
-        return self.space_yaml is not None
+        return self.imported_from is None and self.space_yaml is not None
+
+    @property
+    def defaults(self) -> dict[str, Value]:
+        """vLLM's default of each parameter of the space (none without the space's text)."""
+        if self.space_yaml is None:
+            return {}
+        return {p.name: p.default for p in parse_space(self.space_yaml, self.space_path).parameters}
 
     def parsed_objectives(self) -> tuple[Objective, ...]:
         names = [p.name for p in self.profiles]
         return tuple(parse_objective(o, names) for o in self.objectives)
 
-    def differences(self, other: StoredPlan) -> list[str]:
+    def differences(self, other: PlanRequest) -> list[str]:
         """The shape fields in which ``other`` differs from this plan."""
         mine, theirs = self.to_dict(), other.to_dict()
         return [k for k in SHAPE_FIELDS if mine.get(k) != theirs.get(k)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": VERSION, "model": self.model, "space_path": self.space_path,
-            "space_yaml": self.space_yaml, "tensor_parallel_size": self.tensor_parallel_size,
-            "max_model_len": self.max_model_len,
-            "profiles": [p.to_dict() for p in self.profiles],
-            "objectives": list(self.objectives), "repeats": self.repeats,
-            "slos": list(self.slos), "seed": self.seed, "sampler": self.sampler,
-            "confirm": self.confirm, "race": self.race, "defaults": dict(self.defaults),
-        }
+        out: dict[str, Any] = {"version": VERSION}
+        for f in dataclasses.fields(self):
+            if f.name not in LOCAL_FIELDS:
+                value = getattr(self, f.name)
+                out[f.name] = ([p.to_dict() for p in value] if f.name == "profiles" else
+                               list(value) if isinstance(value, tuple) else value)
+        return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str) -> StoredPlan:
-        version = data.get("version", VERSION)
-        if version != VERSION:
-            raise StudyError(f"{where}: stored plan layout {version} is newer than this autotune "
-                             f"reads ({VERSION}); upgrade autotune")
+    def from_dict(cls, data: Mapping[str, Any], where: str, *,
+                  beside: Mapping[str, Any] | None = None) -> PlanRequest:
+        """The plan a study stored; ``beside``: the study's other attributes, where layout 1
+        kept the budget. A layout this autotune does not know, or a plan that is not one, is a
+        one-line StudyError."""
+        version = data.get("version", 1)
+        if version not in (1, VERSION):
+            raise StudyError(f"{where}: stored plan layout {version!r} is not one this autotune "
+                             f"reads (1 or {VERSION}); upgrade autotune")
+        if version == 1:
+            data = _from_layout1(data, beside or {})
         try:
-            return cls(
-                model=str(data["model"]), space_path=str(data.get("space_path", "?")),
-                profiles=tuple(profile_from_dict(p["name"], p, where) for p in data["profiles"]),
-                objectives=tuple(data.get("objectives", ())),
-                defaults=dict(data.get("defaults", {})), space_yaml=data.get("space_yaml"),
-                tensor_parallel_size=int(data.get("tensor_parallel_size", 1)),
-                max_model_len=int(data.get("max_model_len", 0)),
-                repeats=int(data.get("repeats", 1)), slos=tuple(data.get("slos", ())),
-                seed=data.get("seed"), sampler=str(data.get("sampler", "tpe")),
-                confirm=int(data.get("confirm", 0)), race=bool(data.get("race", False)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StudyError(f"{where}: the stored plan is damaged ({type(exc).__name__}: {exc})"
-                             ) from None
+            given = {k: _checked(k, v) for k, v in data.items() if k in _STORED}
+            profiles = tuple(profile_from_dict(p["name"], p, where) for p in data["profiles"])
+            return cls(**{**given, "model": str(data["model"]), "profiles": profiles})
+        except (ConfigError, KeyError, TypeError, ValueError) as exc:
+            raise StudyError(f"{where}: the stored plan is damaged ({type(exc).__name__}: {exc}); "
+                             "start another --study") from None
+
+
+_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "None": type(None)}
+_STORED = {f.name: f.type for f in dataclasses.fields(PlanRequest)
+           if f.name not in (*LOCAL_FIELDS, "profiles", "model")}
+
+
+def _checked(name: str, value: Any) -> Any:
+    """A stored value of the field ``name``, checked against the field's type."""
+    kind = str(_STORED[name])
+    if kind.startswith("tuple["):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{name} must be a list of strings, got {value!r}")
+        return tuple(value)
+    kinds = [_TYPES[part] for part in kind.split(" | ")]
+    flat = tuple(t for k in kinds for t in (k if isinstance(k, tuple) else (k,)))
+    if not isinstance(value, flat) or (isinstance(value, bool) and bool not in flat):
+        raise TypeError(f"{name} must be {kind}, got {value!r}")
+    return value
+
+
+def _from_layout1(data: Mapping[str, Any], beside: Mapping[str, Any]) -> dict[str, Any]:
+    """Layout 1 (before the budget, time budget and start-up timeout were part of the plan):
+    ``tensor_parallel_size`` for ``tp``, vLLM's defaults stored (now read from the space), an
+    imported study marked by having no space text."""
+    out = {k: v for k, v in data.items() if k not in ("version", "tensor_parallel_size", "defaults")}
+    out["tp"] = data.get("tensor_parallel_size", 1)
+    if data.get("space_yaml") is None:
+        out["imported_from"] = str(data.get("model", "?"))
+    if LAYOUT1_BUDGET in beside:
+        out["trials"] = beside[LAYOUT1_BUDGET]
+    budget = beside.get(LAYOUT1_TIME_BUDGET)
+    out["time_budget_s"] = float(budget["seconds"]) if isinstance(budget, Mapping) else None
+    return out

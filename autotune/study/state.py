@@ -1,0 +1,84 @@
+"""A study's own state in its storage: the plan it was asked to do, when its time budget's clock
+started, its uid, whether its references were enqueued and which is the baseline, and the
+confirmed rounds of its finalists. The one module that reads or writes a study's attributes
+(a trial's are ``records``'); it decides nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+import optuna
+
+from autotune.core.analysis.stored_plan import LAYOUT1_TIME_BUDGET, PlanRequest
+from autotune.core.trial.outcome import ProfileResult
+
+_PLAN = "plan"
+_CLOCK = "time_budget_started_at"  # epoch seconds at which this `run`'s time budget started
+_UID = "uid"  # random id of the study, in the trial marker of every server it starts
+_REFERENCES = "references_enqueued"
+_BASELINE = "baseline"
+_CONFIRMED = "confirmed"  # trial number -> profile -> every confirmed run, oldest first
+
+
+def read_plan(study: optuna.Study) -> PlanRequest | None:
+    """The plan stored in ``study``; None for a study that autotune did not create."""
+    data = study.user_attrs.get(_PLAN)
+    return None if data is None else PlanRequest.from_dict(
+        data, f"study {study.study_name!r}", beside=study.user_attrs)
+
+
+def write_plan(study: optuna.Study, plan: PlanRequest) -> None:
+    study.set_user_attr(_PLAN, plan.to_dict())
+
+
+def start_clock(study: optuna.Study, now: float) -> None:
+    """This `run`'s time budget counts from ``now`` (every slot's and worker's trials)."""
+    study.set_user_attr(_CLOCK, now)
+
+
+def time_budget(study: optuna.Study) -> tuple[float | None, float]:
+    """(seconds, epoch start) of the study's time budget; (None, 0) without one."""
+    plan = read_plan(study)
+    seconds = plan.time_budget_s if plan else None
+    layout1 = study.user_attrs.get(LAYOUT1_TIME_BUDGET) or {}
+    started = study.user_attrs.get(_CLOCK, layout1.get("started_at", 0.0))
+    return (None, 0.0) if seconds is None else (seconds, float(started))
+
+
+def make_uid(study: optuna.Study) -> None:
+    """Give the study its random id, once (by the `run` that creates it)."""
+    if _UID not in study.user_attrs:
+        study.set_user_attr(_UID, uuid.uuid4().hex)
+
+
+def uid(study: optuna.Study) -> str:
+    return str(study.user_attrs.get(_UID, ""))
+
+
+def references_enqueued(study: optuna.Study) -> bool:
+    return bool(study.user_attrs.get(_REFERENCES))
+
+
+def mark_references(study: optuna.Study, baseline: str) -> None:
+    """The references were enqueued (or imported) once; ``baseline`` names the one the others
+    are compared with."""
+    study.set_user_attr(_REFERENCES, True)
+    study.set_user_attr(_BASELINE, baseline)
+
+
+def baseline(study: optuna.Study) -> str | None:
+    return study.user_attrs.get(_BASELINE)
+
+
+def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
+    return {int(n): {p: ProfileResult(p, tuple(runs)) for p, runs in by_profile.items()}
+            for n, by_profile in study.user_attrs.get(_CONFIRMED, {}).items()}
+
+
+def write_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, ProfileResult]]) -> None:
+    stored = dict(study.user_attrs.get(_CONFIRMED, {}))
+    for number, by_profile in results.items():
+        stored[str(number)] = {p: [dict(r) for r in res.runs] for p, res in by_profile.items()}
+    study.set_user_attr(_CONFIRMED, stored)

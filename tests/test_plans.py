@@ -1,0 +1,129 @@
+"""The plan a study carries: one record from `run`'s flags to the study's storage and back,
+read by every worker and resumed run; the study's state read and written in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.core.analysis.stored_plan import VERSION, PlanRequest
+from autotune.core.workload.profiles import get_profile
+from autotune.errors import ConfigError, StudyError
+from autotune.study.plans import build_plan, store_plan, stored_request
+from autotune.study.state import read_plan, start_clock, time_budget
+from tests.conftest import LLAMA_CONFIG
+
+SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
+         "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
+
+
+def request_in(tmp_path: Path, **settings) -> PlanRequest:
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (tmp_path / "space.yaml").write_text(SPACE)
+    return PlanRequest(**{
+        "workdir": tmp_path, "profiles": (get_profile("high-concurrency"),),
+        "model": str(tmp_path / "model"), "space_path": str(tmp_path / "space.yaml"), "trials": 7,
+        "repeats": 2, "seed": 11, "study_name": "p", "storage": "sqlite://",
+        "slos": ("high-concurrency:p99_ttft_ms<=500",), "tp": 1, "max_model_len": 4096,
+        "objectives": ("high-concurrency:p99_ttft_ms",), **settings})
+
+
+def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
+    plan = build_plan(request_in(tmp_path))
+    study = optuna.create_study(study_name="p")
+    store_plan(study, plan)
+    again = build_plan(stored_request(study, storage="sqlite://", workdir=tmp_path / "w", model=None,
+                                      trials=None))
+    assert again.space.parameters == plan.space.parameters and again.space.deployment == plan.space.deployment
+    assert again.space.deployment.tensor_parallel_size == 1
+    assert (again.bench, again.trials, again.max_model_len, again.slos, again.seed, again.objectives) == (
+        plan.bench, 7, 4096, plan.slos, 11, plan.objectives)
+    assert again.model == plan.model and again.workdir == tmp_path / "w"
+    # The filled-in request is the stored one: a rebuild from it changes nothing.
+    assert again.request == dataclasses.replace(plan.request, workdir=tmp_path / "w")
+    assert stored_request(study, storage="sqlite://", workdir=tmp_path, model=None, trials=9).trials == 9
+
+
+def test_joining_a_study_with_another_shape_is_refused_naming_what_differs(tmp_path):
+    study = optuna.create_study(study_name="p")
+    store_plan(study, build_plan(request_in(tmp_path)))
+    other = build_plan(request_in(tmp_path, max_model_len=8192))
+    with pytest.raises(ConfigError, match="created with other settings \\(max_model_len differ"):
+        store_plan(study, other)
+    store_plan(study, build_plan(request_in(tmp_path, seed=3, trials=20)))  # not the shape: taken
+    assert (read_plan(study).seed, read_plan(study).trials) == (3, 20)
+
+
+def test_the_time_budget_is_the_plans_and_its_clock_the_runs(tmp_path):
+    study = optuna.create_study(study_name="p")
+    store_plan(study, build_plan(request_in(tmp_path, time_budget_s=1200.0)))
+    assert time_budget(study) == (1200.0, 0.0)
+    start_clock(study, 5000.0)
+    assert time_budget(study) == (1200.0, 5000.0)
+
+
+# The plan as autotune stored it before the budget, time budget and start-up timeout were in it
+# (layout 1: written by commit cd4177e and earlier), with the budget attributes beside it.
+LAYOUT1 = {
+    "version": 1, "model": "/m", "space_path": "s.yaml", "space_yaml": SPACE,
+    "tensor_parallel_size": 2, "max_model_len": 4096,
+    "profiles": [get_profile("low-concurrency").to_dict() | {"name": "low-concurrency"}],
+    "objectives": ["low-concurrency:mean_e2el_ms:min"], "repeats": 2, "slos": [], "seed": 4,
+    "sampler": "tpe", "confirm": 3, "race": False, "defaults": {"max_num_seqs": 8},
+}
+
+
+def test_a_study_stored_in_layout_1_is_read_with_its_budget_and_time_budget():
+    study = optuna.create_study(study_name="old")
+    for key, value in (("plan", LAYOUT1), ("budget", 12),
+                       ("time_budget", {"seconds": 600.0, "started_at": 77.0})):
+        study.set_user_attr(key, value)
+    plan = read_plan(study)
+    assert (plan.model, plan.tp, plan.trials, plan.time_budget_s, plan.seed, plan.runnable) == (
+        "/m", 2, 12, 600.0, 4, True)
+    assert plan.defaults == {"max_num_seqs": 8}  # read from the space's text
+    assert time_budget(study) == (600.0, 77.0)
+    unversioned = {k: v for k, v in LAYOUT1.items() if k not in ("version", "space_yaml")}
+    imported = PlanRequest.from_dict(unversioned, "study 'i'")
+    assert not imported.runnable and imported.imported_from == "/m"
+
+
+def test_a_plan_round_trips_through_its_stored_layout(tmp_path):
+    request = build_plan(request_in(tmp_path, race=True, time_budget_s=90.0)).request
+    stored = json.loads(json.dumps(request.to_dict()))  # as the storage keeps it
+    assert stored["version"] == VERSION and "workdir" not in stored and "storage" not in stored
+    back = PlanRequest.from_dict(stored, "study 'p'")
+    assert back == dataclasses.replace(request, workdir=Path("."), storage=None, study_name=None)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"version": 3}, "study 'p': stored plan layout 3 is not one this autotune reads (1 or 2); "
+                     "upgrade autotune"),
+    ({"version": "2"}, "stored plan layout '2' is not one this autotune reads"),
+    ({"profiles": None}, "study 'p': the stored plan is damaged (TypeError"),
+    ({"repeats": "two"}, "the stored plan is damaged (TypeError: repeats must be int, got 'two')"),
+    ({"race": 1}, "the stored plan is damaged (TypeError: race must be bool, got 1)"),
+    ({"objectives": "a:b"}, "the stored plan is damaged (TypeError: objectives must be a list"),
+    ({"profiles": [{"name": "x", "input_len": "long"}]},
+     "study 'p': the stored plan is damaged (ConfigError: study 'p': profile 'x'"),
+], ids=["newer-layout", "layout-not-a-number", "profiles-missing", "wrong-type", "bool-as-int",
+        "objectives-not-a-list", "bad-profile"])
+def test_a_stored_plan_of_another_layout_or_damaged_is_one_study_error(tmp_path, change, message):
+    stored = {**build_plan(request_in(tmp_path)).request.to_dict(), **change}
+    with pytest.raises(StudyError) as err:
+        PlanRequest.from_dict(stored, "study 'p'")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_key_missing_from_a_stored_plan_takes_its_default(tmp_path):
+    stored = build_plan(request_in(tmp_path)).request.to_dict()
+    del stored["race"]
+    assert PlanRequest.from_dict(stored, "study 'p'").race is False
+    del stored["model"]
+    with pytest.raises(StudyError, match="damaged \\(KeyError: 'model'\\)"):
+        PlanRequest.from_dict(stored, "study 'p'")
