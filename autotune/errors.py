@@ -10,7 +10,8 @@
     │                             class (core.deployment.failures) and the log tail
     ├── BenchmarkError            a benchmark could not run at all (not: some requests failed,
     │                             which is data in the benchmark record)
-    └── StudyError                the study storage or its state is unusable
+    └── StudyError                the study cannot go on: its storage or state is unusable, or
+                                  a trial failed twice for a reason not of its configuration
 
 Messages say what was expected, what was found, and how to fix it.
 """
@@ -58,4 +59,5 @@ class BenchmarkError(AutotuneError):
 
 
 class StudyError(AutotuneError):
-    """Raised when the study storage or its state cannot be used."""
+    """Raised when the study cannot go on: its storage or state cannot be used, or a trial
+    failed twice for a reason that is not its configuration's (the machine's or ours)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from autotune.core.deployment import failures
 from autotune.core.metrics.slo import parse_slo
 from autotune.core.trial.objectives import default_objectives
@@ -34,6 +36,13 @@ def test_a_trial_past_its_slo_is_infeasible_with_its_measured_values():
     verdict = judge(served(6000.0), OBJECTIVES, [SLO], [])
     assert verdict.outcome.failure is failures.SLO_VIOLATED and not verdict.outcome.feasible
     assert verdict.constraints[SLO.key] == 1000.0 and verdict.values == [1000.0, 1700.0]
+
+
+@pytest.mark.parametrize("failure", [failures.HOST_FAULT, failures.INTERNAL_ERROR, failures.INTERRUPTED],
+                         ids=["the-machines", "ours", "the-users"])
+def test_a_failure_that_is_not_the_configurations_tells_the_sampler_nothing(failure):
+    verdict = judge(TrialOutcome(4, failure=failure), OBJECTIVES, [SLO], ["capacity"])
+    assert (verdict.values, verdict.constraints) == (None, {})
 
 
 def test_a_failed_trial_is_told_it_served_nothing():

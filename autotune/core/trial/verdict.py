@@ -1,9 +1,11 @@
 """The verdict on a measured trial: what the sampler is told. Pure.
 
-A trial that failed, or went past an SLO, or met no load of a capacity profile is infeasible:
-its constraints are violated (``> 0``) so that the sampler learns to avoid the region, and its
-objective values are those of a trial that served nothing. A served trial gets its objectives'
-means and one constraint per SLO (how far past its limit, ``<= 0`` met).
+A trial that failed through its configuration, or went past an SLO, or met no load of a
+capacity profile is infeasible: its constraints are violated (``> 0``) so that the sampler learns
+to avoid the region, and its objective values are those of a trial that served nothing. A served
+trial gets its objectives' means and one constraint per SLO (how far past its limit, ``<= 0``
+met). A failure that is not the configuration's (the machine's or autotune's) tells the sampler
+nothing: no values, no constraints (the trial is failed in Optuna, which samplers ignore).
 """
 
 from __future__ import annotations
@@ -28,16 +30,19 @@ def capacity_key(profile: str) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome to store (SLO failures classified), its constraints and objective values."""
+    """The outcome to store (SLO failures classified), its constraints and objective values
+    (None: nothing to tell the sampler, the failure is not the configuration's)."""
 
     outcome: TrialOutcome
     constraints: dict[str, float]
-    values: list[float]
+    values: list[float] | None
 
 
 def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence[Slo],
           capacity_profiles: Sequence[str]) -> Verdict:
     """The verdict on ``outcome``: constraints served, then one per SLO and capacity profile."""
+    if outcome.failure is not None and not outcome.failure.blames_configuration:
+        return Verdict(outcome, {}, None)
     if outcome.failure is not None:
         constraints = {FEASIBLE: 1.0, **{slo.key: 1.0 for slo in slos},
                        **{capacity_key(p): 1.0 for p in capacity_profiles}}
