@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.core.metrics.prometheus import MetricsPage, parse_metrics
 from autotune.core.metrics.summary import (
     PrefixCacheStats,
     RequestResult,
@@ -12,7 +13,6 @@ from autotune.core.metrics.summary import (
     burst_delivered,
     flat_metrics,
     max_concurrency,
-    parse_counters,
     prefix_cache_delta,
     spec_decode_delta,
     summarize,
@@ -101,27 +101,28 @@ vllm:spec_decode_num_drafts_created 1.7e9
 vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 250.0
 """
-BEFORE = {"vllm:spec_decode_num_drafts_total": 10.0, "vllm:spec_decode_num_draft_tokens_total": 10.0,
-          "vllm:spec_decode_num_accepted_tokens_total": 0.0,
-          "vllm:prefix_cache_queries_total": 200.0, "vllm:prefix_cache_hits_total": 50.0}
+BEFORE = MetricsPage(counters={
+    "vllm:spec_decode_num_drafts_total": 10.0, "vllm:spec_decode_num_draft_tokens_total": 10.0,
+    "vllm:spec_decode_num_accepted_tokens_total": 0.0,
+    "vllm:prefix_cache_queries_total": 200.0, "vllm:prefix_cache_hits_total": 50.0})
 
 
 def test_spec_decode_counters_are_parsed_and_differenced():
-    after = parse_counters(PROMETHEUS)
-    assert after["vllm:spec_decode_num_accepted_tokens_total"] == 30.0  # per-position kept apart
+    after = parse_metrics(PROMETHEUS)
+    assert after.counters["vllm:spec_decode_num_accepted_tokens_total"] == 30.0  # per-position kept apart
     delta = spec_decode_delta(BEFORE, after)
     assert delta == SpecDecodeStats(30, 30, 30)
     assert delta.acceptance_rate == 1.0 and delta.acceptance_length == 2.0
-    assert spec_decode_delta({}, parse_counters("vllm:num_requests_running 1")) is None
+    assert spec_decode_delta(MetricsPage(), parse_metrics("vllm:num_requests_running 1")) is None
     assert spec_decode_delta(after, after) is None  # nothing drafted during the run
 
 
 def test_prefix_cache_hit_rate_is_the_share_of_queried_tokens_found_during_the_run():
-    delta = prefix_cache_delta(BEFORE, parse_counters(PROMETHEUS))
+    delta = prefix_cache_delta(BEFORE, parse_metrics(PROMETHEUS))
     assert delta == PrefixCacheStats(queried_tokens=800, hit_tokens=200)
     s = summarize([ok(0.0, 0.1, (0.01,), tokens=2)], duration_s=1.0, prefix_cache=delta)
     assert flat_metrics(s)["prefix_cache_hit_rate"] == pytest.approx(25.0)
-    no_cache = {k: v for k, v in BEFORE.items() if "prefix" not in k}
+    no_cache = MetricsPage(counters={k: v for k, v in BEFORE.counters.items() if "prefix" not in k})
     assert prefix_cache_delta(no_cache, no_cache) is None
     assert "prefix_cache_hit_rate" not in flat_metrics(summarize([ok(0.0, 0.1, (0.01,), tokens=2)], 1.0))
 

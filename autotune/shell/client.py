@@ -4,8 +4,8 @@ The only module that speaks HTTP to a server under test (aiohttp, as `vllm bench
 costs a fraction of httpx's CPU per streamed chunk, and a client that competes with the API
 server for a core inflates the very latencies it measures). It sends the requests of a source
 (``core.workload``) with bounded concurrency at their send times, times every streamed chunk,
-reads the server's counters before and after, and hands the per-request records to
-``core.metrics``.
+reads the server's /metrics before and after (``shell.server_metrics``), and hands the
+per-request records to ``core.metrics``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from autotune.core.metrics.summary import (
     BenchmarkSummary,
     RequestResult,
     SloLimits,
-    parse_counters,
     prefix_cache_delta,
     spec_decode_delta,
     summarize,
@@ -31,6 +30,7 @@ from autotune.core.metrics.summary import (
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
 from autotune.errors import BenchmarkError
+from autotune.shell.server_metrics import fetch_metrics
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -130,18 +130,6 @@ async def send_request(
     )
 
 
-async def _fetch_counters(session: aiohttp.ClientSession, target: Target) -> dict[str, float]:
-    """The server's counters from /metrics (empty when it has none to give)."""
-    try:
-        async with session.get(target.url.rstrip("/") + "/metrics", headers=target.headers(),
-                               timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            text = await resp.text()
-            status = resp.status
-    except (aiohttp.ClientError, TimeoutError):
-        return {}
-    return parse_counters(text) if status == 200 else {}
-
-
 async def _run_batch(
     client: aiohttp.ClientSession, target: Target, requests: Sequence[Request],
     profile: WorkloadProfile, offsets_s: Sequence[float], on_done: Callable[[], None],
@@ -205,7 +193,7 @@ async def run_profile_async(
         if warm:
             await _run_batch(client, target, requests[:warm], profile, [0.0] * warm,
                              lambda: None, prompt_of)
-        before = await _fetch_counters(client, target)
+        before = await fetch_metrics(client, target.url, target.headers())
         done = 0
 
         def tick() -> None:
@@ -218,7 +206,7 @@ async def run_profile_async(
         results = await _run_batch(client, target, requests[warm:], profile, offsets, tick,
                                    prompt_of)
         duration = time.perf_counter() - start
-        after = await _fetch_counters(client, target)
+        after = await fetch_metrics(client, target.url, target.headers())
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
                         spec_decode=spec_decode_delta(before, after),
                         prefix_cache=prefix_cache_delta(before, after))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.core.metrics.prometheus import MetricsPage
 from autotune.core.metrics.registry import PROMPT_BUCKETS, bucket_key
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
@@ -284,31 +285,13 @@ def flat_metrics(summary: BenchmarkSummary) -> dict[str, float]:
     }
 
 
-def parse_counters(prometheus_text: str) -> dict[str, float]:
-    """Every counter (``*_total``) of a /metrics page, summed over its labels."""
-    totals: dict[str, float] = {}
-    for line in prometheus_text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name = line.split(None, 1)[0].split("{")[0]
-        if not name.endswith("_total"):
-            continue
-        try:
-            totals[name] = totals.get(name, 0.0) + float(line.rsplit(None, 1)[-1])
-        except ValueError:
-            continue
-    return totals
-
-
-def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> int | None:
-    if name not in before or name not in after:
+def _delta(before: MetricsPage, after: MetricsPage, name: str) -> int | None:
+    if name not in before.counters or name not in after.counters:
         return None
-    return int(after[name] - before[name])
+    return int(after.counters[name] - before.counters[name])
 
 
-def spec_decode_delta(before: Mapping[str, float], after: Mapping[str, float]
-                      ) -> SpecDecodeStats | None:
+def spec_decode_delta(before: MetricsPage, after: MetricsPage) -> SpecDecodeStats | None:
     """Speculative decoding between two /metrics reads, as vLLM's benchmark reads it; None
     when the server exposes no such counters or none moved (no speculation)."""
     found = [_delta(before, after, f"vllm:spec_decode_{k}_total")
@@ -319,8 +302,7 @@ def spec_decode_delta(before: Mapping[str, float], after: Mapping[str, float]
     return SpecDecodeStats(drafts, draft_tokens, accepted)
 
 
-def prefix_cache_delta(before: Mapping[str, float], after: Mapping[str, float]
-                       ) -> PrefixCacheStats | None:
+def prefix_cache_delta(before: MetricsPage, after: MetricsPage) -> PrefixCacheStats | None:
     """Prefix-cache lookups between two /metrics reads (counted in tokens); None when the
     server exposes no such counters or looked nothing up (prefix caching off)."""
     queried = _delta(before, after, "vllm:prefix_cache_queries_total")
