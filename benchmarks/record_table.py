@@ -84,21 +84,22 @@ def export(study_name: str, storage: str, out: Path, space_path: Path) -> None:
 
     from autotune.core.analysis.table import NOT_REACHED, SERVED, table_from_outcomes, to_csv
     from autotune.study.records import outcomes
+    from autotune.study.state import read_plan
     from autotune.study.storage import open_existing
 
     study = optuna.load_study(study_name=study_name, storage=open_existing(storage))
-    plan = study.user_attrs["plan"]
+    plan = read_plan(study)
     found = outcomes(study)
     served = [t for t in found if t.failure is None and t.state == "complete"]
-    profiles = [p["name"] for p in plan["profiles"]]
+    profiles = [p.name for p in plan.profiles]
     workload = "; ".join(
-        f"{p['name']}: {p['num_prompts']} requests of {p['input_len']} in / {p['output_len']} out"
-        f" at concurrency {p['max_concurrency']}, {p['warmup_requests']} warm-up" for p in plan["profiles"])
+        f"{p.name}: {p.num_prompts} requests of {p.input_len} in / {p.output_len} out"
+        f" at concurrency {p.max_concurrency}, {p.warmups} warm-up" for p in plan.profiles)
     header = {
         "study": f"{study_name} (autotune run, one deployment per configuration)",
-        "protocol": f"{workload}; {plan['repeats']} runs per profile per deployment; "
-                    f"TP {plan['tensor_parallel_size']}, max model len {plan['max_model_len']}",
-        "model": plan["model"],
+        "protocol": f"{workload}; {plan.repeats} runs per profile per deployment; "
+                    f"TP {plan.tp}, max model len {plan.max_model_len}",
+        "model": plan.model,
         "machine": served[0].hardware if served else "",
         "vllm": served[0].vllm_version if served else "",
         "recorded": (f"trials {min(t.number for t in found)}-{max(t.number for t in found)}, "
@@ -108,7 +109,7 @@ def export(study_name: str, storage: str, out: Path, space_path: Path) -> None:
     table = table_from_outcomes(found, space.names, profiles, header, grid(space_path))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(to_csv(table))
-    config = Path(plan["model"]) / "config.json"
+    config = Path(str(plan.model)) / "config.json"
     (out.parent / "model-config.json").write_text(config.read_text())
     counts = {s: table.count(s) for s in dict.fromkeys(r.status for r in table.rows)}
     print(f"{out}: {len(table.rows)} configurations: "
