@@ -5,27 +5,34 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from autotune.cli.common import (
+    add_smallest_difference,
     add_study_args,
     capacity_cell,
     console,
     cpu_slot,
     fmt,
     out,
+    parse_percent,
     print_fitting,
     storage_of_args,
 )
-from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
+from autotune.core.analysis.stored_plan import DEFAULT_SPACE
 from autotune.core.analysis.study_data import StudyData, describe_params
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import read_references, read_space, shipped
-from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE
+from autotune.study.plans import DEFAULT_REFERENCES
+
+if TYPE_CHECKING:
+    import optuna
 
 
 def _data(args: argparse.Namespace):
@@ -77,10 +84,22 @@ def print_front(data: StudyData, title: str) -> bool:
     return True
 
 
-def print_front_and_recommendations(data: StudyData, title: str) -> None:
+def tie_settings(study: optuna.Study, smallest_difference: float) -> TieSettings:
+    """What a tie's cost needs of the study: its name, its runs per deployment (a
+    confirmation round adds as many) and which trials are confirmed already."""
+    from autotune.study.plans import read_plan
+    from autotune.study.records import read_confirmed
+
+    plan = read_plan(study)
+    return TieSettings(study.study_name, smallest_difference, plan.repeats if plan else 1,
+                       frozenset(read_confirmed(study)))
+
+
+def print_front_and_recommendations(data: StudyData, title: str,
+                                    tie: TieSettings | None = None) -> None:
     if print_front(data, title):
         for use in USES if len(data.objectives) > 1 else ("throughput",):  # one objective: the best
-            out.print(f"[bold]{use}[/bold]: {recommend(data, use).reason}", soft_wrap=True)
+            out.print(f"[bold]{use}[/bold]: {recommend(data, use, tie).reason}", soft_wrap=True)
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
@@ -89,8 +108,13 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
+    from autotune.study.records import study_data
+    from autotune.study.storage import load_existing
+
+    smallest = parse_percent(args.smallest_difference, "--smallest-difference")
+    study = load_existing(args.study, storage_of_args(args))
     try:
-        rec = recommend(_data(args), args.use)
+        rec = recommend(study_data(study), args.use, tie_settings(study, smallest))
     except NoFeasibleTrial as exc:
         raise ConfigError(f"--study {args.study}: {exc}") from None
     out.print(rec.reason, soft_wrap=True)
@@ -120,7 +144,7 @@ def _verify(args, study, trial, export) -> int:
     from autotune.shell.files import read_model_info
     from autotune.shell.install import detect_platform
     from autotune.shell.workloads import load_tokenizer, sources_for
-    from autotune.study.plans import read_plan
+    from autotune.study.state import read_plan
     from autotune.study.trial import BenchPlan, TrialSetup, run_trial
 
     stored = read_plan(study)
@@ -217,6 +241,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("recommend", help="pick a trial for a use and say why, ties included")
     add_study_args(p)
     p.add_argument("--for", dest="use", choices=USES, required=True)
+    add_smallest_difference(p)
     p.set_defaults(handler=cmd_recommend)
 
     p = sub.add_parser("export", help="launch flags of a trial: shell command, vllm serve --config YAML, JSON")

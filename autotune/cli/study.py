@@ -18,6 +18,7 @@ from autotune.cli.common import (
     add_load_args,
     add_profile_args,
     add_profile_overrides,
+    add_smallest_difference,
     add_study_args,
     capacity_cell,
     console,
@@ -25,11 +26,14 @@ from autotune.cli.common import (
     fmt,
     out,
     parse_duration,
+    parse_percent,
     print_fitting,
     profiles_of,
     slots_of,
     storage_of_args,
 )
+from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
+from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
 from autotune.core.analysis.study_data import StudyData, describe_params
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
@@ -37,10 +41,11 @@ from autotune.core.trial.capacity_search import boundary_text as describe_capaci
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.confirm import CONFIRM_ROUNDS
-from autotune.study.plans import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, PlanRequest, StudyPlan
+from autotune.study.plans import DEFAULT_REFERENCES, StudyPlan
+from autotune.study.samplers import SAMPLERS
 from autotune.study.trial import TrialSetup
 
-DEFAULTS = PlanRequest(workdir=Path(), profiles=())  # the one source of run's defaults
+DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
 
 
@@ -85,7 +90,7 @@ def describe_result(t: TrialOutcome) -> str:
     parts += [f"{p}: {describe_capacity(s)}" + (
         f", {fmt(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
         for p, s in t.capacity.items()]
-    return f"ready in {t.startup_text}; " + "; ".join(parts)
+    return f"ready in {t.startup_detail}; " + "; ".join(parts)
 
 
 def _heartbeat(args: argparse.Namespace):
@@ -130,7 +135,6 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
-        describe_only=args.dry_run,
     )
 
 
@@ -171,24 +175,27 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, k: int) -> None:
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
-def _finish(plan: StudyPlan, code: int) -> int:
-    from autotune.cli.results import print_front_and_recommendations
+def _finish(plan: StudyPlan, code: int, smallest_difference: float = SMALLEST_DIFFERENCE) -> int:
+    from autotune.cli.results import print_front_and_recommendations, tie_settings
     from autotune.study.records import outcomes, study_data
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     print_trials(outcomes(study), study_data(study, confirmed=False))
-    print_front_and_recommendations(study_data(study), plan.study_name)
+    print_front_and_recommendations(study_data(study), plan.study_name,
+                                    tie_settings(study, smallest_difference))
     return code
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
     from autotune.study.creation import dry_run_argv, prepare_study
-    from autotune.study.plans import build_plan, set_time_budget
+    from autotune.study.plans import build_plan
+    from autotune.study.state import start_clock
     from autotune.study.storage import hostname, redact
 
-    plan = build_plan(request_of(args), say=console.print)
+    smallest = parse_percent(args.smallest_difference, "--smallest-difference")
+    plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
     if args.dry_run:
@@ -200,7 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     study, notes, created = prepare_study(plan, _heartbeat(args))
-    set_time_budget(study, plan.time_budget_s, time.time())
+    start_clock(study, time.time())
     console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                   f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
                   f"{', '.join(o.name for o in plan.objectives)}, budget {plan.trials} trials, "
@@ -211,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = _work(plan, setup, slots, args, "" if created else hostname())
     if code == 0 and plan.confirm:
         _confirm(plan, setup, plan.confirm)
-    return _finish(plan, code)
+    return _finish(plan, code, smallest)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -336,6 +343,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="repeatable: a constraint on a profile, e.g. 'high-concurrency:"
                         "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
                         "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
+    add_smallest_difference(p)
     p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
                    help=f"at the end, redeploy up to K front members and the baseline, "
                         f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")
