@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
-from autotune.core.deployment.startup import startup_phases  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
 from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
 
@@ -35,7 +34,7 @@ def main() -> None:
     model = make_model(root / "dense", kind="dense", seed=0).name
     cache = root / "vllm-cache"
     table = Table(title="one configuration started again and again, TP=2 on 2 cores")
-    for col in ("start", "cache before", "ready s", "compile s", "engine init s", "other s", "log says"):
+    for col in ("start", "cache before", "ready s", "compile s", "workers s", "unnamed s", "log says"):
         table.add_column(col, justify="right")
     for i in range(args.starts):
         spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "2", "--max-model-len", "4096"),
@@ -43,10 +42,10 @@ def main() -> None:
                               extra_env=(("VLLM_CACHE_ROOT", str(cache)),))
         before = "empty" if not cache.exists() else "warm"
         with ServerProcess(spec) as dep:
-            ready = dep.startup_s
-        p = startup_phases((root / f"server-{i}.log").read_text(errors="replace"), ready)
-        table.add_row(str(i + 1), before, f"{ready:.1f}", f"{p.compile_s:.1f}", f"{p.engine_init_s:.1f}",
-                      f"{p.other_s:.1f}", p.compile_cache or "-")
+            ready, p = dep.startup_s, dep.phases()
+        assert p is not None
+        table.add_row(str(i + 1), before, f"{ready:.1f}", f"{p.compile_s:.1f}", f"{p.workers_s:.1f}",
+                      f"{p.unnamed_s:.1f}", p.compile_cache or "-")
     Console().print(table)
 
 

@@ -32,8 +32,8 @@ def test_a_four_trial_study_runs_references_first_and_records_both_profiles(four
     runs = good.user_attrs["repeats"]["high-concurrency"]  # two repeats, their mean the objective
     assert len(runs) == 2 and sum(r["output_throughput"] for r in runs) / 2 == pytest.approx(good.values[1])
     assert good.user_attrs["startup_s"] > 0 and good.user_attrs["teardown_clean"] is True
-    phases = good.user_attrs["startup_phases"]  # read from vLLM's INFO log
-    assert 0 < phases["engine_init_s"] < good.user_attrs["startup_s"] and phases["weights_s"] > 0
+    phases = good.user_attrs["startup_phases"]  # between named lines of vLLM's INFO log
+    assert phases["unnamed_s"] < 0.1 * good.user_attrs["startup_s"] and phases["weights_s"] > 0
     assert "compile_s" not in phases  # the first trial is the reference at -O0: nothing compiled
     assert good.user_attrs["teardown_s"] > 0 and "gpu_memory_mib" not in good.user_attrs  # CPU
     assert "--optimization-level" in good.user_attrs["argv"]

@@ -62,6 +62,9 @@ class StandInDeployment:
     def gpu_used_mib(self) -> int | None:
         return None
 
+    def phases(self) -> None:
+        return None
+
 
 @dataclass
 class StandInBench:

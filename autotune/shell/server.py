@@ -4,16 +4,21 @@ A ``ServerProcess`` is a context manager. Entering starts ``vllm serve`` (or the
 module entry point) from an argument list in a new session, on a free 127.0.0.1 port with a
 fresh random API key passed through the environment (never argv, so neither ``ps`` nor the
 log shows it), and waits until the process is alive, ``/health`` answers and one real
-completion succeeds. Leaving kills the whole process group (SIGTERM, then SIGKILL after a
-grace period) and checks that no process of the session is left and the port is free.
+completion succeeds. Its output goes through a pipe to a reader thread that writes the log
+file and stamps each line with its arrival until ready (vLLM's own stamps are whole seconds):
+the start-up phases (``core.deployment.startup``). Leaving kills the whole process group
+(SIGTERM, then SIGKILL after a grace period) and checks that no process of the session is
+left and the port is free.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +39,7 @@ from autotune.core.deployment.failures import (
     vllm_message,
 )
 from autotune.core.deployment.slots import Slot
+from autotune.core.deployment.startup import LogLine, StartupPhases, startup_phases
 from autotune.errors import ConfigError, DeploymentError
 from autotune.shell.install import Entrypoint, resolve_entrypoint
 from autotune.shell.processes import (
@@ -94,7 +100,7 @@ class ServerProcess:
     teardown: TeardownReport | None = None
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _gpu_baseline: dict[int, int] | None = field(default=None, repr=False)
-    _log_file: object = field(default=None, repr=False)
+    _log: LogPipe | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -167,25 +173,27 @@ class ServerProcess:
 
             if nvml_available():
                 self._gpu_baseline = nvml_used_mib(spec.slot.devices)
-        self._log_file = open(spec.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        env = self._env()
         self.on_phase("launching")
         self._t0 = time.monotonic()
         self._proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=self._env(),
+            env=env,
             start_new_session=True,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
         )
+        assert self._proc.stdout is not None
+        self._log = LogPipe(self._proc.stdout, spec.log_path, self._t0)
 
     def _fail(self, failure: FailureClass, message: str) -> DeploymentError:
         return DeploymentError(failure, message, log_tail=tail(self.log_text()))
 
     def wait_ready(self, poll_s: float = 1.0) -> float:
         """Block until alive + /health + one completion; returns start-up seconds."""
-        assert self._proc is not None
+        assert self._proc is not None and self._log is not None
         deadline = self._t0 + self.spec.startup_timeout_s
         fatal_seen: float | None = None
         self.on_phase("waiting for /health")
@@ -193,6 +201,7 @@ class ServerProcess:
             while True:
                 code = self._proc.poll()
                 if code is not None:
+                    self._log.close(timeout_s=5.0)  # its last lines, the traceback, written
                     diag = classify_startup_exit(code, self.log_text())
                     raise self._fail(diag.failure, f"exited with {code}: {diag.message}")
                 if fatal_seen is None and startup_failed(self.log_text()):
@@ -212,10 +221,14 @@ class ServerProcess:
                         break
                 except httpx.HTTPError:
                     pass
-                time.sleep(poll_s)
+                if self._log.listening.is_set():  # the server said it listens: ask again soon
+                    time.sleep(0.05)
+                else:
+                    self._log.listening.wait(poll_s)
             self.on_phase("first completion")
             self._first_completion(http)
         self.startup_s = time.monotonic() - self._t0
+        self._log.stamping = False
         slot = self.spec.slot
         if slot is not None and slot.kind == "cpu" and slot.tensor_parallel_size > 1:
             # TP workers wait for each step by spinning on a shared-memory queue; on a CPU slot
@@ -227,6 +240,12 @@ class ServerProcess:
             # at nice 19 it was declared dead (tests/test_workers.py).
             self.workers_niced = lower_priority(processes_titled(self.pid, "Worker"))
         return self.startup_s
+
+    def phases(self) -> StartupPhases | None:
+        """Where its start-up time went (None before ready)."""
+        if not self.startup_s or self._log is None:
+            return None
+        return startup_phases(self._log.lines, self.startup_s)
 
     def _first_completion(self, http: httpx.Client) -> None:
         """One real completion: a healthy /health does not prove the engine can serve."""
@@ -319,8 +338,8 @@ class ServerProcess:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (session_pids(sid) or not port_is_free(self.port)):
             time.sleep(0.2)
-        if self._log_file is not None:
-            self._log_file.close()  # type: ignore[attr-defined]
+        if self._log is not None:
+            self._log.close()
         gpu_ok, gpu_now = None, {}
         if self._gpu_baseline is not None:
             from autotune.shell.gpu import wait_released
@@ -338,3 +357,47 @@ class ServerProcess:
             os.killpg(self._proc.pid, sig)
         except ProcessLookupError:
             pass
+
+
+class LogPipe:
+    """Copies a server's output to its log file as it arrives (a reader thread) and, while
+    ``stamping``, keeps each line with its arrival in seconds since ``t0``. Lines end at a
+    newline or a carriage return (progress bars redraw with one). ``listening`` is set when
+    the API server says it has started, so the readiness poll need not sleep past it."""
+
+    LISTENING = re.compile(rb"Application startup complete|Uvicorn running on")
+
+    def __init__(self, source, path: Path, t0: float) -> None:
+        self.lines: list[LogLine] = []
+        self.stamping = True
+        self.listening = threading.Event()
+        self._source, self._t0 = source, t0
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by the thread at end of output
+        self._thread = threading.Thread(target=self._copy, name=f"log {path}", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        pending = b""
+        try:
+            while chunk := os.read(self._source.fileno(), 1 << 16):
+                now = time.monotonic() - self._t0
+                self._file.write(chunk)
+                self._file.flush()
+                if self.LISTENING.search(pending + chunk):
+                    self.listening.set()
+                if not self.stamping:
+                    pending = b""
+                    continue
+                *done, pending = re.split(rb"\r\n|\r|\n", pending + chunk)
+                self.lines += [LogLine(now, raw.decode(errors="replace")) for raw in done if raw]
+        except (OSError, ValueError):  # the pipe or the file closed under us: output ends
+            pass
+        finally:
+            self._file.close()
+            self._source.close()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Wait for the output to end (the process group is gone), then the file is closed."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._file.close()

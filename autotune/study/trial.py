@@ -22,7 +22,7 @@ from typing import Protocol
 from autotune.core.deployment import failures
 from autotune.core.deployment.failures import FailureClass
 from autotune.core.deployment.slots import Slot
-from autotune.core.deployment.startup import startup_phases
+from autotune.core.deployment.startup import StartupPhases
 from autotune.core.metrics.summary import flat_metrics, to_vllm_json
 from autotune.core.trial.capacity_search import (
     MONOTONE_IN_LOAD,
@@ -77,6 +77,7 @@ class Served(Protocol):
     def is_serving(self) -> bool: ...
     def diagnose(self, symptom: str) -> DeploymentError: ...
     def gpu_used_mib(self) -> int | None: ...
+    def phases(self) -> StartupPhases | None: ...
 
 
 Phase = Callable[[str], None]
@@ -250,8 +251,7 @@ def run_trial(
         if log_path.exists():
             files.append(log_path)
     report = dep.teardown
-    phases = startup_phases(log_path.read_text(errors="replace"), dep.startup_s) \
-        if dep.startup_s and log_path.exists() else None
+    phases = dep.phases()
     return Measurement(
         failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
         startup_phases=phases.as_dict() if phases else {},

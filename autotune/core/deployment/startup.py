@@ -1,83 +1,196 @@
-"""Where a deployment's start-up time goes, read from vLLM's log. Pure.
+"""Where a deployment's start-up time goes: phases between named lines of vLLM's log, each
+stamped by autotune as it arrived, and what no phase names. Pure: takes lines, returns records.
 
-vLLM logs (at INFO, which every deployment asks for) how long the model took to initialize,
-its weights to load, torch.compile to compile (or to load from its cache), the first
-profiling/warm-up run, CUDA graph capture on GPUs, and the whole engine initialization. The
-rest of the time to ready (process start, imports, the API server, the first completion) is
-``other_s``. Each phase takes the slowest worker's figure (the ranks start in parallel).
+vLLM's own stamps are whole seconds, so the server's output is read through a pipe and each
+line keeps its arrival time (seconds since launch, ``LogLine``). A phase runs from the first
+line matching one of its start marks to a line matching one of its end marks (the last one
+where ranks log in parallel: the slowest rank ends it); launch (0 s) and ready (the first
+completion answered) are autotune's events. What lies between phases is ``unnamed_s``,
+whatever vLLM was doing; the phases are a registry (``PHASES``), each with the lines that
+bound it, so a new vLLM's messages are one edit away.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 
-_PHASES = {
-    "model_init_s": re.compile(r"Initializing model took ([\d.]+) seconds"),
-    "weights_s": re.compile(r"Loading weights took ([\d.]+) seconds"),
-    "compile_s": re.compile(r"torch\.compile took ([\d.]+) s in total"),
-    "compile_graphs_s": re.compile(r"Compiling a graph for compile range .*? takes ([\d.]+) s"),
-    "compile_loaded_s": re.compile(r"Directly load the compiled graph\(s\) .*? took ([\d.]+) s"),
-    "warmup_s": re.compile(r"Initial profiling/warmup run took ([\d.]+) s"),
-    "cuda_graphs_s": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
-    "engine_init_s": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
-}
+LAUNCH = "launch"  # autotune's event: the process was started (0 s)
+READY = "ready"  # autotune's event: the first completion was answered
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of the server's output and when autotune read it (seconds since launch)."""
+
+    arrival_s: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A named event: the first (or ``last``) line matching ``pattern``, only among the lines
+    before the first one matching ``before`` where given. ``LAUNCH``/``READY`` as patterns
+    are autotune's events."""
+
+    pattern: str
+    last: bool = False
+    before: str = ""
+
+
+@dataclass(frozen=True)
+class StartupPhase:
+    """One phase of a start-up: from the first of ``starts`` the log holds to the first of
+    ``ends`` it holds (each tried in order)."""
+
+    key: str  # StartupPhases field
+    label: str  # for people: "compile"
+    starts: tuple[Mark, ...]
+    ends: tuple[Mark, ...]
+
+
+_RECORD = r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d"  # a line of vLLM's logger
+_API = r"\(APIServer pid="
+_ENGINE = r"\(EngineCore"
+_LOAD = r"Starting to load model"
+_WEIGHTS = Mark(r"Loading weights took|Model loading took", last=True)
+_COMPILED = Mark(r"saved AOT compiled function|Directly load AOT compilation|unable to save AOT "
+                 r"compiled|torch\.compile took [\d.]+ s in total|Directly load the compiled graph",
+                 last=True)
+_KV = r"Available KV cache memory|Explicitly set .* for KV cache|KV cache size: "
+_JIT = r"Compile and warming up model for size"
+_GRAPHS = r"Capturing CUDA graphs"
+_GRAPHS_DONE = Mark(r"Graph capturing finished", last=True)
+_ENGINE_READY = Mark(r"init engine \(profile, create kv cache, warmup model\) took", last=True)
+_LISTENING = r"Application startup complete"
+
+PHASES: tuple[StartupPhase, ...] = (
+    StartupPhase("imports_s", "imports", (Mark(LAUNCH),), (Mark(_RECORD),)),
+    # The API server resolves the configuration (the model registry's import included) and
+    # then spawns the engine: its last line before the engine's first ends it.
+    StartupPhase("config_s", "config", (Mark(_RECORD),), (Mark(_API, last=True, before=_ENGINE),)),
+    StartupPhase("engine_s", "engine", (Mark(_API, last=True, before=_ENGINE),), (Mark(_ENGINE),)),
+    # Worker processes: spawn, imports, the distributed group, the device.
+    StartupPhase("workers_s", "workers", (Mark(_ENGINE),), (Mark(_LOAD),)),
+    StartupPhase("weights_s", "weights", (Mark(_LOAD),), (_WEIGHTS,)),
+    StartupPhase("compile_s", "compile",
+          (Mark(r"Warming up model for the compilation|Starting torch\.compile"),), (_COMPILED,)),
+    StartupPhase("warmup_s", "warm-up",
+          (_COMPILED, Mark(r"Warming up model for the compilation")),
+          (Mark(r"Warming up done", last=True),
+           Mark(r"Initial profiling/warmup run took", last=True))),
+    StartupPhase("kv_cache_s", "KV cache", (Mark(_KV),),
+          (Mark(_JIT), Mark(_GRAPHS), _ENGINE_READY)),
+    StartupPhase("jit_s", "kernel JIT", (Mark(_JIT),), (Mark(_GRAPHS),)),
+    StartupPhase("cuda_graphs_s", "CUDA graphs", (Mark(_GRAPHS),), (_GRAPHS_DONE,)),
+    # After capture: the sampler's warm-up and inductor's lazy initialisation (kernels JIT-
+    # compiled on a machine's first start), until the monitor of later JIT compiles is on.
+    StartupPhase("after_graphs_s", "sampler JIT", (_GRAPHS_DONE,),
+          (Mark(r"Kernel JIT monitor activated", last=True),)),
+    StartupPhase("api_server_s", "API server", (_ENGINE_READY,), (Mark(_LISTENING),)),
+    StartupPhase("first_completion_s", "first completion", (Mark(_LISTENING),), (Mark(READY),)),
+)
+
 _CACHE_HIT = ("Directly load AOT compilation", "Directly load the compiled graph")
-_STAMP = re.compile(r"INFO \d\d-\d\d (\d\d):(\d\d):(\d\d)")
 _CACHE_MISS = ("saved AOT compiled function", "Compiling a graph for compile range")
 
 
 @dataclass(frozen=True)
 class StartupPhases:
-    """Seconds per start-up phase (0 where vLLM logged none) and whether torch.compile's cache
-    served the compiled graphs ("hit"), was filled ("miss"), or the log does not say ("")."""
+    """Seconds per phase of one start-up (0 where the log names none), the seconds no phase
+    covers, and whether torch.compile's cache served the compiled graphs ("hit"), was filled
+    ("miss") or the log does not say ("")."""
 
-    model_init_s: float = 0.0
+    imports_s: float = 0.0
+    config_s: float = 0.0
+    engine_s: float = 0.0
+    workers_s: float = 0.0
     weights_s: float = 0.0
     compile_s: float = 0.0
     warmup_s: float = 0.0
+    kv_cache_s: float = 0.0
+    jit_s: float = 0.0
     cuda_graphs_s: float = 0.0
-    engine_init_s: float = 0.0
-    other_s: float = 0.0
+    after_graphs_s: float = 0.0
+    api_server_s: float = 0.0
+    first_completion_s: float = 0.0
+    unnamed_s: float = 0.0
     compile_cache: str = ""
 
     def as_dict(self) -> dict[str, float | str]:
-        return {k: v for k, v in self.__dict__.items() if v}
+        return {f.name: round(v, 3) if isinstance(v, float) else v
+                for f in fields(self) if (v := getattr(self, f.name))}
 
 
-def _slowest(pattern: re.Pattern[str], log: str) -> float:
-    return max((float(m) for m in pattern.findall(log)), default=0.0)
-
-
-def _stamp(line: str) -> int | None:
-    m = _STAMP.search(line)
-    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) if m else None
-
-
-def _aot_compile_s(log: str) -> float:
-    """Where vLLM compiles ahead of time (the CPU build) it logs no duration: the seconds from
-    the weights loaded to the compiled function saved or loaded, by the log's timestamps."""
-    lines = log.splitlines()
-    start = next((_stamp(x) for x in lines if "Loading weights took" in x), None)
-    end = max((t for x in lines if ("AOT compil" in x) and (t := _stamp(x)) is not None), default=None)
-    if start is None or end is None:
+def _when(mark: Mark, lines: Sequence[LogLine], ready_s: float) -> float | None:
+    if mark.pattern == LAUNCH:
         return 0.0
-    return float((end - start) % 86400)
+    if mark.pattern == READY:
+        return ready_s
+    if mark.before:
+        stop = next((i for i, x in enumerate(lines) if re.search(mark.before, x.text)), None)
+        if stop is None:
+            return None
+        lines = lines[:stop]
+    found = [x.arrival_s for x in lines if re.search(mark.pattern, x.text)]
+    if not found:
+        return None
+    return found[-1] if mark.last else found[0]
 
 
-def startup_phases(log: str, ready_s: float) -> StartupPhases:
-    """The phases of a start-up that took ``ready_s`` seconds to ready, from its log."""
-    found = {key: _slowest(pattern, log) for key, pattern in _PHASES.items()}
-    # One worker's compile: vLLM's total where it logs one, else its graphs' own times (compiled
-    # or loaded from the cache).
-    per_worker = found["compile_graphs_s"] or found["compile_loaded_s"]
-    compile_s = found["compile_s"] or per_worker or _aot_compile_s(log)
-    cache = "hit" if any(s in log for s in _CACHE_HIT) else "miss" if any(
-        s in log for s in _CACHE_MISS) else ""
-    engine = found["engine_init_s"]
-    inside = found["model_init_s"] + found["weights_s"]
-    return StartupPhases(
-        model_init_s=found["model_init_s"], weights_s=found["weights_s"], compile_s=compile_s,
-        warmup_s=found["warmup_s"], cuda_graphs_s=found["cuda_graphs_s"], engine_init_s=engine,
-        other_s=max(ready_s - engine - inside, 0.0) if engine or inside else 0.0,
-        compile_cache=cache)
+def _first_found(marks: Iterable[Mark], lines: Sequence[LogLine], ready_s: float) -> float | None:
+    return next((t for m in marks if (t := _when(m, lines, ready_s)) is not None), None)
+
+
+def phase_spans(lines: Sequence[LogLine], ready_s: float) -> dict[str, tuple[float, float]]:
+    """Each phase the log bounds: (start, end) in seconds since launch."""
+    spans = {}
+    for phase in PHASES:
+        start = _first_found(phase.starts, lines, ready_s)
+        end = _first_found(phase.ends, lines, ready_s)
+        if start is not None and end is not None and end >= start:
+            spans[phase.key] = (start, min(end, ready_s))
+    return spans
+
+
+def _covered_s(spans: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by the union of the spans (phases that overlap count once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def compile_cache(lines: Iterable[LogLine]) -> str:
+    """'hit' where vLLM loaded its compiled graphs, 'miss' where it compiled and saved them."""
+    text = "\n".join(x.text for x in lines)
+    if any(s in text for s in _CACHE_HIT):
+        return "hit"
+    return "miss" if any(s in text for s in _CACHE_MISS) else ""
+
+
+def startup_phases(lines: Sequence[LogLine], ready_s: float) -> StartupPhases:
+    """The phases of a start-up that took ``ready_s`` seconds to ready, from its stamped lines
+    (those read before ready)."""
+    lines = [x for x in lines if x.arrival_s <= ready_s]
+    spans = phase_spans(lines, ready_s)
+    seconds = {key: end - start for key, (start, end) in spans.items()}
+    return StartupPhases(**seconds, unnamed_s=max(ready_s - _covered_s(spans.values()), 0.0),
+                         compile_cache=compile_cache(lines))
+
+
+def stamped_text(lines: Iterable[LogLine]) -> str:
+    """Lines as ``<seconds> <text>``, the form ``parse_stamped`` reads back."""
+    return "".join(f"{x.arrival_s:10.3f} {x.text}\n" for x in lines)
+
+
+def parse_stamped(text: str) -> list[LogLine]:
+    """Lines written by ``stamped_text``."""
+    out = []
+    for row in text.splitlines():
+        stamp, _, rest = row.strip(" ").partition(" ")
+        out.append(LogLine(float(stamp), rest))
+    return out

@@ -1,0 +1,43 @@
+"""The server's output read through a pipe (shell.server.LogPipe): the log file gets every
+byte as it arrives, each line keeps its arrival, and readiness is signalled by the API
+server's line. A real child process writes the output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from autotune.shell.server import LogPipe
+
+CHILD = r"""
+import sys, time
+out = sys.stdout.buffer
+out.write(b"(APIServer pid=1) INFO 12-04 10:00:00 [api_utils.py] banner\n"); out.flush()
+time.sleep(0.6)
+out.write(b"Loading shards:   0%|\rLoading shards: 100%|\n"); out.flush()
+time.sleep(0.6)
+out.write(b"INFO:     Application startup complete.\n"); out.flush()
+time.sleep(0.6)
+out.write(b"INFO:     127.0.0.1 - GET /health 200\n"); out.flush()
+"""
+
+
+def test_each_line_is_stamped_on_arrival_and_the_file_holds_the_output_verbatim(tmp_path):
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE)
+    pipe = LogPipe(proc.stdout, tmp_path / "server.log", t0)
+    assert pipe.listening.wait(10)
+    heard_s = time.monotonic() - t0
+    pipe.stamping = False  # ready: later lines go to the file only
+    proc.wait(10)
+    pipe.close()
+    assert (tmp_path / "server.log").read_bytes().count(b"\r") == 1
+    assert b"GET /health" in (tmp_path / "server.log").read_bytes()
+    texts = [x.text for x in pipe.lines]
+    assert texts == ["(APIServer pid=1) INFO 12-04 10:00:00 [api_utils.py] banner",
+                     "Loading shards:   0%|", "Loading shards: 100%|",
+                     "INFO:     Application startup complete."]
+    stamps = [x.arrival_s for x in pipe.lines]
+    assert stamps[1] - stamps[0] > 0.5 and stamps[3] - stamps[1] > 0.5  # not whole seconds
+    assert stamps[3] <= heard_s
