@@ -93,7 +93,7 @@ def add_smallest_difference(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smallest-difference", default=f"{SMALLEST_DIFFERENCE:.0%}", metavar="PCT",
                    help="the smallest difference worth caring about: a tie says how many "
                         "confirmation rounds would separate it at 80%% power (default "
-                        f"{SMALLEST_DIFFERENCE:.0%%})")
+                        f"{SMALLEST_DIFFERENCE * 100:g}%%)")
 
 
 def storage_of_args(args: argparse.Namespace) -> str:
