@@ -23,11 +23,10 @@ from autotune.cli.common import (
     profiles_of,
     slots_of,
 )
-from autotune.core.deployment.flags import to_argv
 from autotune.core.metrics.registry import RUN_METRICS
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
-from autotune.core.space.search_space import ModelContext, inapplicable, resolve_references, sample, space_size
-from autotune.errors import AutotuneError, ConfigError
+from autotune.core.space.search_space import ModelContext, inapplicable, space_size
+from autotune.errors import ConfigError
 from autotune.shell.constructed import SHAPES
 from autotune.shell.files import read_model_info, read_references, read_space
 
@@ -192,37 +191,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if validator is None:
         out.print("vLLM's parser is not available here: flags were not checked by it")
         return 0
-    bad = 0
-    if args.references:
-        refs = read_references(args.references, space)
-        for ref in resolve_references(space, ctx, refs.configs):
-            if ref.skipped:
-                out.print(f"reference {ref.name}: skipped, {ref.skipped}")
-                continue
-            try:
-                validator.check(model.name, to_argv(space, ctx, ref.params))
-                out.print(f"reference {ref.name}: accepted by vLLM")
-            except AutotuneError as exc:
-                bad += 1
-                out.print(f"reference {ref.name}: rejected by vLLM: {exc}")
-    import optuna
+    from autotune.study.space_check import check_references, check_samples
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=args.seed))
-    rejected: dict[str, int] = {}
-    for _ in range(args.samples):
-        trial = study.ask()
-        params = sample(space, ctx, trial)
-        try:
-            validator.check(model.name, to_argv(space, ctx, params))
-        except AutotuneError as exc:
-            rejected[str(exc)] = rejected.get(str(exc), 0) + 1
-        study.tell(trial, 0.0)
-    out.print(f"{args.samples} random samples: {args.samples - sum(rejected.values())} accepted "
-              f"by vLLM, {sum(rejected.values())} rejected")
-    for message, count in sorted(rejected.items(), key=lambda kv: -kv[1]):
+    refs = read_references(args.references, space).configs if args.references else ()
+    references = check_references(validator, space, ctx, refs)
+    for ref in references:
+        out.print(f"reference {ref.name}: " + ("skipped, " + ref.reason if ref.skipped else
+                                               "accepted by vLLM" if ref.accepted else
+                                               f"rejected by vLLM: {ref.reason}"))
+    drawn = check_samples(validator, space, ctx, samples=args.samples, seed=args.seed)
+    out.print(f"{drawn.samples} random samples: {drawn.samples - drawn.rejected_count} accepted "
+              f"by vLLM, {drawn.rejected_count} rejected")
+    for message, count in drawn.rejected:
         out.print(f"  {count} x {message}")
-    return 1 if bad else 0
+    return 1 if any(r.rejected for r in references) else 0
 
 
 # The profile that make-workload writes beside its file, per kind.

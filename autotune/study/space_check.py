@@ -1,0 +1,80 @@
+"""`autotune validate`'s checks: a space's references and random samples of it put to vLLM's
+parser, as records. Prints nothing (the CLI does)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import optuna
+
+from autotune.core.deployment.flags import to_argv
+from autotune.core.space.search_space import (
+    ModelContext,
+    Reference,
+    SearchSpace,
+    resolve_references,
+    sample,
+)
+from autotune.errors import AutotuneError
+from autotune.shell.validation import VllmValidator
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """One reference configuration: skipped (it does not apply to the model), else accepted or
+    rejected by vLLM; ``reason`` says why it was skipped or what vLLM said."""
+
+    name: str
+    skipped: bool
+    accepted: bool
+    reason: str = ""
+
+    @property
+    def rejected(self) -> bool:
+        return not self.skipped and not self.accepted
+
+
+@dataclass(frozen=True)
+class SampleCheck:
+    """Random samples of the space put to vLLM: how many, and vLLM's messages with the number
+    of samples each rejected, most frequent first."""
+
+    samples: int
+    rejected: tuple[tuple[str, int], ...]
+
+    @property
+    def rejected_count(self) -> int:
+        return sum(n for _, n in self.rejected)
+
+
+def check_references(validator: VllmValidator, space: SearchSpace, ctx: ModelContext,
+                     configs: tuple[Reference, ...]) -> list[ReferenceCheck]:
+    """Each of ``configs`` (a references file's) resolved for the model and checked."""
+    found = []
+    for ref in resolve_references(space, ctx, configs):
+        if ref.skipped:
+            found.append(ReferenceCheck(ref.name, skipped=True, accepted=False, reason=ref.skipped))
+            continue
+        try:
+            validator.check(ctx.model.name, to_argv(space, ctx, ref.params))
+            found.append(ReferenceCheck(ref.name, skipped=False, accepted=True))
+        except AutotuneError as exc:
+            found.append(ReferenceCheck(ref.name, skipped=False, accepted=False, reason=str(exc)))
+    return found
+
+
+def check_samples(validator: VllmValidator, space: SearchSpace, ctx: ModelContext, *,
+                  samples: int, seed: int) -> SampleCheck:
+    """``samples`` configurations drawn by Optuna's random sampler (seeded) and checked."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    rejected: Counter[str] = Counter()
+    for _ in range(samples):
+        trial = study.ask()
+        try:
+            validator.check(ctx.model.name, to_argv(space, ctx, sample(space, ctx, trial)))
+        except AutotuneError as exc:
+            rejected[str(exc)] += 1
+        study.tell(trial, 0.0)
+    return SampleCheck(samples, tuple(rejected.most_common()))

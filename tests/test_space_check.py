@@ -1,0 +1,53 @@
+"""`autotune validate`'s checks as records: references and random samples put to a validator.
+The validator here is a stand-in (said so): it rejects every flag set holding one flag, so that
+what the checks count is known; vLLM's own parser is tested in test_validation.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.core.space.search_space import ModelContext
+from autotune.errors import ValidationError
+from autotune.shell.files import read_references, read_space
+from autotune.study.space_check import ReferenceCheck, check_references, check_samples
+from tests.conftest import SPACES
+
+
+class RejectsFlag:
+    """Stand-in validator: rejects any argv holding ``flag``; records what it was asked."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag, self.asked = flag, []
+
+    def check(self, model: str, options) -> None:
+        self.asked.append((model, tuple(options)))
+        if self.flag in options:
+            raise ValidationError(f"{self.flag} is not supported here")
+
+
+@pytest.fixture
+def space():
+    return read_space(SPACES / "reference.yaml")
+
+
+def test_each_reference_is_accepted_rejected_or_skipped_with_vllms_reason(space, moe_mtp_info):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    refs = read_references(SPACES / "references.yaml", space).configs
+    found = {r.name: r for r in check_references(RejectsFlag("--no-enable-expert-parallel"), space, ctx, refs)}
+    assert found["no-ep"] == ReferenceCheck("no-ep", skipped=False, accepted=False,
+                                            reason="--no-enable-expert-parallel is not supported here")
+    assert found["opt3-baseline"] == ReferenceCheck("opt3-baseline", skipped=False, accepted=True)
+    assert found["cp-interleave-16"].skipped and "does not apply" in found["cp-interleave-16"].reason
+    assert [r.name for r in found.values() if r.rejected] == ["no-ep"]
+
+
+def test_random_samples_are_counted_by_vllms_message_and_reproducible_from_the_seed(space, moe_mtp_info):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    validator = RejectsFlag("--no-enable-expert-parallel")
+    drawn = check_samples(validator, space, ctx, samples=40, seed=3)
+    rejected = sum("--no-enable-expert-parallel" in argv for _, argv in validator.asked)
+    assert len(validator.asked) == 40 and 0 < rejected < 40
+    assert drawn.samples == 40 and drawn.rejected == (("--no-enable-expert-parallel is not supported here", rejected),)
+    assert drawn.rejected_count == rejected
+    again = RejectsFlag("--no-enable-expert-parallel")
+    assert check_samples(again, space, ctx, samples=40, seed=3) == drawn and again.asked == validator.asked
