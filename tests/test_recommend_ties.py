@@ -155,3 +155,37 @@ def test_without_a_tie_or_without_settings_there_is_no_cost():
     apart = [trial(0, 1000.0, 4, rng), trial(1, 2000.0, 4, rng)]
     assert recommend(study(apart), "throughput", TieSettings("s")).tie_cost is None
     assert recommend(study(search(0.0, rng)), "throughput").tie_cost is None
+
+
+def test_recommend_prints_the_cost_of_a_tie_with_the_command_that_resolves_it(tmp_path, monkeypatch,
+                                                                              capsys):
+    from autotune.cli import main
+    from tests.conftest import REPO
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["import-results", str(REPO / "search_spaces" / "reference-results.csv"),
+                 "--study", "published"]) == 0
+    capsys.readouterr()
+    # The published table has one run per configuration: the assumed noise (log-sd 0.08).
+    assert main(["recommend", "--study", "published", "--for", "interactive",
+                 "--smallest-difference", "3%"]) == 0
+    rounds = rounds_to_separate(0.03, Noise(0.08, math.inf, "assumed"), runs_per_round=1)
+    text = capsys.readouterr().out.replace("\n", " ")
+    assert "It is tied within the noise with #0 opt3-baseline" in text
+    assert f"To resolve the tie: {rounds} more confirmation round(s) of trials #3, #0" in text
+    assert f"`autotune confirm --study published --trials 3,0 --rounds {rounds}`" in text
+    assert "separate a true difference of 3% on mean E2EL at low-concurrency (ms) 80% of" in text
+
+
+@pytest.mark.parametrize("value", ["0", "0%", "100%", "150", "five"])
+def test_a_smallest_difference_that_is_not_a_percentage_is_one_line_and_exit_2(
+        tmp_path, monkeypatch, capsys, value):
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["recommend", "--study", "s", "--for", "balanced", "--smallest-difference", value]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"autotune: error: --smallest-difference {value!r}: expected a percentage above 0 and "
+        "below 100, e.g. 5%"]
+    assert list(tmp_path.iterdir()) == []
