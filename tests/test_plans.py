@@ -17,6 +17,7 @@ from autotune.study.plans import build_plan, store_plan, stored_request
 from autotune.study.state import read_plan, start_clock, time_budget
 from tests.conftest import LLAMA_CONFIG
 
+IDS = {"token_ids": True}  # random token ids: the config-only model below has no tokenizer
 SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
          "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
 
@@ -26,7 +27,7 @@ def request_in(tmp_path: Path, **settings) -> PlanRequest:
     (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     (tmp_path / "space.yaml").write_text(SPACE)
     return PlanRequest(**{
-        "workdir": tmp_path, "profiles": (get_profile("high-concurrency"),),
+        "workdir": tmp_path, "profiles": (dataclasses.replace(get_profile("high-concurrency"), **IDS),),
         "model": str(tmp_path / "model"), "space_path": str(tmp_path / "space.yaml"), "trials": 7,
         "repeats": 2, "seed": 11, "study_name": "p", "storage": "sqlite://",
         "slos": ("high-concurrency:p99_ttft_ms<=500",), "tp": 1, "max_model_len": 4096,
@@ -127,3 +128,20 @@ def test_a_key_missing_from_a_stored_plan_takes_its_default(tmp_path):
     del stored["model"]
     with pytest.raises(StudyError, match="damaged \\(KeyError: 'model'\\)"):
         PlanRequest.from_dict(stored, "study 'p'")
+
+
+def test_the_startup_timeout_is_the_plans_and_a_worker_or_resumed_run_takes_it_from_there(tmp_path):
+    from autotune.cli import build_parser
+    from autotune.cli.study import request_of
+    from autotune.core.deployment.slots import Slot
+
+    asked = request_of(build_parser().parse_args(["run", "--startup-timeout", "42"]))
+    study = optuna.create_study(study_name="p")
+    store_plan(study, build_plan(request_in(tmp_path, startup_timeout_s=asked.startup_timeout_s)))
+    resumed = build_plan(stored_request(study, storage="sqlite://", workdir=tmp_path / "w", model=None,
+                                        trials=None))
+    setup = resumed.trial_setup(slot=Slot("cpu", (0,), 1), entrypoint=None, validator=None)
+    assert (setup.startup_timeout_s, setup.workdir) == (42.0, tmp_path / "w")
+    for command in (["worker", "--study", "p"], ["confirm", "--study", "p"]):  # no flag of their own
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*command, "--startup-timeout", "5"])

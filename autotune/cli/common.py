@@ -113,6 +113,9 @@ def add_profile_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-prompts", type=int, help="measured requests per run")
     g.add_argument("--input-len", type=int, help="prompt tokens")
     g.add_argument("--output-len", type=int, help="output tokens")
+    g.add_argument("--token-ids", action="store_true", default=None,
+                   help="send random token ids instead of random text (profiles without a "
+                        "dataset; as tables recorded that way)")
 
 
 def add_profile_args(p: argparse.ArgumentParser, *, required: bool = False, default: str = "") -> None:
@@ -159,12 +162,13 @@ def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadPro
         max_concurrency=getattr(args, "max_concurrency", None),
         request_rate=getattr(args, "request_rate", None),
         burstiness=getattr(args, "burstiness", None),
-        timeout_s=getattr(args, "time_limit", None),
+        timeout_s=getattr(args, "time_limit", None), token_ids=getattr(args, "token_ids", None),
     )
     return tuple(_with_load(get_profile(name, overrides, defined), args) for name in names)
 
 
-def add_deploy_args(p: argparse.ArgumentParser) -> None:
+def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True) -> None:
+    """The deployment flags; ``startup_timeout`` False where it is a study's (in its plan)."""
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", help="GPU build: GPU ids, e.g. 0,1; `run` with more GPUs than one "
                    "deployment needs runs one trial per slot of --tp GPUs at once (0-7: 4 slots)")
@@ -173,7 +177,8 @@ def add_deploy_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cores-per-rank", type=int, default=1, help="CPU build, with --cores (default 1)")
     g.add_argument("--kv-cache-gib", type=float, default=1.0,
                    help="CPU build only: VLLM_CPU_KVCACHE_SPACE (default 1)")
-    g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
+    if startup_timeout:
+        g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
     g.add_argument("--entrypoint", help="command that starts vLLM, e.g. 'vllm serve' "
                    "(default: vllm serve for the GPU build, the module entry point for the CPU build)")
 

@@ -118,9 +118,7 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tup
         except ValidationUnavailable as exc:
             console.print(f"flags are not validated before launch: {exc}")
             validator = None
-    return plan, TrialSetup(model="", workdir=Path(args.workdir), slot=slot,
-                            entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
-                            validator=validator)
+    return plan, plan.trial_setup(slot=slot, entrypoint=entrypoint_of(args), validator=validator)
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
@@ -135,13 +133,13 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
+        startup_timeout_s=args.startup_timeout,
     )
 
 
 def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
     """Flags a slot's worker process gets from `run` or a multi-slot `worker`."""
-    options = ["--model", model, "--startup-timeout", f"{args.startup_timeout:g}",
-               "--heartbeat-interval", str(args.heartbeat_interval),
+    options = ["--model", model, "--heartbeat-interval", str(args.heartbeat_interval),
                "--grace-period", str(args.grace_period), "--max-retry", str(args.max_retry)]
     if args.entrypoint:
         options += ["--entrypoint", args.entrypoint]
@@ -364,7 +362,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-label", help="name in logs; also varies the sampler seed per worker "
                    "(default: host name)")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)  # a slot of a pool
-    add_deploy_args(p)
+    add_deploy_args(p, startup_timeout=False)  # the study's, from its plan
     _add_worker_args(p)
     p.set_defaults(handler=cmd_worker)
 
@@ -374,5 +372,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--finalists", dest="k", type=int, default=DEFAULTS.confirm, metavar="K",
                    help=f"front members to confirm, with the baseline (default {DEFAULTS.confirm})")
     p.add_argument("--model", help="this node's path of the model (default: the study's)")
-    add_deploy_args(p)
+    add_deploy_args(p, startup_timeout=False)  # the study's, from its plan
     p.set_defaults(handler=cmd_confirm)

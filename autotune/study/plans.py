@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 
 from autotune.core.analysis.stored_plan import PlanRequest
+from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
@@ -26,11 +27,13 @@ from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import read_model_info, read_references, read_space, shipped
+from autotune.shell.install import Entrypoint
+from autotune.shell.validation import VllmValidator
 from autotune.shell.workloads import load_tokenizer, sources_for
 from autotune.study.samplers import SAMPLERS
 from autotune.study.state import read_plan, write_plan
 from autotune.study.storage import check_url, storage_url
-from autotune.study.trial import BenchPlan
+from autotune.study.trial import BenchPlan, TrialSetup
 
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir
@@ -100,6 +103,13 @@ class StudyPlan:
     def ctx(self) -> ModelContext:
         return ModelContext(self.model, self.max_model_len)
 
+    def trial_setup(self, *, slot: Slot, entrypoint: Entrypoint | None,
+                    validator: VllmValidator | None) -> TrialSetup:
+        """How this node deploys the plan's trials: on ``slot``, under the plan's start-up
+        timeout (each trial and confirmation gets its own folder and model from it)."""
+        return TrialSetup(model="", workdir=self.workdir, slot=slot, entrypoint=entrypoint,
+                          startup_timeout_s=self.request.startup_timeout_s, validator=validator)
+
 
 def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
                say: Any = lambda text: None) -> ModelInfo:
@@ -164,8 +174,9 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     model = model_info(request.model, request.workdir, describe_only=dry_run, say=say)
     max_model_len = request.max_model_len or space.deployment.max_model_len or model.native_context
     tokenizer = load_tokenizer(model.name)
-    if tokenizer is None and dry_run and any(p.dataset for p in profiles):
-        say("datasets are read once the model exists (a dry run does not make it)")
+    if tokenizer is None and dry_run and any(p.dataset or not p.token_ids for p in profiles):
+        say("datasets are read and random text is made once the model exists (a dry run does "
+            "not make it)")
         sources: dict = {}
     else:
         profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
