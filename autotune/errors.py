@@ -5,7 +5,8 @@
     │   │                         model folder, storage URL); the CLI exits 2
     │   └── SpaceError            a search space or reference file is malformed
     ├── ValidationError           vLLM's own parser rejected a flag set (no server started)
-    │   └── ValidationUnavailable the installed vLLM's parser cannot be found (another version)
+    ├── ValidationUnavailable     the installed vLLM's parser cannot be found or imported (not a
+    │                             rejection: the flags are then checked by deploying them)
     ├── DeploymentError           a vLLM server did not come up or died; carries its failure
     │                             class (core.deployment.failures) and the log tail
     ├── BenchmarkError            a benchmark could not run at all (not: some requests failed,
@@ -37,7 +38,7 @@ class ValidationError(AutotuneError):
     """Raised when vLLM's own argument parser or engine checks reject a flag set."""
 
 
-class ValidationUnavailable(ValidationError):
+class ValidationUnavailable(AutotuneError):
     """Raised when the installed vLLM has no argument parser where autotune looks for one;
     flags are then checked by deploying them."""
 

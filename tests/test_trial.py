@@ -9,6 +9,7 @@ real deployments are tested in test_deploy.py and test_study.py.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
@@ -17,7 +18,7 @@ from autotune.core.deployment import failures
 from autotune.core.metrics.summary import RequestResult, summarize
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.errors import BenchmarkError, DeploymentError, ValidationError
+from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.client import BenchmarkRun
 from autotune.shell.server import TeardownReport
 from autotune.study.trial import BenchPlan, TrialSetup, run_trial
@@ -33,6 +34,8 @@ class StandInDeployment:
     spec: object
     on_phase: object = None
     start_error: Exception | None = None
+    torn_down_on_error: bool = True  # False: a deployment that fails to start and leaves itself
+    phases_error: Exception | None = None
     serving: bool = True
     url: str = "http://127.0.0.1:1"
     model_name: str = "m"
@@ -44,7 +47,8 @@ class StandInDeployment:
     def __enter__(self):
         self.entered = True
         if self.start_error is not None:
-            self.teardown = TeardownReport((), True, 0.1)
+            if self.torn_down_on_error:
+                self.teardown = TeardownReport((), True, 0.1)
             raise self.start_error
         self.startup_s = 12.5
         return self
@@ -63,6 +67,8 @@ class StandInDeployment:
         return None
 
     def phases(self) -> None:
+        if self.phases_error is not None:
+            raise self.phases_error
         return None
 
 
@@ -145,7 +151,7 @@ def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
 
 
 @pytest.mark.parametrize(("error", "failure", "words"), [
-    (BenchmarkError("--endpoint 'x': valid: completions, chat"), failures.BENCHMARK_INVALID,
+    (BenchmarkError("--endpoint 'x': valid: completions, chat"), failures.INTERNAL_ERROR,
      "the benchmark could not run: --endpoint 'x'"),
     (OSError(28, "No space left on device"), failures.HOST_FAULT, "OSError: [Errno 28]"),
     (ValueError("duration_s must be > 0, got 0"), failures.INTERNAL_ERROR, "ValueError: duration_s"),
@@ -194,3 +200,85 @@ def test_a_capacity_search_leaves_its_probes_and_record_and_draws_nothing(tmp_pa
     names = sorted(p.name for p in (tmp_path / "trial").iterdir())
     assert "capacity-cap.json" in names and "bench-cap-probe-1.json" in names
     assert not [n for n in names if n.endswith(".png")]  # the report draws the curve
+
+
+# ---- every escape path of run_trial: each fault is injected through a seam and comes back as a
+# measurement with a failure class, never as an exception.
+
+def test_a_trial_folder_that_cannot_be_made_is_the_machines_fault(tmp_path):
+    (tmp_path / "file").write_text("")
+    setup = TrialSetup(model="m", workdir=tmp_path / "file" / "trial",
+                       deploy=lambda spec, on_phase: pytest.fail("deployed"))
+    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    assert measured.failure is failures.HOST_FAULT and "NotADirectoryError" in measured.message
+
+
+class Unavailable:
+    def check(self, model: str, options) -> None:
+        raise ValidationUnavailable("vllm 0.99: no make_arg_parser in vllm.entrypoints.cli_args")
+
+
+class Broken:
+    def check(self, model: str, options) -> None:
+        raise KeyError("max_num_seqs")  # a bug of ours in the validator
+
+
+def test_flags_that_cannot_be_validated_here_are_deployed_and_vllm_checks_them(tmp_path):
+    measured, made = trial(tmp_path, validator=Unavailable())
+    assert measured.failure is None and made[0].entered
+
+
+def test_a_bug_in_validation_is_ours_and_nothing_is_deployed(tmp_path):
+    measured, made = trial(tmp_path, validator=Broken())
+    assert (measured.failure, measured.message) == (failures.INTERNAL_ERROR, "KeyError: 'max_num_seqs'")
+    assert made == []
+
+
+def test_a_deployment_that_cannot_be_made_is_a_failure_and_nothing_is_left(tmp_path):
+    def port_taken(spec, on_phase):
+        raise OSError(98, "Address already in use")
+
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=port_taken)
+    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    assert measured.failure is failures.HOST_FAULT and measured.teardown_clean
+
+
+def test_a_deployment_that_failed_without_tearing_down_is_not_reported_clean(tmp_path):
+    measured, made = trial(tmp_path, start_error=RuntimeError("launcher bug"), torn_down_on_error=False)
+    assert measured.failure is failures.INTERNAL_ERROR and not measured.teardown_clean
+
+
+def test_start_up_phases_that_cannot_be_read_fail_the_trial_as_ours_after_teardown(tmp_path):
+    measured, made = trial(tmp_path, phases_error=ValueError("no 'Starting vLLM' line"))
+    assert (measured.failure, measured.message) == (failures.INTERNAL_ERROR,
+                                                   "ValueError: no 'Starting vLLM' line")
+    assert made[0].teardown is not None and measured.results == {}
+
+
+def test_a_launch_that_fails_after_the_process_started_tears_it_down(tmp_path):
+    """The real ServerProcess, with a stand-in server (a sleeping Python) whose log cannot be
+    written (its path is a folder): the process is killed and the trial is the machine's fault."""
+    import sys
+
+    from autotune.shell.install import Entrypoint
+    from autotune.shell.processes import session_pids
+
+    (tmp_path / "trial" / "server.log").mkdir(parents=True)
+    started = []
+
+    def deploy(spec, on_phase):
+        from autotune.shell.server import ServerProcess
+
+        started.append(ServerProcess(dataclasses.replace(spec, grace_s=2.0), on_phase))
+        return started[-1]
+
+    sleeper = Entrypoint((sys.executable, "-c", "import time; time.sleep(60)"), model_positional=True)
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", entrypoint=sleeper, deploy=deploy)
+    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    assert measured.failure is failures.HOST_FAULT and "IsADirectoryError" in measured.message
+    (dep,) = started
+    assert dep.teardown is not None and measured.teardown_clean
+    assert dep._proc is not None and dep._proc.poll() is not None and not session_pids(dep.pid)

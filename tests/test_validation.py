@@ -11,12 +11,34 @@ import pytest
 
 from autotune.core.deployment.flags import options_to_config, to_argv, to_options
 from autotune.core.space.search_space import ModelContext, resolve_references, sample
-from autotune.errors import ValidationError
+from autotune.errors import ValidationError, ValidationUnavailable
 from autotune.shell.files import read_model_info, read_references, read_space
 from autotune.shell.validation import VllmValidator
 from tests.conftest import SPACES
 
 LONG_LEN_REJECTED = "User-specified max_model_len (81920) is greater than the derived max_model_len"
+
+
+class AsyncEngineArgs:
+    """A stand-in for vLLM's ``AsyncEngineArgs`` (fault injection): vLLM checks some values as
+    it builds its engine arguments, before any engine config."""
+
+    @staticmethod
+    def from_cli_args(namespace):
+        raise ValueError("Value error, max_num_seqs must be positive [type=value_error]")
+
+
+def test_a_vllm_whose_engine_arguments_cannot_be_imported_is_unavailable_not_a_rejection():
+    absent = VllmValidator(engine_args_homes=("no_such_vllm.engine.arg_utils",))
+    with pytest.raises(ValidationUnavailable, match="no AsyncEngineArgs in no_such_vllm.engine.arg_utils"):
+        absent.check("m", ["--max-num-seqs", "8"])
+    assert not issubclass(ValidationUnavailable, ValidationError)
+
+
+def test_flags_vllm_rejects_as_it_builds_its_engine_arguments_are_rejected():
+    rejecting = VllmValidator(engine_args_homes=(__name__,))
+    with pytest.raises(ValidationError, match="^max_num_seqs must be positive$"):
+        rejecting.check("m", ["--max-num-seqs", "0"])
 
 
 @pytest.fixture(scope="module")

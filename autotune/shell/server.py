@@ -141,8 +141,8 @@ class ServerProcess:
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> ServerProcess:
-        self.start()
-        try:
+        try:  # a launch that fails half-way (its log cannot be written) is torn down too
+            self.start()
             self.wait_ready()
         except BaseException:
             self.stop()

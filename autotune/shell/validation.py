@@ -51,13 +51,14 @@ def _short(message: str, limit: int = 240) -> str:
 # Where vLLM keeps its `serve` argument parser, newest first (0.32; 0.26 and earlier).
 PARSER_HOMES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
 FLEXIBLE_HOMES = ("vllm.utils.argparse_utils", "vllm.utils")
+ENGINE_ARGS_HOMES = ("vllm.engine.arg_utils",)
 
 
 def _first_found(modules: Sequence[str], name: str) -> Any:
     for module in modules:
         try:
             return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
+        except Exception:  # noqa: BLE001 - absent, or a vLLM that fails to import: unavailable
             continue
     from autotune.shell.install import vllm_version
 
@@ -68,8 +69,9 @@ def _first_found(modules: Sequence[str], name: str) -> Any:
 class VllmValidator:
     """Runs vLLM's parser and engine-config checks on ``vllm serve`` argv."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine_args_homes: Sequence[str] = ENGINE_ARGS_HOMES) -> None:
         self._parser: Any = None
+        self._engine_args_homes = engine_args_homes  # where AsyncEngineArgs is (tests: a stand-in)
 
     def _get_parser(self) -> Any:
         if self._parser is None:
@@ -93,9 +95,14 @@ class VllmValidator:
             raise ValidationError(message.replace("vllm serve: ", "")) from None
 
     def engine_args(self, model: str, options: Sequence[str]) -> Any:
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        return AsyncEngineArgs.from_cli_args(self.parse(model, options))
+        """vLLM's engine arguments for ``options``: ValidationError if vLLM rejects them,
+        ValidationUnavailable if its engine arguments cannot be imported."""
+        engine_args = _first_found(self._engine_args_homes, "AsyncEngineArgs")
+        namespace = self.parse(model, options)
+        try:
+            return engine_args.from_cli_args(namespace)
+        except Exception as exc:  # noqa: BLE001 - vLLM raises many types; all mean "rejected"
+            raise ValidationError(_short(_first_problem(exc))) from None
 
     def check(self, model: str, options: Sequence[str]) -> None:
         """Raise ValidationError with vLLM's message if vLLM would reject these flags."""

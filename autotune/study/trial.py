@@ -37,7 +37,7 @@ from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import Race, beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
-from autotune.errors import BenchmarkError, DeploymentError, ValidationError
+from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
 from autotune.shell.install import Entrypoint, vllm_version
@@ -202,31 +202,26 @@ def run_trial(
     options: Sequence[str], plan: BenchPlan, setup: TrialSetup,
     on_phase: Phase = lambda phase: None,
 ) -> Measurement:
-    """Run one configuration end to end; the server is gone when this returns."""
+    """Run one configuration end to end; the server is gone when this returns. Only an
+    interrupt escapes: any other failure is the measurement's class and message."""
     t0 = time.monotonic()
-    setup.workdir.mkdir(parents=True, exist_ok=True)
-    if setup.validator is not None:
-        on_phase("validating")
-        try:
-            setup.validator.check(setup.model, options)
-        except ValidationError as exc:
-            return Measurement(failures.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}",
-                               wall_s=time.monotonic() - t0, vllm_version=vllm_version(),
-                               hardware=hardware_description())
     log_path = setup.workdir / "server.log"
-    spec = DeploymentSpec(
-        model=setup.model, options=tuple(options), slot=setup.slot,
-        entrypoint=setup.entrypoint, startup_timeout_s=setup.startup_timeout_s,
-        log_path=log_path, extra_env=setup.extra_env,
-    )
-    dep = setup.deploy(spec, on_phase=on_phase)
     files: list[Path] = []
+    dep: Served | None = None
     failure: FailureClass | None = None
     message = log_tail = ""
     benchmarked = DeploymentResults({}, {})
     bench_s = 0.0
     gpu_mib: int | None = None
+    phases = None
     try:
+        setup.workdir.mkdir(parents=True, exist_ok=True)
+        _validate(options, setup, on_phase)
+        dep = setup.deploy(DeploymentSpec(
+            model=setup.model, options=tuple(options), slot=setup.slot,
+            entrypoint=setup.entrypoint, startup_timeout_s=setup.startup_timeout_s,
+            log_path=log_path, extra_env=setup.extra_env,
+        ), on_phase=on_phase)
         with dep:
             b0 = time.monotonic()
             try:
@@ -239,27 +234,51 @@ def run_trial(
                 else:
                     failure, message = failures.BENCHMARK_INVALID, str(exc)
             bench_s = time.monotonic() - b0
-    except DeploymentError as exc:
-        failure, message, log_tail = exc.failure, exc.reason, exc.log_tail
-    except BenchmarkError as exc:
-        failure, message = failures.BENCHMARK_INVALID, f"the benchmark could not run: {exc}"
-    except OSError as exc:  # the machine's: a full disk, a port taken
-        failure, message = failures.HOST_FAULT, f"{type(exc).__name__}: {exc}"
-    except Exception as exc:  # a bug of ours
-        failure, message = failures.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"
-    finally:
-        if log_path.exists():
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a class (_failure_of)
+        failure, message, log_tail = _failure_of(exc)
+    try:  # what the deployment left: its start-up phases and its log (after a failure too)
+        phases = dep.phases() if dep is not None else None
+        if log_path.is_file():
             files.append(log_path)
-    report = dep.teardown
-    phases = dep.phases()
+    except Exception as exc:  # noqa: BLE001
+        if failure is None:
+            failure, message, log_tail = _failure_of(exc)
+    report = dep.teardown if dep is not None else None
     return Measurement(
-        failure=failure, message=message, log_tail=log_tail, startup_s=dep.startup_s,
+        failure=failure, message=message, log_tail=log_tail,
+        startup_s=dep.startup_s if dep is not None else 0.0,
         startup_phases=phases.as_dict() if phases else {},
         bench_s=bench_s, wall_s=time.monotonic() - t0,
         results=benchmarked.results if not failure else {},
         capacity=benchmarked.searches if not failure else {}, raced=benchmarked.raced if not failure else "",
         gpu_memory_mib=gpu_mib,
-        files=tuple(files), teardown_clean=report.clean if report else True,
+        # A deployment made but never torn down may have left its server: not clean.
+        files=tuple(files), teardown_clean=report.clean if report else dep is None,
         teardown_s=report.seconds if report else 0.0,
         vllm_version=vllm_version(), hardware=hardware_description(),
     )
+
+
+def _validate(options: Sequence[str], setup: TrialSetup, on_phase: Phase) -> None:
+    """vLLM's own parser on the flags (ValidationError: rejected); where the installed vLLM's
+    parser cannot be found, vLLM checks them as the server starts."""
+    if setup.validator is None:
+        return
+    on_phase("validating")
+    try:
+        setup.validator.check(setup.model, options)
+    except ValidationUnavailable as exc:
+        on_phase(f"not validated before launch: {exc}")
+
+
+def _failure_of(exc: Exception) -> tuple[FailureClass, str, str]:
+    """The failure class, message and log tail of an exception that ended a trial."""
+    if isinstance(exc, ValidationError):
+        return failures.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}", ""
+    if isinstance(exc, DeploymentError):
+        return exc.failure, exc.reason, exc.log_tail
+    if isinstance(exc, BenchmarkError):  # the same for every configuration: ours to fix
+        return failures.INTERNAL_ERROR, f"the benchmark could not run: {exc}", ""
+    if isinstance(exc, OSError):  # the machine's: a full disk, a port taken
+        return failures.HOST_FAULT, f"{type(exc).__name__}: {exc}", ""
+    return failures.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", ""  # a bug of ours
