@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core.space.search_space import ModelContext
+from autotune.core.space.search_space import ModelContext, resolve_references
 from autotune.errors import ValidationError
 from autotune.shell.files import read_references, read_space
 from autotune.study.space_check import ReferenceCheck, check_references, check_samples
@@ -33,12 +33,18 @@ def space():
 def test_each_reference_is_accepted_rejected_or_skipped_with_vllms_reason(space, moe_mtp_info):
     ctx = ModelContext(moe_mtp_info, 81920)
     refs = read_references(SPACES / "references.yaml", space).configs
-    found = {r.name: r for r in check_references(RejectsFlag("--no-enable-expert-parallel"), space, ctx, refs)}
-    assert found["no-ep"] == ReferenceCheck("no-ep", skipped=False, accepted=False,
-                                            reason="--no-enable-expert-parallel is not supported here")
-    assert found["opt3-baseline"] == ReferenceCheck("opt3-baseline", skipped=False, accepted=True)
-    assert found["cp-interleave-16"].skipped and "does not apply" in found["cp-interleave-16"].reason
-    assert [r.name for r in found.values() if r.rejected] == ["no-ep"]
+    resolved = resolve_references(space, ctx, refs)
+    found = check_references(RejectsFlag("--no-enable-expert-parallel"), space, ctx, refs)
+    assert [r.name for r in found] == [r.name for r in resolved]
+    for check, ref in zip(found, resolved, strict=True):
+        if ref.skipped:
+            assert check == ReferenceCheck(ref.name, skipped=True, accepted=False, reason=ref.skipped)
+        elif ref.name == "no-ep":
+            assert check == ReferenceCheck("no-ep", skipped=False, accepted=False,
+                                           reason="--no-enable-expert-parallel is not supported here")
+        else:
+            assert check == ReferenceCheck(ref.name, skipped=False, accepted=True)
+    assert [r.name for r in found if r.rejected] == ["no-ep"]
 
 
 def test_random_samples_are_counted_by_vllms_message_and_reproducible_from_the_seed(space, moe_mtp_info):

@@ -18,7 +18,7 @@ from autotune.study.records import TRIAL_ENV, read_outcome
 from autotune.study.state import uid
 from autotune.study.storage import storage_errors
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> None:
@@ -43,8 +43,8 @@ def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> No
                     "dead worker")
 
 
-def riding_out_outages(action: Callable[[], T], message: Callable[[str], None], *, retries: int,
-                       retry_s: float) -> T:
+def riding_out_outages(action: Callable[[], _T], message: Callable[[str], None], *, retries: int,
+                       retry_s: float) -> _T:
     """``action()``, tried again through a storage outage (a database restart) of ``retries`` x
     ``retry_s``; then its error, which names what was lost."""
     for attempt in range(retries + 1):
@@ -62,5 +62,6 @@ def riding_out_outages(action: Callable[[], T], message: Callable[[str], None], 
 def count_trials(study: optuna.Study) -> Counts:
     """The study's finished trials and the numbers of its running ones."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-    return Counts(finished=sum(t.state == TrialState.COMPLETE for t in trials),
+    return Counts(finished=sum(t.state == TrialState.COMPLETE
+                               and read_outcome(t).same_engine_as is None for t in trials),
                   running=[t.number for t in trials if t.state == TrialState.RUNNING])
