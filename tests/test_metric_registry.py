@@ -6,6 +6,7 @@ import pytest
 
 from autotune.core.analysis import table
 from autotune.core.maths.stats import assumed_log_sd
+from autotune.core.metrics.prometheus import MetricsPage
 from autotune.core.metrics.registry import (
     LATENCY_METRIC,
     METRICS,
@@ -17,7 +18,14 @@ from autotune.core.metrics.registry import (
     unit_of,
 )
 from autotune.core.metrics.slo import parse_limit
-from autotune.core.metrics.summary import PrefixCacheStats, RequestResult, SpecDecodeStats, flat_metrics, summarize
+from autotune.core.metrics.summary import (
+    PrefixCacheStats,
+    RequestResult,
+    SpecDecodeStats,
+    flat_metrics,
+    server_values,
+    summarize,
+)
 from autotune.core.trial.capacity_search import MONOTONE_IN_LOAD
 from autotune.core.trial.objectives import parse_objective
 from autotune.errors import ConfigError
@@ -26,15 +34,18 @@ from autotune.errors import ConfigError
 def a_run() -> dict[str, float]:
     done = RequestResult(prompt_len=8, start_s=0.0, success=True, output_tokens=4, ttft_s=0.01,
                          latency_s=0.04, itl_s=(0.01, 0.01, 0.01))
+    during = [MetricsPage(gauges={"vllm:kv_cache_usage_perc": (0.5,)})]
     return flat_metrics(summarize([done], 1.0, spec_decode=SpecDecodeStats(4, 4, 3),
-                                  prefix_cache=PrefixCacheStats(100, 40)))
+                                  prefix_cache=PrefixCacheStats(100, 40),
+                                  server=server_values(MetricsPage(), MetricsPage(), during),
+                                  server_samples=len(during)))
 
 
 def test_every_metric_a_run_measures_that_a_user_could_optimise_is_registered():
     counts = {"duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
               "max_concurrent_requests", "delivery_bursts", "spec_decode_num_drafts",
               "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
-              "prefix_cache_queried_tokens", "prefix_cache_hit_tokens"}
+              "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "server_samples"}
     measured = set(a_run())
     assert measured - counts and measured - counts <= set(METRICS)
     server = {k for k, m in METRICS.items() if m.source is Source.SERVER}

@@ -24,13 +24,14 @@ from autotune.core.metrics.summary import (
     RequestResult,
     SloLimits,
     prefix_cache_delta,
+    server_values,
     spec_decode_delta,
     summarize,
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
 from autotune.errors import BenchmarkError
-from autotune.shell.server_metrics import fetch_metrics
+from autotune.shell.server_metrics import fetch_metrics, sample_gauges
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -202,14 +203,19 @@ async def run_profile_async(
             on_progress(done, measured)
 
         offsets = send_offsets_s(requests[warm:], profile, seed)
+        finished = asyncio.Event()
+        sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
         start = time.perf_counter()
         results = await _run_batch(client, target, requests[warm:], profile, offsets, tick,
                                    prompt_of)
         duration = time.perf_counter() - start
+        finished.set()
+        samples = await sampler
         after = await fetch_metrics(client, target.url, target.headers())
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
                         spec_decode=spec_decode_delta(before, after),
-                        prefix_cache=prefix_cache_delta(before, after))
+                        prefix_cache=prefix_cache_delta(before, after),
+                        server=server_values(before, after, samples), server_samples=len(samples))
     return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results))
 
 

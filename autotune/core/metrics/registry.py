@@ -20,7 +20,8 @@ class Source(StrEnum):
     """Where a metric's value comes from."""
 
     BENCHMARK = "benchmark run"  # computed from the run's requests (core.metrics.summarize)
-    SERVER = "server /metrics"  # counters of the server under test, read before and after a run
+    SERVER = "server /metrics"  # the server under test's /metrics: read before and after a run,
+    # its gauges sampled during it (ServerRead)
     SEARCH = "capacity search"  # the load a capacity search found (core.capacity)
 
 
@@ -38,6 +39,22 @@ class Scale(StrEnum):
 # for TTFT) keeps the assumed intervals on the honest side of that.
 ASSUMED_LOG_SD = 0.08
 ASSUMED_LOG_SD_TTFT = 0.5
+
+
+class Reading(StrEnum):
+    """How a server metric is made of the /metrics reads of a run (core.metrics.summary)."""
+
+    GAUGE_PEAK = "the highest value of a gauge sampled during the run"
+    GAUGE_MEAN = "the mean of a gauge sampled during the run"
+
+
+@dataclass(frozen=True)
+class ServerRead:
+    """Where in the server's /metrics a metric is read, and how (``factor``: to its unit)."""
+
+    family: str  # vLLM's name
+    reading: Reading
+    factor: float = 1.0
 
 
 class Role(StrEnum):
@@ -64,6 +81,7 @@ class Metric:
     effect_scale: Scale = Scale.RATIO
     table: bool = False  # a column of a recorded table (core.analysis.table): part of its layout
     role: Role | None = None
+    server_read: ServerRead | None = None  # read from /metrics by its record (Source.SERVER)
 
     @property
     def direction(self) -> str:
@@ -119,9 +137,19 @@ _register(Metric("spec_decode_acceptance_length", "tokens", True, "tokens per st
 # The share of prompt tokens the server found in its prefix cache during the run.
 _register(Metric("prefix_cache_hit_rate", "%", True, "prefix-cache hit rate",
                  source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE))
+# KV-cache usage over the run (a share of the cache's blocks in use; headroom is better): how
+# close a configuration runs to preempting requests.
+for _stat, _reading in (("peak", Reading.GAUGE_PEAK), ("mean", Reading.GAUGE_MEAN)):
+    _register(Metric(f"{_stat}_kv_cache_usage_pct", "%", False, f"{_stat} KV-cache usage",
+                     source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE,
+                     server_read=ServerRead("vllm:kv_cache_usage_perc", _reading, 100.0)))
 
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
 TABLE_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.table)
+# The gauges sampled during each run (at least once a second: shell.server_metrics).
+SAMPLED_GAUGES: tuple[str, ...] = tuple(dict.fromkeys(
+    m.server_read.family for m in METRICS.values()
+    if m.server_read and m.server_read.reading in (Reading.GAUGE_PEAK, Reading.GAUGE_MEAN)))
 THROUGHPUT_METRIC, LATENCY_METRIC = (next(k for k, m in METRICS.items() if m.role is r)
                                      for r in (Role.THROUGHPUT, Role.LATENCY))
 # What one run measures, for tables of runs: every metric but the further statistics.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.core.metrics.prometheus import MetricsPage
-from autotune.core.metrics.registry import PROMPT_BUCKETS, bucket_key
+from autotune.core.metrics.registry import METRICS, PROMPT_BUCKETS, Reading, bucket_key
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 # Token chunks closer than this arrived in one read of the socket: the server sent them at once.
@@ -126,6 +126,8 @@ class BenchmarkSummary:
     errors: tuple[str, ...] = ()  # distinct error messages of failed requests
     delivery_bursts: int = 0  # successful requests whose whole stream arrived at once
     ttft_by_prompt_len: Mapping[str, float] = field(default_factory=dict)  # bucket key -> median ms
+    server: Mapping[str, float] = field(default_factory=dict)  # registered server metrics (server_values)
+    server_samples: int = 0  # /metrics pages sampled during the run
 
     @property
     def valid(self) -> bool:
@@ -186,6 +188,8 @@ def summarize(
     slo: SloLimits | None = None,
     spec_decode: SpecDecodeStats | None = None,
     prefix_cache: PrefixCacheStats | None = None,
+    server: Mapping[str, float] | None = None,
+    server_samples: int = 0,
 ) -> BenchmarkSummary:
     """Summarize the measured requests of one run that took ``duration_s`` of wall time."""
     ok = [r for r in results if r.success]
@@ -219,6 +223,8 @@ def summarize(
         errors=tuple(dict.fromkeys(r.error for r in failed)),
         delivery_bursts=sum(burst_delivered(r) for r in ok),
         ttft_by_prompt_len=ttft_by_prompt_len(ok),
+        server=dict(server or {}),
+        server_samples=server_samples,
     )
 
 
@@ -270,6 +276,9 @@ def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
         out["prefix_cache_hit_rate"] = summary.prefix_cache.hit_rate * 100.0
         out["prefix_cache_queried_tokens"] = summary.prefix_cache.queried_tokens
         out["prefix_cache_hit_tokens"] = summary.prefix_cache.hit_tokens
+    out.update(summary.server)
+    if summary.server_samples:
+        out["server_samples"] = summary.server_samples  # autotune's own key
     out["valid"] = summary.valid
     out["invalid_reason"] = summary.invalid_reason
     out["errors"] = list(summary.errors)
@@ -310,3 +319,23 @@ def prefix_cache_delta(before: MetricsPage, after: MetricsPage) -> PrefixCacheSt
     if not queried or hits is None:
         return None
     return PrefixCacheStats(queried, hits)
+
+
+def server_values(before: MetricsPage, after: MetricsPage, samples: Sequence[MetricsPage]
+                  ) -> dict[str, float]:
+    """Every registered metric with a ``server_read``, from the /metrics pages read before and
+    after a run and those sampled during it (a gauge: over its engines too); a metric the
+    server does not expose, or that nothing was sampled of, is left out."""
+    out = {}
+    for key, m in METRICS.items():
+        read = m.server_read
+        if read is None:
+            continue
+        seen = [page.gauges[read.family] for page in samples if page.gauges.get(read.family)]
+        if not seen:
+            continue
+        if read.reading is Reading.GAUGE_PEAK:
+            out[key] = max(max(values) for values in seen) * read.factor
+        elif read.reading is Reading.GAUGE_MEAN:
+            out[key] = float(np.mean([np.mean(values) for values in seen])) * read.factor
+    return out
