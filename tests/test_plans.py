@@ -145,3 +145,17 @@ def test_the_startup_timeout_is_the_plans_and_a_worker_or_resumed_run_takes_it_f
     for command in (["worker", "--study", "p"], ["confirm", "--study", "p"]):  # no flag of their own
         with pytest.raises(SystemExit):
             build_parser().parse_args([*command, "--startup-timeout", "5"])
+
+
+def test_a_run_that_joins_a_study_whose_data_file_changed_is_refused(tmp_path):
+    from autotune.core.workload.profiles import DatasetSpec
+
+    data = tmp_path / "reqs.jsonl"
+    data.write_text('{"prompt_token_ids": [1, 2, 3], "output_len": 4}\n' * 8)
+    chat = dataclasses.replace(get_profile("low-concurrency"), name="chat", num_prompts=4,
+                               warmup_requests=1, dataset=DatasetSpec("jsonl", str(data)))
+    study = optuna.create_study(study_name="p")
+    store_plan(study, build_plan(request_in(tmp_path, profiles=(chat,), objectives=(), slos=())))
+    data.write_text(data.read_text() + "\n")
+    with pytest.raises(ConfigError, match="reqs.jsonl: its content changed since the study was created"):
+        store_plan(study, build_plan(request_in(tmp_path, profiles=(chat,), objectives=(), slos=())))

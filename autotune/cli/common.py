@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -17,12 +18,16 @@ from rich.table import Table
 
 from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
+from autotune.core.space.search_space import SearchSpace
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import read_profiles
 from autotune.study.storage import storage_url
+
+if TYPE_CHECKING:
+    from autotune.shell.validation import VllmValidator
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
@@ -214,3 +219,23 @@ def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
         raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
     return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
 
+
+def vllm_validator(space: SearchSpace, say: Callable[[str], None]) -> tuple[VllmValidator | None, SearchSpace]:
+    """vLLM's own parser as the validator of ``space``'s flags, and the space as the installed
+    vLLM takes it (what it lacks is said once and left out); no validator where vLLM cannot be
+    imported or asked (said)."""
+    from autotune.errors import ValidationUnavailable
+    from autotune.shell.install import vllm_version
+    from autotune.shell.validation import VllmValidator, vllm_importable
+
+    if not vllm_importable():
+        return None, space
+    validator = VllmValidator()
+    try:
+        space, notes = validator.restrict(space, vllm_version())
+    except ValidationUnavailable as exc:
+        say(f"flags are not checked by vLLM's parser here: {exc}")
+        return None, space
+    for note in notes:
+        say(note)
+    return validator, space

@@ -31,10 +31,11 @@ from autotune.cli.common import (
     profiles_of,
     slots_of,
     storage_of_args,
+    vllm_validator,
 )
 from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
-from autotune.core.analysis.study_data import StudyData, describe_params
+from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.trial.capacity_search import boundary_text as describe_capacity
@@ -66,7 +67,7 @@ class ConsoleProgress:
 
     def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
         console.print(f"{self._stamp()} trial {_of(number, total)} (#{trial.number}): "
-                      f"{describe_result(trial)}")
+                      f"{trial_result_line(trial)}")
         console.print(f"{self._stamp()} Pareto front so far: "
                       f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
 
@@ -79,7 +80,7 @@ def _of(number: int, total: int) -> str:
     return f"{number}/{total}" if total < UNBOUNDED_TRIALS else f"{number}"
 
 
-def describe_result(t: TrialOutcome) -> str:
+def trial_result_line(t: TrialOutcome) -> str:
     if t.failure is not None:
         dup = f" (same flags as #{t.duplicate_of}, not relaunched)" if t.duplicate_of is not None \
             and t.startup_s is None else ""
@@ -100,24 +101,12 @@ def _heartbeat(args: argparse.Namespace):
 
 
 def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tuple[StudyPlan, TrialSetup]:
-    """The plan as the installed vLLM's parser takes it (what it lacks is said once and left
-    out), and where this node's trials deploy, with that parser as the validator."""
+    """The plan as the installed vLLM's parser takes it, and where this node's trials deploy,
+    with that parser as the validator."""
     import dataclasses
 
-    from autotune.errors import ValidationUnavailable
-    from autotune.shell.install import vllm_version
-    from autotune.shell.validation import VllmValidator, vllm_importable
-
-    validator = VllmValidator() if vllm_importable() else None
-    if validator is not None:
-        try:
-            space, notes = validator.restrict(plan.space, vllm_version())
-            plan = dataclasses.replace(plan, space=space)
-            for note in notes:
-                console.print(note)
-        except ValidationUnavailable as exc:
-            console.print(f"flags are not validated before launch: {exc}")
-            validator = None
+    validator, space = vllm_validator(plan.space, console.print)
+    plan = dataclasses.replace(plan, space=space)
     return plan, plan.trial_setup(slot=slot, entrypoint=entrypoint_of(args), validator=validator)
 
 
@@ -209,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                   f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
                   f"{', '.join(o.name for o in plan.objectives)}, budget {plan.trials} trials, "
-                  f"{len(slots)} slot(s): {'; '.join(s.describe() for s in slots)}")
+                  f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
     for note in notes:
         console.print(note)
     # The `run` that created the study samples with --seed itself; one that joins varies it.
@@ -237,7 +226,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     plan, setup = _for_this_vllm(plan, args, slots[0])
     label = args.worker_label or hostname()
     console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
-                  f"{plan.trials} trials, {len(slots)} slot(s): {'; '.join(s.describe() for s in slots)}")
+                  f"{plan.trials} trials, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
     workdir.mkdir(parents=True, exist_ok=True)
     code = _work(plan, setup, slots, args, label)
     return code if args.no_table else _finish(plan, code)
@@ -264,7 +253,7 @@ def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
     """The trial table (``trials_table``), fitted to the terminal."""
     shown = [t for t in trials if not t.skipped]
     print_fitting(lambda column: trials_table(trials, data, changes_column=column),
-                  [(t.label, describe_params(data.differences(t)) or "-") for t in shown],
+                  [(t.label, format_params(data.differences(t)) or "-") for t in shown],
                   f"what each trial changes from {data.reference_point}")
 
 
@@ -290,7 +279,7 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
                   if t.number in retried_as and t.status == t.state else t.status)
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
-        changes = [describe_params(data.differences(t)) or "-"] if changes_column else []
+        changes = [format_params(data.differences(t)) or "-"] if changes_column else []
         table.add_row(t.label.removeprefix("#"), result, t.startup_text, *values, *changes)
     return table
 

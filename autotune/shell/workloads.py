@@ -10,9 +10,10 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from autotune.core.workload.datasets import FORMATS, Tokenizer, checked, source_of
+from autotune.core.workload.datasets import FORMATS, Tokenizer, source_of, validate_dataset_spec
 from autotune.core.workload.datasets.common import LoadedRequests, check_fits
-from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.datasets.random_text import RandomText
+from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts, RequestSource
 from autotune.errors import ConfigError
 
@@ -50,28 +51,40 @@ def _read(path: str, where: str) -> tuple[str, str]:
         raise ConfigError(f"{where}: {path} is not UTF-8 text") from None
 
 
+def check_unchanged(was: DatasetSpec, sha256: str) -> None:
+    """A study's dataset file must have the content it had when the study was created
+    (``was.sha256``, None before it was read)."""
+    if was.sha256 and was.sha256 != sha256:
+        raise ConfigError(
+            f"{was.path}: its content changed since the study was created (sha256 "
+            f"{was.sha256[:12]}… then, {sha256[:12]}… now): use the file the study was created "
+            "with, or start another --study")
+
+
 def sources_for(profiles: Sequence[WorkloadProfile], *, vocab_size: int,
                 tokenizer: Tokenizer | None, max_model_len: int
                 ) -> tuple[tuple[WorkloadProfile, ...], dict[str, RequestSource]]:
     """Each profile's request source, and the profiles with their datasets' defaults and
     content hashes filled in (what a study stores). A profile without a dataset sends random
-    token ids of its lengths (the reference study's workload)."""
+    text of its lengths, as vLLM's random dataset (the reference study's workload), or random
+    token ids with ``token_ids``."""
     done, sources = [], {}
     for p in profiles:
         if p.dataset is None:
+            if not p.token_ids and tokenizer is None:
+                raise ConfigError(
+                    f"profile {p.name!r} sends random text, which needs the model's tokenizer: "
+                    "give --model a local model folder (or --tokenizer to `bench`), or send "
+                    "token ids instead (--token-ids, or token_ids: true in a profile file)")
             done.append(p)
-            sources[p.name] = RandomPrompts(vocab_size)
+            sources[p.name] = RandomPrompts(vocab_size) if p.token_ids else RandomText(tokenizer)
             continue
         where = f"profile {p.name!r}"
-        spec = checked(p.dataset, where)
+        spec = validate_dataset_spec(p.dataset, where)
         text = None
         if FORMATS[spec.format].reads_file:
             text, digest = _read(spec.path, where)
-            if spec.sha256 and spec.sha256 != digest:
-                raise ConfigError(
-                    f"{spec.path}: its content changed since the study was created (sha256 "
-                    f"{spec.sha256[:12]}… then, {digest[:12]}… now): use the file the study was "
-                    "created with, or start another --study")
+            check_unchanged(spec, digest)
             spec = dataclasses.replace(spec, sha256=digest)
             where = spec.path
         source = source_of(spec, text, tokenizer, where)

@@ -26,10 +26,10 @@ from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchS
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
 from autotune.errors import ConfigError, StudyError
-from autotune.shell.files import read_model_info, read_references, read_space, shipped
+from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.shell.install import Entrypoint
 from autotune.shell.validation import VllmValidator
-from autotune.shell.workloads import load_tokenizer, sources_for
+from autotune.shell.workloads import check_unchanged, load_tokenizer, sources_for
 from autotune.study.samplers import SAMPLERS
 from autotune.study.state import read_plan, write_plan
 from autotune.study.storage import check_url, storage_url
@@ -127,7 +127,7 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
         say(f"using the generated tiny model {path}")
         return read_model_info(str(path))
     if describe_only:
-        return modelgen.describe_model(path, kind="moe", mtp=True)
+        return modelgen.planned_model_info(path, kind="moe", mtp=True)
     say(f"no --model given and no GPU: generating a tiny MoE+MTP model in {path}, trained so "
         "that its MTP head predicts (about a minute)")
     return modelgen.make_model(path, kind="moe", mtp=True, seed=0, trained=True)
@@ -154,11 +154,11 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     storage = storage_url(request.storage, f"sqlite:///{request.workdir / 'autotune.db'}")
     check_url(storage, created_folder=request.workdir)
     space = (parse_space(request.space_yaml, f"{request.space_path} (stored in the study)")
-             if request.space_yaml is not None else read_space(shipped(request.space_path)))
+             if request.space_yaml is not None else read_space(locate_shipped(request.space_path)))
     if request.tp:
         space = dataclasses.replace(space, deployment=dataclasses.replace(
             space.deployment, tensor_parallel_size=request.tp))
-    references = (read_references(shipped(request.references_path), space)
+    references = (read_references(locate_shipped(request.references_path), space)
                   if request.references_path else None)
     slos, limits = split_slos(request.slos, request.profiles)
     profiles = tuple(p.with_limits(limits.get(p.name, ())) if p.capacity else p
@@ -200,12 +200,8 @@ def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
     if old is not None:
         stored = {p.name: p.dataset for p in old.profiles if p.dataset is not None}
         for p in new.profiles:
-            was = stored.get(p.name)
-            if p.dataset is not None and was is not None and was.sha256 != p.dataset.sha256:
-                raise ConfigError(
-                    f"{p.dataset.path}: its content changed since study {plan.study_name!r} was "
-                    f"created (sha256 {was.sha256[:12]}… then, {p.dataset.sha256[:12]}… now): use "
-                    "the file the study was created with, or start another --study")
+            if p.dataset is not None and p.dataset.sha256 and p.name in stored:
+                check_unchanged(stored[p.name], p.dataset.sha256)
         differ = old.differences(new)
         if differ:
             raise ConfigError(
