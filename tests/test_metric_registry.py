@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from autotune.core.analysis import table
 from autotune.core.maths.stats import assumed_log_sd
-from autotune.core.metrics.prometheus import MetricsPage
+from autotune.core.metrics.prometheus import Histogram, MetricsPage
 from autotune.core.metrics.registry import (
     LATENCY_METRIC,
     METRICS,
@@ -35,10 +37,13 @@ def a_run() -> dict[str, float]:
     done = RequestResult(prompt_len=8, start_s=0.0, success=True, output_tokens=4, ttft_s=0.01,
                          latency_s=0.04, itl_s=(0.01, 0.01, 0.01))
     during = [MetricsPage(gauges={"vllm:kv_cache_usage_perc": (0.5,)})]
+    after = MetricsPage(histograms={f: Histogram({math.inf: 1.0}, 0.01, 1.0) for f in (
+        "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+        "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds")})
     return flat_metrics(summarize([done], 1.0, spec_decode=SpecDecodeStats(4, 4, 3),
                                   prefix_cache=PrefixCacheStats(100, 40),
-                                  server=server_values(MetricsPage(), MetricsPage(), during),
-                                  server_samples=len(during)))
+                                  server=server_values(MetricsPage(), after, during),
+                                  server_samples=len(during), client_cpu_s=0.2))
 
 
 def test_every_metric_a_run_measures_that_a_user_could_optimise_is_registered():

@@ -205,17 +205,18 @@ async def run_profile_async(
         offsets = send_offsets_s(requests[warm:], profile, seed)
         finished = asyncio.Event()
         sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         results = await _run_batch(client, target, requests[warm:], profile, offsets, tick,
                                    prompt_of)
-        duration = time.perf_counter() - start
+        duration, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
         finished.set()
         samples = await sampler
         after = await fetch_metrics(client, target.url, target.headers())
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
                         spec_decode=spec_decode_delta(before, after),
                         prefix_cache=prefix_cache_delta(before, after),
-                        server=server_values(before, after, samples), server_samples=len(samples))
+                        server=server_values(before, after, samples), server_samples=len(samples),
+                        client_cpu_s=cpu_s)
     return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results))
 
 

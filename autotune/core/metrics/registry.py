@@ -23,6 +23,7 @@ class Source(StrEnum):
     SERVER = "server /metrics"  # the server under test's /metrics: read before and after a run,
     # its gauges sampled during it (ServerRead)
     SEARCH = "capacity search"  # the load a capacity search found (core.capacity)
+    CLIENT = "benchmark client"  # the client's own process during the run (shell.client)
 
 
 class Scale(StrEnum):
@@ -46,6 +47,7 @@ class Reading(StrEnum):
 
     GAUGE_PEAK = "the highest value of a gauge sampled during the run"
     GAUGE_MEAN = "the mean of a gauge sampled during the run"
+    HISTOGRAM_MEAN = "the mean observation during the run: the histogram's _sum over its _count"
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,23 @@ for _stat, _reading in (("peak", Reading.GAUGE_PEAK), ("mean", Reading.GAUGE_MEA
     _register(Metric(f"{_stat}_kv_cache_usage_pct", "%", False, f"{_stat} KV-cache usage",
                      source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE,
                      server_read=ServerRead("vllm:kv_cache_usage_perc", _reading, 100.0)))
+# The server's own latencies over the run, from its histograms (the referee of the client's):
+# each says which clock it spans. vLLM 0.32's names (vllm/v1/metrics/loggers.py, stats.py).
+for _key, _family, _label in (
+        ("server_mean_ttft_ms", "vllm:time_to_first_token_seconds",
+         "server mean TTFT (API server: request arrival to the output step of its first token)"),
+        ("server_mean_e2el_ms", "vllm:e2e_request_latency_seconds",
+         "server mean E2EL (API server: request arrival to the output step of its last token)"),
+        ("server_mean_itl_ms", "vllm:inter_token_latency_seconds",
+         "server mean ITL (engine core: between a request's output steps)"),
+        ("server_mean_tpot_ms", "vllm:request_time_per_output_token_seconds",
+         "server mean TPOT (engine core: first to last token step / (tokens - 1); 0 for one token)")):
+    _register(Metric(_key, "ms", False, _label, source=Source.SERVER,
+                     assumed_log_sd=ASSUMED_LOG_SD_TTFT if "ttft" in _key else ASSUMED_LOG_SD,
+                     server_read=ServerRead(_family, Reading.HISTOGRAM_MEAN, 1000.0)))
+# What the client itself cost: a client short of CPU inflates the latencies it measures.
+_register(Metric("client_cpu_s", "s", False, "benchmark client CPU time (its process, during the run)",
+                 source=Source.CLIENT))
 
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
 TABLE_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.table)

@@ -128,6 +128,7 @@ class BenchmarkSummary:
     ttft_by_prompt_len: Mapping[str, float] = field(default_factory=dict)  # bucket key -> median ms
     server: Mapping[str, float] = field(default_factory=dict)  # registered server metrics (server_values)
     server_samples: int = 0  # /metrics pages sampled during the run
+    client_cpu_s: float | None = None  # CPU seconds of the client's process during the run
 
     @property
     def valid(self) -> bool:
@@ -190,6 +191,7 @@ def summarize(
     prefix_cache: PrefixCacheStats | None = None,
     server: Mapping[str, float] | None = None,
     server_samples: int = 0,
+    client_cpu_s: float | None = None,
 ) -> BenchmarkSummary:
     """Summarize the measured requests of one run that took ``duration_s`` of wall time."""
     ok = [r for r in results if r.success]
@@ -225,6 +227,7 @@ def summarize(
         ttft_by_prompt_len=ttft_by_prompt_len(ok),
         server=dict(server or {}),
         server_samples=server_samples,
+        client_cpu_s=client_cpu_s,
     )
 
 
@@ -279,6 +282,8 @@ def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
     out.update(summary.server)
     if summary.server_samples:
         out["server_samples"] = summary.server_samples  # autotune's own key
+    if summary.client_cpu_s is not None:
+        out["client_cpu_s"] = summary.client_cpu_s
     out["valid"] = summary.valid
     out["invalid_reason"] = summary.invalid_reason
     out["errors"] = list(summary.errors)
@@ -324,12 +329,19 @@ def prefix_cache_delta(before: MetricsPage, after: MetricsPage) -> PrefixCacheSt
 def server_values(before: MetricsPage, after: MetricsPage, samples: Sequence[MetricsPage]
                   ) -> dict[str, float]:
     """Every registered metric with a ``server_read``, from the /metrics pages read before and
-    after a run and those sampled during it (a gauge: over its engines too); a metric the
-    server does not expose, or that nothing was sampled of, is left out."""
+    after a run (a histogram's observations in between) and those sampled during it (a gauge:
+    over its engines too); a metric the server does not expose, or that saw nothing during the
+    run, is left out."""
     out = {}
     for key, m in METRICS.items():
         read = m.server_read
         if read is None:
+            continue
+        if read.reading is Reading.HISTOGRAM_MEAN:
+            found = after.histograms.get(read.family)
+            mean = found.minus(before.histograms.get(read.family)).mean if found else None
+            if mean is not None:
+                out[key] = mean * read.factor
             continue
         seen = [page.gauges[read.family] for page in samples if page.gauges.get(read.family)]
         if not seen:
