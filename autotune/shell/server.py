@@ -13,6 +13,7 @@ left and the port is free.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -20,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -101,6 +102,7 @@ class ServerProcess:
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _gpu_baseline: dict[int, int] | None = field(default=None, repr=False)
     _log: LogPipe | None = field(default=None, repr=False)
+    _cache_bytes: dict[str, tuple[Path, int]] = field(default_factory=dict, repr=False)
 
     @property
     def url(self) -> str:
@@ -126,12 +128,15 @@ class ServerProcess:
         except OSError:
             return ""
 
-    def _env(self) -> dict[str, str]:
+    def environment(self) -> dict[str, str]:
+        """The environment the server starts with: ours, the slot's pinning, the spec's extra
+        variables, the shared kernel caches, its API key and INFO logging."""
         env = dict(os.environ)
         env.pop("VLLM_API_KEY", None)
         if self.spec.slot is not None:
             env.update(self.spec.slot.env())
         env.update(dict(self.spec.extra_env))
+        env.update(kernel_cache_env(env))
         env["VLLM_API_KEY"] = self.api_key
         env.setdefault("PYTHONUNBUFFERED", "1")
         # The start-up phases are read from its INFO lines (validation quiets vLLM in-process).
@@ -173,7 +178,8 @@ class ServerProcess:
 
             if nvml_available():
                 self._gpu_baseline = nvml_used_mib(spec.slot.devices)
-        env = self._env()
+        env = self.environment()
+        self._cache_bytes = {name: (path, folder_bytes(path)) for name, path in cache_folders(env).items()}
         self.on_phase("launching")
         self._t0 = time.monotonic()
         self._proc = subprocess.Popen(
@@ -245,7 +251,10 @@ class ServerProcess:
         """Where its start-up time went (None before ready)."""
         if not self.startup_s or self._log is None:
             return None
-        return startup_phases(self._log.lines, self.startup_s)
+        added = tuple((name, round((folder_bytes(path) - before) / 2**20, 1))
+                      for name, (path, before) in self._cache_bytes.items())
+        return dataclasses.replace(startup_phases(self._log.lines, self.startup_s),
+                                   cache_added_mib=added)
 
     def _first_completion(self, http: httpx.Client) -> None:
         """One real completion: a healthy /health does not prove the engine can serve."""
@@ -357,6 +366,44 @@ class ServerProcess:
             os.killpg(self._proc.pid, sig)
         except ProcessLookupError:
             pass
+
+
+# Kernel caches that vLLM would otherwise keep per configuration (Triton's under each compile
+# hash) or that live apart: one folder for every deployment, AUTOTUNE_CACHE_DIR (default
+# ~/.cache/autotune); a variable the user set is kept. vLLM overrides TORCHINDUCTOR_CACHE_DIR
+# with a folder under its compile hash when it compiles (vllm/compilation/decorators.py), so
+# inductor's own entries are shared only where vLLM does not compile.
+KERNEL_CACHES = {"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR",
+                 "flashinfer": "FLASHINFER_WORKSPACE_BASE"}
+
+
+def _user_cache(env: Mapping[str, str]) -> Path:
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def kernel_cache_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The kernel caches' variables that ``env`` leaves unset, under the shared folder."""
+    root = Path(env.get("AUTOTUNE_CACHE_DIR") or _user_cache(env) / "autotune")
+    return {var: str(root / name) for name, var in KERNEL_CACHES.items() if not env.get(var)}
+
+
+def cache_folders(env: Mapping[str, str]) -> dict[str, Path]:
+    """Every cache a deployment with this environment uses: vLLM's (its compile cache, and
+    inductor's where vLLM compiles) and the kernel caches."""
+    vllm = Path(env.get("VLLM_CACHE_ROOT") or _user_cache(env) / "vllm")
+    return {"vllm": vllm, **{name: Path(env[var]) for name, var in KERNEL_CACHES.items() if env.get(var)}}
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 where it does not exist)."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
 class LogPipe:

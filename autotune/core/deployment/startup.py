@@ -99,8 +99,9 @@ _CACHE_MISS = ("saved AOT compiled function", "Compiling a graph for compile ran
 @dataclass(frozen=True)
 class StartupPhases:
     """Seconds per phase of one start-up (0 where the log names none), the seconds no phase
-    covers, and whether torch.compile's cache served the compiled graphs ("hit"), was filled
-    ("miss") or the log does not say ("")."""
+    covers, whether torch.compile's cache served the compiled graphs ("hit"), was filled
+    ("miss") or the log does not say (""), and how much each cache folder grew (a kernel
+    cache that grew was filled: a miss; one that did not, served or was not used)."""
 
     imports_s: float = 0.0
     config_s: float = 0.0
@@ -117,10 +118,15 @@ class StartupPhases:
     first_completion_s: float = 0.0
     unnamed_s: float = 0.0
     compile_cache: str = ""
+    cache_added_mib: tuple[tuple[str, float], ...] = ()  # per cache folder, launch to ready
 
     def as_dict(self) -> dict[str, float | str]:
-        return {f.name: round(v, 3) if isinstance(v, float) else v
-                for f in fields(self) if (v := getattr(self, f.name))}
+        """Flat, for the trial record: every non-zero phase, the compile cache's hit or miss,
+        and ``<cache>_cache_added_mib`` per cache folder."""
+        out: dict[str, float | str] = {f.name: round(v, 3) if isinstance(v, float) else v
+                                       for f in fields(self) if f.name != "cache_added_mib"
+                                       and (v := getattr(self, f.name))}
+        return out | {f"{name}_cache_added_mib": mib for name, mib in self.cache_added_mib}
 
 
 def _when(mark: Mark, lines: Sequence[LogLine], ready_s: float) -> float | None:

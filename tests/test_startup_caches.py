@@ -1,0 +1,62 @@
+"""What every deployment of a study shares at start-up (shell.server): one folder of kernel
+caches, and an environment whose part that enters vLLM's compile-cache key does not vary from
+trial to trial. vLLM's key is read from the installed vLLM's source (its ``compile_factors``
+hashes every VLLM_* variable but those it lists as ignored), without importing it."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+from autotune.core.deployment.slots import Slot, make_slots
+from autotune.shell.server import DeploymentSpec, ServerProcess, kernel_cache_env
+
+
+def ignored_by_vllm_compile_key() -> set[str]:
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    tree = ast.parse((Path(spec.submodule_search_locations[0]) / "envs.py").read_text())
+    factors = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "compile_factors")
+    ignored = next(n for n in ast.walk(factors) if isinstance(n, ast.AnnAssign)
+                   and getattr(n.target, "id", "") == "ignored_factors")
+    return set(ast.literal_eval(ignored.value))
+
+
+def environment(slot: Slot, trial: int) -> dict[str, str]:
+    spec = DeploymentSpec("m", slot=slot, extra_env=(("AUTOTUNE_TRIAL", f"study:{trial}"),))
+    server = ServerProcess(spec, api_key=f"at-key-{trial}")
+    return server.environment()
+
+
+def vllm_differences(a: dict[str, str], b: dict[str, str]) -> set[str]:
+    return {k for k in a.keys() | b.keys() if k.startswith("VLLM_") and a.get(k) != b.get(k)}
+
+
+def test_two_trials_on_one_slot_differ_in_no_variable_of_vllms_compile_key():
+    slot = Slot("cpu", (0, 1), 2)
+    differ = vllm_differences(environment(slot, 1), environment(slot, 2))
+    assert differ == {"VLLM_API_KEY"}  # a fresh key per deployment ...
+    assert differ <= ignored_by_vllm_compile_key()  # ... which vLLM leaves out of its key
+
+
+def test_gpu_slots_differ_only_outside_the_key_but_cpu_slots_in_their_core_binding():
+    gpu = make_slots("cuda", [0, 1], 1)
+    assert vllm_differences(environment(gpu[0], 1), environment(gpu[1], 1)) == set()
+    cpu = make_slots("cpu", [0, 1, 2, 3], 2)
+    differ = vllm_differences(environment(cpu[0], 1), environment(cpu[1], 1))
+    # Measured fact, not a wish: each CPU slot compiles a configuration once for itself.
+    assert differ == {"VLLM_CPU_OMP_THREADS_BIND"} and not differ & ignored_by_vllm_compile_key()
+
+
+def test_kernel_caches_share_one_folder_and_a_users_own_setting_is_kept():
+    assert kernel_cache_env({"AUTOTUNE_CACHE_DIR": "/c"}) == {
+        "TRITON_CACHE_DIR": "/c/triton", "TORCHINDUCTOR_CACHE_DIR": "/c/inductor",
+        "FLASHINFER_WORKSPACE_BASE": "/c/flashinfer"}
+    assert kernel_cache_env({"XDG_CACHE_HOME": "/x", "TRITON_CACHE_DIR": "/mine"}) == {
+        "TORCHINDUCTOR_CACHE_DIR": "/x/autotune/inductor", "FLASHINFER_WORKSPACE_BASE": "/x/autotune/flashinfer"}
+    one, two = environment(Slot("cpu", (0, 1), 2), 1), environment(Slot("cpu", (2, 3), 2), 2)
+    folders = {var: one[var] for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                                         "FLASHINFER_WORKSPACE_BASE")}
+    assert folders == {var: two[var] for var in folders}
+    assert len({Path(f).parent for f in folders.values()}) == 1
