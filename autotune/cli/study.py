@@ -122,7 +122,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
-        startup_timeout_s=args.startup_timeout,
+        startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
     )
 
 
@@ -312,6 +312,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--race", action="store_true",
                    help="stop measuring a trial once the front beats it beyond the noise (off by "
                         "default: README 'Time to an answer' says when it pays)")
+    p.add_argument("--cap-cuda-graphs", action="store_true",
+                   help="capture CUDA graphs only up to the study's highest concurrency x (1 + "
+                        "speculative tokens), alike for every trial, the baseline and the export "
+                        "(off by default: docs/startup.md)")
     p.add_argument("--study", help="study name (default: from model, space and profiles)")
     p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
                    "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "

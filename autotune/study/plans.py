@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 
 from autotune.core.analysis.stored_plan import PlanRequest
+from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
 from autotune.core.space.model_facts import ModelInfo
@@ -158,6 +159,8 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     if request.tp:
         space = dataclasses.replace(space, deployment=dataclasses.replace(
             space.deployment, tensor_parallel_size=request.tp))
+    if request.cap_cuda_graphs:
+        space = capped(space, graph_capture_cap(request.profiles, space))
     references = (read_references(locate_shipped(request.references_path), space)
                   if request.references_path else None)
     slos, limits = split_slos(request.slos, request.profiles)

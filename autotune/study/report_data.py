@@ -14,7 +14,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.analysis.effects import Effect, SignFlip, effects, sign_flips
 from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
 from autotune.core.analysis.study_data import StudyData
-from autotune.core.metrics.registry import METRICS, PROMPT_BUCKETS, Source, bucket_key
+from autotune.core.metrics.registry import (
+    LATENCY_METRIC,
+    METRICS,
+    PROMPT_BUCKETS,
+    THROUGHPUT_METRIC,
+    Source,
+    bucket_key,
+)
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.errors import ConfigError
 from autotune.study.plans import read_plan
@@ -105,10 +112,12 @@ def importances(trials: list[FrozenTrial], directions: list[optuna.study.StudyDi
 def effect_metrics(data: StudyData) -> list[str]:
     """The metrics whose parameter effects the report estimates: the objectives' metrics, the
     interactive and throughput pair (where a sign flip shows), and the server metrics that the
-    study's workloads produce (a prefix-cache hit rate where prefixes are shared)."""
+    study's workloads produce (a prefix-cache hit rate where prefixes are shared; not the
+    server's view of the client's latencies, a further statistic)."""
     measured = {m for t in data.feasible for r in t.results.values() for run in r.runs for m in run}
-    server = [k for k, m in METRICS.items() if m.source is Source.SERVER and k in measured]
-    wanted = [o.metric for o in data.objectives] + ["mean_e2el_ms", "output_throughput"] + server
+    server = [k for k, m in METRICS.items()
+              if m.source is Source.SERVER and not m.detail and k in measured]
+    wanted = [o.metric for o in data.objectives] + [LATENCY_METRIC, THROUGHPUT_METRIC] + server
     return [m for m in dict.fromkeys(wanted) if m in measured]
 
 

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from autotune.core.analysis.study_data import StudyData, describe_params, failures_by_class
-from autotune.core.metrics.registry import METRICS
+from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.study.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
 
@@ -53,11 +53,11 @@ def capacity_sections(data: StudyData) -> list[Section]:
             b = t.capacity[profile].boundary
             rows.append([t.label, _fmt(b.load, 2) if b.found else "-", _fmt(b.fail_load, 2),
                          _fmt(b.estimate, 2), str(b.probes),
-                         data.estimate(t, profile, "output_throughput").text
-                         if t.has(profile, "output_throughput") else "-",
+                         data.estimate(t, profile, THROUGHPUT_METRIC).text
+                         if t.has(profile, THROUGHPUT_METRIC) else "-",
                          boundary_text(t.capacity[profile])])
         sec.tables.append((["trial", "met at", "not met at", "crossing", "probes",
-                            "output tok/s there", "result"], rows))
+                            f"{METRICS[THROUGHPUT_METRIC].label} there", "result"], rows))
         sec.images.append((capacity_png(profile),
                            f"capacity curves of {profile}: SLO metrics against load"))
         sections.append(sec)

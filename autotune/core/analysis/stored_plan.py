@@ -25,7 +25,8 @@ from autotune.errors import ConfigError, StudyError
 VERSION = 2
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 # What must agree between `run`s that join one study (the budget and seed may change).
-SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives")
+SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives",
+                "cap_cuda_graphs")
 # Where this node runs the study: another node has its own, so none is stored. The references
 # are enqueued once, by the `run` that creates the study (its baseline is in the study's state).
 LOCAL_FIELDS = ("workdir", "storage", "study_name", "references_path")
@@ -57,6 +58,7 @@ class PlanRequest:
     race: bool = False
     time_budget_s: float | None = None  # wall clock of the study's trials, confirmation included
     startup_timeout_s: float = 600.0  # a deployment not ready by then fails as startup_timeout
+    cap_cuda_graphs: bool = False  # capture only up to the study's load (core.deployment.graph_cap)
     imported_from: str | None = None  # results imported from this file: no worker can run it
     workdir: Path = Path(".")  # LOCAL_FIELDS from here on
     storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file

@@ -156,7 +156,7 @@ for _key, _family, _label in (
          "server mean ITL (engine core: between a request's output steps)"),
         ("server_mean_tpot_ms", "vllm:request_time_per_output_token_seconds",
          "server mean TPOT (engine core: first to last token step / (tokens - 1); 0 for one token)")):
-    _register(Metric(_key, "ms", False, _label, source=Source.SERVER,
+    _register(Metric(_key, "ms", False, _label, source=Source.SERVER, detail=True,
                      assumed_log_sd=ASSUMED_LOG_SD_TTFT if "ttft" in _key else ASSUMED_LOG_SD,
                      server_read=ServerRead(_family, Reading.HISTOGRAM_MEAN, 1000.0)))
 # What the client itself cost: a client short of CPU inflates the latencies it measures.
