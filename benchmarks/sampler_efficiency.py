@@ -48,7 +48,7 @@ from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
 from autotune.core.maths.stats import median_difference, median_interval, proportion_interval  # noqa: E402
 from autotune.core.space.search_space import Reference, ReferenceSet, complete, grid_points, params_key  # noqa: E402
 from autotune.core.trial.outcome import TrialOutcome  # noqa: E402
-from autotune.core.workload.profiles import get_profile  # noqa: E402
+from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
 from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
 from autotune.study.records import outcomes  # noqa: E402
@@ -153,7 +153,9 @@ def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         plan = build_plan(PlanRequest(
-            workdir=Path(tmp), profiles=tuple(get_profile(p) for p in table.profiles),
+            # The table was recorded sending random token ids; the model here has no tokenizer.
+            workdir=Path(tmp), profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
+                                              for p in table.profiles),
             model=str(model_dir), space_path=str(SPACE),
             references_path=str(REFERENCES) if refs_first else None, trials=budget,
             repeats=2, seed=seed, sampler=sampler, study_name="replay",

@@ -68,11 +68,12 @@ OUT = ROOT / "benchmarks" / "data" / "cpu-table" / "time-to-answer.jsonl"
 VARIANTS = {"tpe+race": ("tpe", False, True), "tpe": ("tpe", False, False),
             "random+race": ("random", False, True), "random": ("random", False, False),
             "grid": ("random", True, False)}
-# The recorded protocol (the table's header): 16 requests of 256 in / 64 out per run.
-RECORDED = ProfileOverrides(num_prompts=16, input_len=256, output_len=64)
+# The recorded protocol (the table's header): 16 requests of 256 in / 64 out per run, sent as
+# random token ids (as the table was recorded; the replay's model has no tokenizer either).
+RECORDED = ProfileOverrides(num_prompts=16, input_len=256, output_len=64, token_ids=True)
 # What-if: runs of the reference study's protocol (100 requests of 512 in / 256 out) at the
 # recorded throughputs: the same configurations, benchmarks that cost what the README's do.
-REFERENCE = ProfileOverrides(num_prompts=100, input_len=512, output_len=256)
+REFERENCE = ProfileOverrides(num_prompts=100, input_len=512, output_len=256, token_ids=True)
 
 
 def quieter(table: RecordedTable, scale: float) -> RecordedTable:

@@ -1,4 +1,9 @@
-"""Workload profiles and prompt generation."""
+"""Workload profiles and prompt generation: the built-in profiles send random text as vLLM's
+random dataset does, and token ids where a profile says ``token_ids: true``."""
+
+import dataclasses
+import json
+import re
 
 import pytest
 
@@ -37,3 +42,81 @@ def test_the_warm_up_is_at_least_one_wave_at_the_profiles_concurrency():
     assert get_profile("low-concurrency").warmups == 2
     assert get_profile("high-concurrency").warmups == 100  # 4 asked; one wave of 100
     assert get_profile("high-concurrency", ProfileOverrides(num_prompts=8)).warmups == 8
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from autotune.shell.modelgen import write_tokenizer
+    from autotune.shell.workloads import load_tokenizer
+
+    folder = tmp_path_factory.mktemp("tokenizer")
+    write_tokenizer(folder, 512)
+    return load_tokenizer(str(folder))
+
+
+def sources(profiles, tokenizer):
+    from autotune.shell.workloads import sources_for
+
+    return sources_for(profiles, vocab_size=512, tokenizer=tokenizer, max_model_len=4096)
+
+
+@pytest.mark.parametrize("name", ["low-concurrency", "high-concurrency"])
+def test_the_builtin_profiles_send_text_made_as_a_random_data_profile_makes_it(tokenizer, name):
+    from autotune.core.workload.profiles import DatasetSpec
+
+    profile = get_profile(name, ProfileOverrides(num_prompts=4, input_len=64, output_len=8))
+    assert profile.dataset is None and profile.token_ids is False
+    as_data = dataclasses.replace(profile, name="data", dataset=DatasetSpec("random"))
+    _, made = sources((profile, as_data), tokenizer)
+    builtin, data = (made[p].requests(profile, 4, seed=3) for p in (name, "data"))
+    assert builtin == data  # vLLM's random dataset: text the server tokenizes
+    assert all(isinstance(r.prompt, str) and r.prompt_len == 64 for r in builtin)
+    assert len(tokenizer.encode(builtin[0].prompt, add_special_tokens=False)) == 64
+
+
+def test_token_ids_true_keeps_random_token_ids_and_needs_no_tokenizer():
+    from autotune.core.workload.profiles import parse_profiles
+
+    profile = parse_profiles("old-table: {token_ids: true, input_len: 32}", "f.yaml")["old-table"]
+    _, made = sources((profile,), tokenizer=None)
+    [request] = made["old-table"].requests(profile, 1, seed=0)
+    assert isinstance(request.prompt, tuple) and len(request.prompt) == request.prompt_len == 32
+    assert get_profile("low-concurrency", ProfileOverrides(token_ids=True)).token_ids is True
+
+
+def test_text_without_a_tokenizer_is_one_line_that_names_both_ways_out():
+    with pytest.raises(ConfigError) as err:
+        sources((get_profile("low-concurrency"),), tokenizer=None)
+    assert str(err.value) == (
+        "profile 'low-concurrency' sends random text, which needs the model's tokenizer: give "
+        "--model a local model folder (or --tokenizer to `bench`), or send token ids instead "
+        "(--token-ids, or token_ids: true in a profile file)")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("p: {token_ids: yes please}", "profile 'p': token_ids must be true or false, got 'yes please'"),
+    ("p: {token_ids: true, dataset: {format: random}}",
+     "profile 'p': token_ids is for a profile without a dataset; a dataset sets its own"),
+], ids=["not-a-bool", "with-a-dataset"])
+def test_a_bad_token_ids_is_one_line_naming_the_profile(text, message):
+    from autotune.core.workload.profiles import parse_profiles
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_profiles(text, "f.yaml")
+
+
+def test_a_resumed_study_keeps_what_it_was_created_sending():
+    from autotune.core.analysis.stored_plan import PlanRequest
+
+    ids = dataclasses.replace(get_profile("low-concurrency"), token_ids=True)
+    for profile in (get_profile("low-concurrency"), ids):  # the profile is stored with its fields
+        stored = json.loads(json.dumps(PlanRequest(profiles=(profile,), model="/m").to_dict()))
+        assert PlanRequest.from_dict(stored, "study 's'").profiles == (profile,)
+    created = PlanRequest(profiles=(ids,), model="/m")
+    assert created.differences(PlanRequest(profiles=(get_profile("low-concurrency"),), model="/m")
+                               ) == ["profiles"]  # a `run` that sends text may not join it
+    # A study stored before text was the default (layout 1) sent token ids: it still does.
+    old = {"version": 1, "model": "/m", "space_yaml": "x",
+           "profiles": [{k: v for k, v in get_profile("low-concurrency").to_dict().items()
+                         if k != "token_ids"}]}
+    assert PlanRequest.from_dict(old, "study 'old'").profiles == (ids,)

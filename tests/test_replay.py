@@ -16,7 +16,7 @@ import pytest
 from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
 from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import params_key
-from autotune.core.workload.profiles import get_profile
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.errors import ConfigError
 from autotune.study.creation import prepare_study
 from autotune.study.plans import PlanRequest, build_plan
@@ -41,7 +41,9 @@ def replay_plan(tmp_path: Path, *, trials: int, references: bool, sampler: str =
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text((DATA / "model-config.json").read_text())
     return build_plan(PlanRequest(
-        workdir=tmp_path, profiles=tuple(get_profile(p) for p in TABLE.profiles),
+        # The table was recorded sending random token ids: the replay's profiles say so.
+        workdir=tmp_path, profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
+                                         for p in TABLE.profiles),
         model=str(model), space_path=str(SPACES / "reference.yaml"),
         references_path=str(SPACES / "references.yaml") if references else None,
         trials=trials, repeats=2, seed=seed, sampler=sampler, study_name="replay",

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from autotune.core.deployment import failures
 from autotune.core.trial.outcome import Measurement, ProfileResult
-from autotune.core.workload.profiles import get_profile
+from autotune.core.workload.profiles import WorkloadProfile, get_profile
 from autotune.errors import ConfigError, StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
@@ -83,6 +83,11 @@ class StandIn:
                            vllm_version="stand-in", hardware="none")
 
 
+def ids(name: str) -> WorkloadProfile:
+    """A built-in profile sending random token ids: the config-only model here has no tokenizer."""
+    return dataclasses.replace(get_profile(name), token_ids=True)
+
+
 def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
               sampler: str = "tpe", **settings):
     model = tmp_path / "model"
@@ -92,7 +97,7 @@ def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), 
     (tmp_path / "refs.yaml").write_text(REFERENCES)
     return build_plan(PlanRequest(
         workdir=tmp_path / "studies",
-        profiles=(get_profile("low-concurrency"), get_profile("high-concurrency")),
+        profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(model), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
         repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings))
@@ -310,9 +315,9 @@ class CapacityStandIn(StandIn):
 
 def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_incumbent_load(tmp_path):
     plan = make_plan(tmp_path, trials=3, references=True, name="cap")
-    capacity = get_profile("capacity")
+    capacity = ids("capacity")
     plan = build_plan(PlanRequest(
-        workdir=plan.workdir, profiles=(get_profile("low-concurrency"), capacity),
+        workdir=plan.workdir, profiles=(ids("low-concurrency"), capacity),
         model=plan.model.name, space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml"), trials=3, repeats=2, seed=1,
         study_name="cap", slos=("p99_ttft_ms<=2000",)))
@@ -340,7 +345,7 @@ def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_i
 def test_a_capacity_profile_without_an_slo_is_a_one_line_error(tmp_path):
     make_plan(tmp_path, trials=1)
     with pytest.raises(ConfigError, match="a capacity profile needs at least one SLO"):
-        build_plan(PlanRequest(workdir=tmp_path / "studies", profiles=(get_profile("capacity"),),
+        build_plan(PlanRequest(workdir=tmp_path / "studies", profiles=(ids("capacity"),),
                                model=str(tmp_path / "model"), space_path=str(tmp_path / "space.yaml")))
 
 

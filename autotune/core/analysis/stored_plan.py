@@ -137,8 +137,12 @@ def _checked(name: str, value: Any) -> Any:
 def _from_layout1(data: Mapping[str, Any], beside: Mapping[str, Any]) -> dict[str, Any]:
     """Layout 1 (before the budget, time budget and start-up timeout were part of the plan):
     ``tensor_parallel_size`` for ``tp``, vLLM's defaults stored (now read from the space), an
-    imported study marked by having no space text."""
+    imported study marked by having no space text, and a profile without a dataset sending
+    random token ids (text is the default since)."""
     out = {k: v for k, v in data.items() if k not in ("version", "tensor_parallel_size", "defaults")}
+    if isinstance(data.get("profiles"), list):
+        out["profiles"] = [{"token_ids": True, **p} if isinstance(p, Mapping) and not p.get("dataset")
+                           else p for p in data["profiles"]]
     out["tp"] = data.get("tensor_parallel_size", 1)
     if data.get("space_yaml") is None:
         out["imported_from"] = str(data.get("model", "?"))

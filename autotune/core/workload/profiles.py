@@ -2,11 +2,13 @@
 
 Profiles are defined in YAML (``parse_profiles``): the built-in ones below, and a user's own
 with ``--profile-file``, by the same parser. The built-in ``low-concurrency`` and
-``high-concurrency`` are the reference study's (``../shared/reference/seed-study.md``): 512
-random prompt tokens, 256 output tokens with EOS ignored, temperature 0, 100 requests, at max
-concurrency 2 (interactive use) or 100 (a shared service); at concurrency 100 autotune sends 200
-(two waves: `benchmarks/wave_spread.py`), `--num-prompts 100` gives the study's own. ``capacity`` searches the highest
-concurrency at which every SLO holds (``core.capacity``); its SLOs come from ``--slo``.
+``high-concurrency`` are the reference study's (``vllm bench serve --dataset-name random``):
+random text of 512 prompt tokens that the server tokenizes (``token_ids: true`` sends the ids
+instead, as tables recorded that way did), 256 output tokens with EOS ignored, temperature 0,
+100 requests, at max concurrency 2 (interactive use) or 100 (a shared service); at concurrency
+100 autotune sends 200 (two waves: `benchmarks/wave_spread.py`), `--num-prompts 100` gives the
+study's own. ``capacity`` searches the highest concurrency at which every SLO holds
+(``core.capacity``); its SLOs come from ``--slo``.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class WorkloadProfile:
     warmup_requests: int = 2  # sent before the measured run, never counted
     timeout_s: float = 600.0  # limit for the whole measured run
     capacity: CapacitySpec | None = None
-    dataset: DatasetSpec | None = None  # None: random token ids of the lengths above
+    dataset: DatasetSpec | None = None  # None: random text of the lengths above
+    token_ids: bool = False  # without a dataset: random token ids instead of text
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts", "max_concurrency"):
@@ -91,6 +94,13 @@ class WorkloadProfile:
         if not 0 <= self.range_ratio < 1:
             raise ConfigError(f"profile {self.name!r}: range_ratio must be in [0, 1), got "
                               f"{self.range_ratio}")
+        if not isinstance(self.token_ids, bool):
+            raise ConfigError(f"profile {self.name!r}: token_ids must be true or false, got "
+                              f"{self.token_ids!r}")
+        if self.token_ids and self.dataset is not None:
+            raise ConfigError(f"profile {self.name!r}: token_ids is for a profile without a "
+                              "dataset; a dataset sets its own, e.g. dataset: {format: random, "
+                              "token_ids: true}")
 
     @property
     def warmups(self) -> int:
@@ -212,6 +222,7 @@ class ProfileOverrides:
     burstiness: float | None = None
     warmup_requests: int | None = None
     timeout_s: float | None = None
+    token_ids: bool | None = None
 
 
 def get_profile(name: str, overrides: ProfileOverrides | None = None,
