@@ -82,15 +82,60 @@ def test_a_read_only_command_on_an_existing_storage_names_the_studies_there(auto
     assert sorted(p.name for p in (tmp_path / "studies").iterdir()) == before
 
 
-def test_bench_against_a_dead_server_says_why_and_prints_no_table_of_zeros(autotune_in, tmp_path):
+@pytest.mark.parametrize("url", ["not-a-url", "localhost:8000", "ftp://host", "http://host:port",
+                                 "http://127.0.0.1:8000/v1"],
+                         ids=["no-scheme", "no-scheme-with-port", "ftp", "port-not-a-number", "path"])
+def test_bench_takes_only_a_url_of_http_host_and_port(autotune_in, tmp_path, url):
+    result = autotune_in(tmp_path, "bench", "--url", url, "--model", "m", "--vocab-size", "512",
+                         "--profile", "low-concurrency")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"autotune: error: --url {url!r}: expected http(s)://host[:port], e.g. http://127.0.0.1:8000"]
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_bench_where_nothing_answers_stops_at_the_first_failure_in_one_line(autotune_in, tmp_path):
     from autotune.shell.processes import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     result = autotune_in(tmp_path, "bench", "--url", url, "--model", "m", "--vocab-size", "512",
-                         "--profile", "low-concurrency", "--num-prompts", "2")
+                         "--token-ids", "--profile", "low-concurrency")
     assert result.returncode == 1
-    assert "invalid run: 2 of 2 requests failed" in result.stderr
-    assert "output_throughput" not in result.stdout and "benchmark" not in result.stdout
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"autotune: BenchmarkError: {url}: nothing answers (") and "is the " \
+        "server up" in line
+    assert result.stdout == ""  # no table of zeros
+
+
+def test_bench_against_a_server_that_hangs_up_stops_at_its_first_connection(
+        autotune_in, tmp_path):
+    import socket
+    import threading
+
+    # A stand-in for a broken server (fault injection): it accepts and closes at once.
+    listener = socket.create_server(("127.0.0.1", 0))
+    connections = []
+
+    def hang_up() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(conn)
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        result = autotune_in(tmp_path, "bench", "--url", f"http://127.0.0.1:{listener.getsockname()[1]}",
+                             "--model", "m", "--vocab-size", "512", "--token-ids",
+                             "--profile", "low-concurrency")
+    finally:
+        listener.close()
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert "nothing answers (ServerDisconnectedError" in result.stderr
+    # aiohttp tries a GET again once on a closed connection; the profile would have sent 102.
+    assert len(connections) <= 2
 
 
 def test_a_profile_file_defines_workloads_and_its_errors_name_file_profile_and_field(

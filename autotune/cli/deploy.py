@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rich.table import Table
 
@@ -110,17 +111,34 @@ def _summary_table(title: str, rows: dict[str, dict]) -> Table:
     return table
 
 
+def checked_url(text: str) -> str:
+    """A server URL of the form http(s)://host[:port]; a one-line error naming --url otherwise
+    (a path such as /v1 too: the endpoints' paths are added to it)."""
+    try:
+        parts = urlsplit(text.strip())
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
+              and (parts.port is None or parts.port > 0) and parts.path in ("", "/")
+              and not parts.query and not parts.fragment)
+    except ValueError:  # a port that is not a number, a bracket left open
+        ok = False
+    if not ok:
+        raise ConfigError(f"--url {text!r}: expected http(s)://host[:port], e.g. "
+                          "http://127.0.0.1:8000")
+    return text.strip()
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autotune.shell.client import Target, run_profile
+    from autotune.shell.client import Target, check_answers, run_profile
     from autotune.shell.workloads import load_tokenizer, sources_for
 
+    url = checked_url(args.url)
     tokenizer = load_tokenizer(args.tokenizer or args.model)
     vocab = args.vocab_size or (tokenizer.vocab_size if tokenizer is not None
                                 else read_model_info(args.model).vocab_size)
     api_key = os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
-    target = Target(url=args.url, model=args.model, api_key=api_key, endpoint=args.endpoint,
+    target = Target(url=url, model=args.model, api_key=api_key, endpoint=args.endpoint,
                     request_timeout_s=args.request_timeout)
     text_prompt = None
     if args.endpoint == "chat":  # chat takes text: token-id prompts are decoded
@@ -137,6 +155,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                               "--slo ...`")
     profiles, sources = sources_for(profiles, vocab_size=vocab, tokenizer=tokenizer,
                                     max_model_len=args.max_model_len)
+    check_answers(target)
     for profile in profiles:
         name = profile.name
         with Progress(console=console, transient=True) as bar:

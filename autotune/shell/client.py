@@ -131,6 +131,28 @@ async def send_request(
     )
 
 
+def check_answers(target: Target, timeout_s: float = 10.0) -> None:
+    """One GET of the server's model list: a BenchmarkError in one line where nothing answers
+    at ``target.url`` (refused, unknown host, no reply within ``timeout_s``), so that a run
+    stops at its first failure rather than after every request failed. Any HTTP answer will
+    do (an error status is for the requests to report)."""
+    async def probe() -> None:
+        async with aiohttp.ClientSession(trust_env=False) as session, session.get(
+                target.url.rstrip("/") + "/v1/models", headers=target.headers(),
+                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            await resp.read()
+
+    try:
+        asyncio.run(probe())
+    except TimeoutError:
+        raise BenchmarkError(f"{target.url}: no answer within {timeout_s:g} s; is the server "
+                             "up and the URL right?") from None
+    except aiohttp.ClientError as exc:
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise BenchmarkError(f"{target.url}: nothing answers ({reason}); is the server up and "
+                             "the URL right?") from None
+
+
 async def _run_batch(
     client: aiohttp.ClientSession, target: Target, requests: Sequence[Request],
     profile: WorkloadProfile, offsets_s: Sequence[float], on_done: Callable[[], None],
