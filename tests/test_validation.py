@@ -13,7 +13,7 @@ from autotune.core.deployment.flags import options_to_config, to_argv, to_option
 from autotune.core.space.search_space import ModelContext, resolve_references, sample
 from autotune.errors import ValidationError, ValidationUnavailable
 from autotune.shell.files import read_model_info, read_references, read_space
-from autotune.shell.validation import VllmValidator
+from autotune.shell.validation import VllmValidator, engine_identity
 from tests.conftest import SPACES
 
 LONG_LEN_REJECTED = "User-specified max_model_len (81920) is greater than the derived max_model_len"
@@ -89,6 +89,22 @@ def test_200_random_samples_parse_and_only_yarn_less_long_contexts_are_rejected(
             with pytest.raises(ValidationError, match="greater than the derived max_model_len"):
                 validator.check(moe_model, argv)
         study.tell(trial, 0.0)
+
+
+def test_o2_and_o3_resolve_to_one_engine_and_o1_to_another(validator, moe_model):
+    def engine(*flags):
+        return engine_identity(validator, moe_model, ["--tensor-parallel-size", "2",
+                                                      "--max-model-len", "32768", *flags])
+
+    # vLLM 0.32: OPTIMIZATION_LEVEL_02 and _03 in vllm/config/vllm.py are the same dict.
+    assert engine("-O2") == engine("--optimization-level", "3")
+    assert engine("-O1") != engine("-O2")
+    # VllmConfig.compute_hash() calls these one (no change to the compiled graph); they are not.
+    assert engine("-O2", "--gpu-memory-utilization", "0.5") != engine("-O2")
+    # Without decode context parallel vLLM still keeps the value: the space's `when:` drops it.
+    assert engine("-O2", "--cp-kv-cache-interleave-size", "16") != engine("-O2")
+    with pytest.raises(ValidationError, match="greater than the derived max_model_len"):
+        engine("--max-model-len", "81920")
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
+import hashlib
 import importlib
 import io
+import json
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.core.space.search_space import Parameter, SearchSpace
@@ -160,3 +163,55 @@ class VllmValidator:
     def config_file_argv(self, path: str) -> list[str]:
         """The argv vLLM derives from a ``vllm serve --config`` YAML file."""
         return list(self._get_parser().load_config_file(path))
+
+
+# VllmConfig fields that are not the engine: a random id per instance, and the names of the
+# presets whose values the resolution has already written into the other fields (vLLM 0.32
+# reads both only in vllm/config/vllm.py, while resolving). Fields with a leading underscore
+# are resolution bookkeeping (whether a value was given or may still be auto-resolved).
+NOT_THE_ENGINE = ("instance_id", "optimization_level", "performance_mode")
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _canonical(obj: Any, depth: int = 0) -> Any:
+    """A resolved configuration as JSON-able data, the same in every process."""
+    if depth > 12:
+        return type(obj).__name__
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return f"{type(obj).__name__}.{obj.name}"
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _canonical(getattr(obj, f.name, None), depth + 1)
+                for f in dataclasses.fields(obj) if not f.name.startswith("_")
+                and not (depth == 0 and f.name in NOT_THE_ENGINE)}
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_canonical(v, depth + 1) for v in obj]
+    if isinstance(obj, set | frozenset):
+        return sorted((_canonical(v, depth + 1) for v in obj), key=json.dumps)
+    if callable(getattr(obj, "to_dict", None)):  # a Hugging Face model config
+        return _canonical(obj.to_dict(), depth + 1)
+    return _ADDRESS.sub("", repr(obj))
+
+
+def engine_identity(validator: VllmValidator, model: str, options: Sequence[str]) -> str:
+    """The identity of the engine vLLM resolves ``options`` to: a hash of every field of its
+    ``VllmConfig`` but ``NOT_THE_ENGINE``, so that two flag sets vLLM resolves alike (``-O2``
+    and ``-O3`` in vLLM 0.32) are one engine, by the installed vLLM's own rules.
+    ``VllmConfig.compute_hash`` is not it: it is the compile cache's key and leaves out what
+    does not change the compiled graph (``--gpu-memory-utilization``, prefix caching), which
+    changes performance. ValidationError where vLLM rejects the flags."""
+    args = validator.engine_args(model, options)
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    vllm_logger.setLevel(logging.ERROR)
+    try:
+        config = args.create_engine_config()
+    except Exception as exc:  # noqa: BLE001 - vLLM raises many types; all mean "rejected"
+        raise ValidationError(_short(_first_problem(exc))) from None
+    finally:
+        vllm_logger.setLevel(level)
+    text = json.dumps(_canonical(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
