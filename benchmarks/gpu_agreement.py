@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
-from autotune.core.workload.datasets import checked, source_of  # noqa: E402
+from autotune.core.workload.datasets import source_of, validate_dataset_spec  # noqa: E402
 from autotune.core.workload.datasets.synthetic import WORDS  # noqa: E402
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
 from autotune.shell.client import Target, run_profile  # noqa: E402
@@ -60,9 +60,10 @@ def main() -> None:
     profile = WorkloadProfile(name="agree", input_len=args.input_len, output_len=args.output_len,
                               num_prompts=args.requests, max_concurrency=args.concurrency,
                               warmup_requests=args.concurrency)
-    ours = {"random text": source_of(checked(DatasetSpec("random"), "agreement"), None, tokenizer, "random"),
-            "jsonl file": source_of(checked(DatasetSpec("jsonl", str(data)), "agreement"), data.read_text(),
-                                    tokenizer, str(data))}
+    ours = {"random text": source_of(validate_dataset_spec(DatasetSpec("random"), "agreement"), None,
+                                     tokenizer, "random"),
+            "jsonl file": source_of(validate_dataset_spec(DatasetSpec("jsonl", str(data)), "agreement"),
+                                    data.read_text(), tokenizer, str(data))}
     theirs = {"random text": None, "jsonl file": str(data)}
     entry = resolve_entrypoint(shlex.split(args.entrypoint) if args.entrypoint else None)
     devices = tuple(int(g) for g in args.gpus.split(","))

@@ -235,12 +235,12 @@ def test_a_shared_prefix_workload_hits_the_real_servers_prefix_cache_and_random_
     """The prefix-cache hit rate comes from the server's /metrics counters (vLLM caches
     prefixes by default): generated groups sharing 256-token prefixes hit, fresh random token
     ids do not. Text prompts are made with the model's tokenizer."""
-    from autotune.core.workload.datasets import checked, source_of
+    from autotune.core.workload.datasets import source_of, validate_dataset_spec
     from autotune.core.workload.profiles import DatasetSpec
     from autotune.shell.workloads import load_tokenizer
 
     tokenizer = load_tokenizer(dense_model)
-    shared = source_of(checked(DatasetSpec("shared-prefix", "", {
+    shared = source_of(validate_dataset_spec(DatasetSpec("shared-prefix", "", {
         "groups": 2, "prefix_len": 256, "suffix_len": 16, "output_len": 8}), "t"), None, tokenizer, "t")
     profile = WorkloadProfile(name="shared", num_prompts=16, max_concurrency=2, warmup_requests=0)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
@@ -260,7 +260,7 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     custom`` (its ``output_tokens`` field, no chat template), interleaved on one real server:
     24 text prompts of 192 words (192 tokens of the model's word-level tokenizer), 64 output
     tokens, concurrency 2. Throughput and mean E2EL within 30%, the run-to-run spread here."""
-    from autotune.core.workload.datasets import checked, source_of
+    from autotune.core.workload.datasets import source_of, validate_dataset_spec
     from autotune.core.workload.datasets.synthetic import WORDS
     from autotune.core.workload.profiles import DatasetSpec
     from autotune.shell.reference_bench import run_vllm_bench
@@ -271,7 +271,8 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     path = tmp_path / "requests.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     tokenizer = load_tokenizer(dense_model)
-    ours_source = source_of(checked(DatasetSpec("jsonl", str(path)), "t"), path.read_text(), tokenizer, str(path))
+    ours_source = source_of(validate_dataset_spec(DatasetSpec("jsonl", str(path)), "t"), path.read_text(),
+                            tokenizer, str(path))
     assert {r.prompt_len for r in ours_source.pool} == {192}
     profile = WorkloadProfile(name="file", num_prompts=24, max_concurrency=2, warmup_requests=2)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.core.workload.datasets import FORMATS, checked, source_of
+from autotune.core.workload.datasets import FORMATS, source_of, validate_dataset_spec
 from autotune.core.workload.datasets.common import LoadedRequests
 from autotune.core.workload.datasets.synthetic import lines
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile, parse_profiles
@@ -31,7 +31,7 @@ def tokenizer(tmp_path_factory):
 
 
 def source(fmt: str, text: str | None, tokenizer, **options):
-    spec = checked(DatasetSpec(fmt, "data" if FORMATS[fmt].reads_file else "", options), "test")
+    spec = validate_dataset_spec(DatasetSpec(fmt, "data" if FORMATS[fmt].reads_file else "", options), "test")
     return source_of(spec, text, tokenizer, "data.jsonl")
 
 

@@ -86,7 +86,7 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
         f"[{time.monotonic() - t0:6.1f} s] {ph}"))
     with dep:
         text = dep.complete(args.prompt, max_tokens=16)
-        out.print(f"ready in {dep.startup_s:.1f} s on {slot.describe()}; "
+        out.print(f"ready in {dep.startup_s:.1f} s on {slot.devices_text()}; "
                   f"memory: {dep.rss_bytes() / 2**30:.2f} GiB RSS over "
                   f"{len(session_pids(dep.pid))} processes")
         out.print(f"completion: {text!r}")

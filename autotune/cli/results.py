@@ -23,12 +23,12 @@ from autotune.cli.common import (
 )
 from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE
-from autotune.core.analysis.study_data import StudyData, describe_params
+from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import read_references, read_space, shipped
+from autotune.shell.files import locate_shipped, read_references, read_space
 from autotune.study.plans import DEFAULT_REFERENCES
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True) -> 
                     " *" if change.significant else " (tie)"))
         cells += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         if changes_column:
-            cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
+            cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
         table.add_row(*cells)
     return table
 
@@ -74,7 +74,7 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True) -> 
 def print_front(data: StudyData, title: str) -> bool:
     """The front table and its legend; False when nothing is feasible yet."""
     print_fitting(lambda column: front_table(data, title, changes_column=column),
-                  [(t.label, describe_params(data.differences(t)) or f"({data.reference_point})")
+                  [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
                    for t in data.front()], f"what each front member changes from {data.reference_point}")
     if not data.front():
         out.print("no feasible trial yet")
@@ -191,8 +191,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from autotune.study.importer import import_results, read_results
     from autotune.study.storage import check_url
 
-    space = read_space(shipped(args.space))
-    refs = read_references(shipped(args.references), space)
+    space = read_space(locate_shipped(args.space))
+    refs = read_references(locate_shipped(args.references), space)
     names = args.profile or ["low-concurrency", "high-concurrency"]
     profiles = tuple(get_profile(n) for n in names)
     objectives = (tuple(parse_objective(o, names) for o in args.objective)

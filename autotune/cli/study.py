@@ -38,7 +38,7 @@ from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
-from autotune.core.trial.capacity_search import boundary_text as describe_capacity
+from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.confirm import CONFIRM_ROUNDS
@@ -88,7 +88,7 @@ def trial_result_line(t: TrialOutcome) -> str:
     tput, lat = THROUGHPUT_METRIC, LATENCY_METRIC
     parts = [f"{p}: {fmt(r.mean(tput))} {unit_of(tput)}, {fmt(r.mean(lat), 0)} {unit_of(lat)}"
              for p, r in t.results.items() if p not in t.capacity]
-    parts += [f"{p}: {describe_capacity(s)}" + (
+    parts += [f"{p}: {boundary_text(s)}" + (
         f", {fmt(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
         for p, s in t.capacity.items()]
     return f"ready in {t.startup_detail}; " + "; ".join(parts)

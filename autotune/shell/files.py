@@ -18,7 +18,7 @@ from autotune.errors import ConfigError, SpaceError
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def shipped(relative: str) -> str:
+def locate_shipped(relative: str) -> str:
     """A shipped file (``search_spaces/...``): from the working directory, else from the
     source tree autotune runs from."""
     if Path(relative).exists():

@@ -39,7 +39,7 @@ class ModelShape:
     experts_per_tok: int = 2
 
 
-def describe_model(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
+def planned_model_info(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
     """What ``make_model`` would write to ``out``, without writing it (a dry run)."""
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     if kind == "moe":

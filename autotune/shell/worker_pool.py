@@ -46,7 +46,7 @@ def run_workers(workdir: Path, study: str, env: Mapping[str, str], slots: Sequen
         argv = worker_argv(workdir, study, slot, name, options)
         procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                       preexec_fn=die_with_parent))  # noqa: PLW1509
-        message(f"worker {name} on {slot.describe()}: pid {procs[-1].pid}")
+        message(f"worker {name} on {slot.devices_text()}: pid {procs[-1].pid}")
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:

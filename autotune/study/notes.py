@@ -6,7 +6,7 @@ from __future__ import annotations
 from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
-from autotune.core.trial.capacity_search import boundary_text as describe_capacity
+from autotune.core.trial.capacity_search import boundary_text
 
 
 def trial_note(t, data: StudyData) -> str:
@@ -29,7 +29,7 @@ def trial_note(t, data: StudyData) -> str:
                          f"{versus.text if versus else '-'} |")
     for profile, search in t.capacity.items():
         lines += ["", f"Capacity ({profile}, SLOs {', '.join(search.limits)}): "
-                  f"{describe_capacity(search)}. The curve is drawn by `autotune report`; every "
+                  f"{boundary_text(search)}. The curve is drawn by `autotune report`; every "
                   f"probe is in the trial's artifact `capacity-{profile}.json`."]
     lines += ["", "Launch flags:", "", "```", "vllm serve MODEL " + " ".join(t.argv), "```"]
     return "\n".join(lines)

@@ -36,7 +36,7 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
-def frozen(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
+def stored_trial(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
     """A running trial's stored state (system attributes included)."""
     return study._storage.get_trial(trial._trial_id)
 

@@ -9,7 +9,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from autotune.core.analysis.study_data import StudyData, describe_params, failures_by_class
+from autotune.core.analysis.study_data import StudyData, failures_by_class, format_params
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.study.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
@@ -112,7 +112,7 @@ def report_sections(report: Report) -> list[Section]:
             if base is not None:
                 change = data.versus_baseline(t, o.profile, o.metric)
                 cells.append(change.text if change else "-")
-        cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
+        cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     per_objective = (lambda o: (o.label, "vs baseline")) if base is not None else (lambda o: (o.label,))
     head = ["trial"] + [h for o in data.objectives for h in per_objective(o)] + \
@@ -170,7 +170,7 @@ def report_sections(report: Report) -> list[Section]:
                  t.startup_text]
         cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
-        cells.append(describe_params(data.differences(t)) or f"({data.reference_point})")
+        cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))
     served = [t for t in data.outcomes if t.startup_phases]

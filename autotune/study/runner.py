@@ -222,7 +222,7 @@ class StudyRunner:
         number = position(trial.number, now)
         params = sample(plan.space, plan.ctx, trial)
         same = duplicate_of(trial.number, params_key(params), _claims(study))
-        frozen = optuna_internals.frozen(study, trial)
+        frozen = optuna_internals.stored_trial(study, trial)
         enqueued = optuna_internals.was_enqueued(frozen)
         if same is not None and not same.failed and not enqueued and self._resamples < MAX_RESAMPLES:
             self._resamples += 1
@@ -234,7 +234,7 @@ class StudyRunner:
             reference=frozen.user_attrs.get("reference", ""), model=plan.model.name,
             argv=tuple(to_argv(plan.space, plan.ctx, params)),
             worker={"host": hostname(), "pid": os.getpid(), "label": self.label,
-                    "slot": self.setup.slot.describe() if self.setup.slot else ""},
+                    "slot": self.setup.slot.devices_text() if self.setup.slot else ""},
             duplicate_of=same.number if same is not None else None,
         )
         write_outcome(trial, claim)

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.core.analysis.study_data import StudyData, describe_params
+from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.maths.pareto import knee
 from autotune.core.maths.stats import POWER, Change, compare, rounds_to_separate
 from autotune.core.trial.objectives import Objective
@@ -169,7 +169,7 @@ def recommend(data: StudyData, use: str, settings: TieSettings | None = None) ->
     else:
         text += f" It has {why}, beyond the noise."
     changes = data.changes_from_defaults(pick)
-    text += f" Changes from vLLM's defaults: {describe_params(changes) or 'none'}."
+    text += f" Changes from vLLM's defaults: {format_params(changes) or 'none'}."
     text += baseline_sentence(data, pick)
     return Recommendation(use, pick, tuple(others), text, cost)
 

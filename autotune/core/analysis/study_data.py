@@ -125,7 +125,7 @@ def differing_params(t: TrialOutcome, baseline: TrialOutcome | None) -> dict[str
     return {k: t.params.get(k) for k in sorted(keys) if t.params.get(k) != baseline.params.get(k)}
 
 
-def describe_params(params: Mapping[str, Value]) -> str:
+def format_params(params: Mapping[str, Value]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 

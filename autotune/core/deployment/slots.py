@@ -37,7 +37,7 @@ class Slot:
             "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}",
         }
 
-    def describe(self) -> str:
+    def devices_text(self) -> str:
         label = "GPUs" if self.kind == "cuda" else "cores"
         return f"{label} {','.join(map(str, self.devices))}"
 

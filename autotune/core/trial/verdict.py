@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from autotune.core.deployment import failures
 from autotune.core.metrics.slo import Slo
-from autotune.core.trial.capacity_search import boundary_text as describe_capacity
+from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.objectives import Objective, objective_values
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -59,7 +59,7 @@ def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence
     elif none:
         outcome = dataclasses.replace(
             outcome, failure=failures.SLO_VIOLATED,
-            failure_message="; ".join(f"{s.profile}: {describe_capacity(s)}" for s in none))
+            failure_message="; ".join(f"{s.profile}: {boundary_text(s)}" for s in none))
     constraints = {FEASIBLE: 0.0, **violations, **{
         capacity_key(p): float(any(s.profile == p for s in none)) for p in capacity_profiles}}
     # A search stopped below an incumbent measured no capacity: the sampler is told the value

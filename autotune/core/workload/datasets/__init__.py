@@ -46,7 +46,7 @@ FORMATS: dict[str, DatasetFormat] = {f.name: f for f in (
 )}
 
 
-def checked(spec: DatasetSpec, where: str) -> DatasetSpec:
+def validate_dataset_spec(spec: DatasetSpec, where: str) -> DatasetSpec:
     """A profile's dataset checked against its format, with the format's defaults filled in;
     one-line errors naming ``where``."""
     name = spec.format
@@ -80,4 +80,4 @@ def source_of(spec: DatasetSpec, text: str | None, tokenizer: Tokenizer | None, 
     return FORMATS[spec.format].build(spec, text, tokenizer, where)
 
 
-__all__ = ["FORMATS", "DatasetFormat", "DatasetSpec", "Tokenizer", "checked", "source_of"]
+__all__ = ["FORMATS", "DatasetFormat", "DatasetSpec", "Tokenizer", "validate_dataset_spec", "source_of"]
