@@ -56,6 +56,15 @@ def test_a_loaded_compile_cache_is_a_hit():
     assert p.compile_cache == "hit" and p.compile_s == pytest.approx(70.18 - 41.19)
 
 
+def test_a_compiled_function_vllm_cannot_load_is_told_apart_from_a_miss():
+    # vLLM 0.32's CPU build on a repeat of one configuration (benchmarks/startup.py): it finds
+    # its saved function, fails to load it and compiles again.
+    failed = [*CPU[:100], LogLine(45.0, "(Worker_TP1 pid=3305) WARNING 12-04 20:39:43 [decorators.py:333] "
+                                  "[backbone] Compiling model again due to a load failure from /c/rank_1_0/model, "
+                                  "reason: 'function' object has no attribute 'finalize_loading'"), *CPU[100:]]
+    assert startup_phases(failed, CPU_READY_S).compile_cache == "unloadable"
+
+
 def test_a_phase_whose_lines_are_missing_leaves_its_seconds_unnamed_not_to_a_neighbour():
     without_load = [x for x in CPU if "Starting to load model" not in x.text]
     p = startup_phases(without_load, CPU_READY_S)

@@ -94,14 +94,16 @@ PHASES: tuple[StartupPhase, ...] = (
 
 _CACHE_HIT = ("Directly load AOT compilation", "Directly load the compiled graph")
 _CACHE_MISS = ("saved AOT compiled function", "Compiling a graph for compile range")
+_CACHE_UNLOADABLE = "Compiling model again due to a load failure"
 
 
 @dataclass(frozen=True)
 class StartupPhases:
     """Seconds per phase of one start-up (0 where the log names none), the seconds no phase
     covers, whether torch.compile's cache served the compiled graphs ("hit"), was filled
-    ("miss") or the log does not say (""), and how much each cache folder grew (a kernel
-    cache that grew was filled: a miss; one that did not, served or was not used)."""
+    ("miss"), held them but could not load them ("unloadable") or the log does not say (""),
+    and how much each cache folder grew (a kernel cache that grew was filled: a miss; one that
+    did not, served or was not used)."""
 
     imports_s: float = 0.0
     config_s: float = 0.0
@@ -171,8 +173,12 @@ def _covered_s(spans: Iterable[tuple[float, float]]) -> float:
 
 
 def compile_cache(lines: Iterable[LogLine]) -> str:
-    """'hit' where vLLM loaded its compiled graphs, 'miss' where it compiled and saved them."""
+    """'hit' where vLLM loaded its compiled graphs, 'miss' where it compiled and saved them,
+    'unloadable' where it found them but failed to load them and compiled again (vLLM 0.32's
+    CPU build, every time: "'function' object has no attribute 'finalize_loading'")."""
     text = "\n".join(x.text for x in lines)
+    if _CACHE_UNLOADABLE in text:
+        return "unloadable"
     if any(s in text for s in _CACHE_HIT):
         return "hit"
     return "miss" if any(s in text for s in _CACHE_MISS) else ""
