@@ -20,10 +20,12 @@ from autotune.cli.common import (
     add_profile_overrides,
     add_smallest_difference,
     add_study_args,
+    breakable,
     capacity_cell,
     console,
     entrypoint_of,
     fmt,
+    metric_header,
     out,
     parse_duration,
     parse_percent,
@@ -144,8 +146,9 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
     from autotune.study.storage import STORAGE_ENV
 
     if len(slots) > 1:
-        return run_workers(plan.workdir, plan.study_name, {STORAGE_ENV: plan.storage}, slots, label,
-                           _worker_options(args, plan.model.name), console.print)
+        return run_workers(slots, workdir=plan.workdir, study=plan.study_name,
+                           env={STORAGE_ENV: plan.storage}, label=label,
+                           options=_worker_options(args, plan.model.name), message=console.print)
     StudyRunner(plan, setup, progress=ConsoleProgress(label), heartbeat=_heartbeat(args),
                 label=label).work()
     return 0
@@ -252,23 +255,26 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
     """The trial table (``trials_table``), fitted to the terminal."""
     shown = [t for t in trials if not t.skipped]
-    print_fitting(lambda column: trials_table(trials, data, changes_column=column),
+    print_fitting(lambda column, width: trials_table(trials, data, changes_column=column, width=width),
                   [(t.label, format_params(data.differences(t)) or "-") for t in shown],
                   f"what each trial changes from {data.reference_point}")
 
 
-def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True) -> Table:
+def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True,
+                 width: int | None = None) -> Table:
     """One row per finished trial: the objectives and, compactly, what differs from the
-    baseline (or from vLLM's defaults without one)."""
+    baseline (or from vLLM's defaults without one); names broken into lines of ``width`` at
+    most (``breakable``)."""
     table = Table(title="trials")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("result", overflow="fold")
     table.add_column("start-up")
     for o in data.objectives:
-        table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
+        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
     capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
     for p in capacity:
-        table.add_column(f"{p}\nload met of missed", justify="right", overflow="fold")
+        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
+                         overflow="fold")
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
@@ -280,7 +286,8 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
         values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         changes = [format_params(data.differences(t)) or "-"] if changes_column else []
-        table.add_row(t.label.removeprefix("#"), result, t.startup_text, *values, *changes)
+        table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
+                      t.startup_text, *values, *changes)
     return table
 
 

@@ -154,7 +154,7 @@ def check_answers(target: Target, timeout_s: float = 10.0) -> None:
 
 
 async def _run_batch(
-    client: aiohttp.ClientSession, target: Target, requests: Sequence[Request],
+    client: aiohttp.ClientSession, target: Target, requests: Sequence[Request], *,
     profile: WorkloadProfile, offsets_s: Sequence[float], on_done: Callable[[], None],
     prompt_of: Callable[[Request], list[int] | str],
 ) -> list[RequestResult]:
@@ -214,8 +214,8 @@ async def run_profile_async(
     async with aiohttp.ClientSession(connector=connector, trust_env=False,
                                      timeout=aiohttp.ClientTimeout(total=None)) as client:
         if warm:
-            await _run_batch(client, target, requests[:warm], profile, [0.0] * warm,
-                             lambda: None, prompt_of)
+            await _run_batch(client, target, requests[:warm], profile=profile,
+                             offsets_s=[0.0] * warm, on_done=lambda: None, prompt_of=prompt_of)
         before = await fetch_metrics(client, target.url, target.headers())
         done = 0
 
@@ -228,8 +228,8 @@ async def run_profile_async(
         finished = asyncio.Event()
         sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
         start, cpu_start = time.perf_counter(), time.process_time()
-        results = await _run_batch(client, target, requests[warm:], profile, offsets, tick,
-                                   prompt_of)
+        results = await _run_batch(client, target, requests[warm:], profile=profile,
+                                   offsets_s=offsets, on_done=tick, prompt_of=prompt_of)
         duration, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
         finished.set()
         samples = await sampler

@@ -34,7 +34,7 @@ def worker_argv(workdir: Path, study: str, slot: Slot, label: str,
     return [*argv, *options]
 
 
-def run_workers(workdir: Path, study: str, env: Mapping[str, str], slots: Sequence[Slot],
+def run_workers(slots: Sequence[Slot], *, workdir: Path, study: str, env: Mapping[str, str],
                 label: str, options: Sequence[str], message: Callable[[str], None]) -> int:
     """Start one worker per slot, with ``env`` added to this environment (the storage URL), and
     wait for all; returns 0, 1 (a worker failed) or 130. Workers are labelled

@@ -108,8 +108,8 @@ def _write(path: Path, payload: dict, files: list[Path]) -> None:
     files.append(path)
 
 
-def _search_capacity(dep: Served, run_profile: ProfileRunner, target: Target, profile: WorkloadProfile, plan: BenchPlan,
-                     seed: int, results: Mapping[str, ProfileResult], workdir: Path,
+def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: ProfileRunner, target: Target,
+                     plan: BenchPlan, seed: int, results: Mapping[str, ProfileResult], workdir: Path,
                      on_phase: Phase, files: list[Path]) -> CapacitySearch:
     """Probe loads on this deployment until the search finds the boundary."""
     spec = profile.capacity
@@ -185,9 +185,9 @@ def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchPlan, workdir
     for profile in plan.profiles:
         if profile.capacity is None:
             continue
-        found = _search_capacity(dep, run_profile, target, profile, plan,
-                                 plan.seed * 1000 + index[profile.name] * 100, results, workdir,
-                                 on_phase, files)
+        found = _search_capacity(dep, profile, run_profile=run_profile, target=target, plan=plan,
+                                 seed=plan.seed * 1000 + index[profile.name] * 100, results=results,
+                                 workdir=workdir, on_phase=on_phase, files=files)
         searches[profile.name] = found
         if found.boundary.found:
             results[profile.name] = ProfileResult(profile.name, tuple(found.runs_at_boundary()))
