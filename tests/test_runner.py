@@ -27,7 +27,7 @@ from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
 from autotune.study.plans import PlanRequest, build_plan
-from autotune.study.records import outcomes, read_confirmed, study_data
+from autotune.study.records import outcomes, read_confirmed, read_outcome, study_data
 from autotune.study.runner import SilentProgress, StudyRunner
 from autotune.study.storage import Heartbeat
 from autotune.study.trial import TrialSetup
@@ -89,12 +89,12 @@ def ids(name: str) -> WorkloadProfile:
 
 
 def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
-              sampler: str = "tpe", **settings):
+              sampler: str = "tpe", space: str = SPACE, refs: str = REFERENCES, **settings):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
-    (tmp_path / "space.yaml").write_text(SPACE)
-    (tmp_path / "refs.yaml").write_text(REFERENCES)
+    (tmp_path / "space.yaml").write_text(space)
+    (tmp_path / "refs.yaml").write_text(refs)
     return build_plan(PlanRequest(
         workdir=tmp_path / "studies",
         profiles=(ids("low-concurrency"), ids("high-concurrency")),
@@ -151,14 +151,50 @@ def test_rerunning_resumes_without_enqueueing_references_again(tmp_path):
     assert not study.get_trials(states=(TrialState.WAITING, TrialState.RUNNING))
 
 
-def test_a_sample_identical_to_a_measured_trial_is_given_back_and_resampled(tmp_path):
+def test_a_sample_identical_to_a_measured_trial_is_a_copy_told_to_the_sampler(tmp_path):
     # 2 x 2 applicable configurations without expert parallel crashes: the sampler repeats itself.
     stand_in = StandIn()
     study = run(make_plan(tmp_path, trials=7, references=False), stand_in)
-    skipped = [t for t in outcomes(study) if t.skipped]
-    assert skipped and all("resampled" in t.skipped for t in skipped)
-    assert all(study.trials[t.number].state == TrialState.FAIL for t in skipped)
-    assert sum(t.state == "complete" for t in outcomes(study)) == 7
+    copies = [t for t in map(read_outcome, study.trials) if t.same_engine_as is not None]
+    assert copies and all(t.state == "complete" and t.startup_s is None for t in copies)
+    for t in copies:  # the sampler learns the copied trial's values
+        assert study.trials[t.number].values == study.trials[t.same_engine_as].values
+    assert sum(t.state == "complete" for t in outcomes(study)) == 7  # copies are not trials
+    assert not {t.number for t in copies} & {t.number for t in study_data(study).outcomes}
+
+
+ONE_ENGINE_SPACE = """
+name: one-engine
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [2, 3], default: 2, flag: --optimization-level}
+  - {name: mtp, type: bool, default: false, applies_to: mtp,
+     json: {flag: --speculative-config, set: {method: mtp, num_speculative_tokens: 1}}}
+"""
+
+
+def o3_is_o2(argv):
+    """A stand-in for vLLM's resolution (shell.validation.engine_identity, tested in
+    test_validation.py): -O3 resolves to the -O2 engine, as in vLLM 0.32."""
+    return " ".join(argv).replace("--optimization-level 3", "--optimization-level 2")
+
+
+def test_two_flag_sets_that_resolve_to_one_engine_are_deployed_once(tmp_path):
+    plan = make_plan(tmp_path, trials=2, space=ONE_ENGINE_SPACE,
+                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
+                          "  - {name: o3, params: {optimization_level: 3}}\n")
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    stand_in = StandIn()
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                        engine_id=o3_is_o2, poll_s=0.1).work()
+    o3 = read_outcome(study.trials[1])
+    assert o3.params["optimization_level"] == 3 and o3.same_engine_as == 0
+    assert study.trials[1].state == TrialState.COMPLETE
+    assert study.trials[1].values == study.trials[0].values
+    engines = [o3_is_o2(argv) for argv in stand_in.calls]
+    assert len(stand_in.calls) == 2 and len(set(engines)) == 2  # the budget went to a new engine
+    assert [t.number for t in outcomes(study)] == [0, max(t.number for t in study.trials)]
 
 
 def test_a_trial_past_its_slo_is_infeasible_with_its_measurements(tmp_path):

@@ -32,8 +32,11 @@ def read_outcome(t: FrozenTrial) -> TrialOutcome:
 
 
 def outcomes(study: optuna.Study) -> list[TrialOutcome]:
-    """Every finished trial (COMPLETE, and FAIL for the failure table)."""
-    return [read_outcome(t) for t in study.get_trials(deepcopy=False, states=FINISHED)]
+    """Every finished trial (COMPLETE, and FAIL for the failure table), but copies: a trial
+    recorded as the same engine as an earlier one holds that one's values for the sampler
+    only, so it counts nowhere (front, noise, effects, importance, finalists)."""
+    found = (read_outcome(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+    return [t for t in found if t.same_engine_as is None]
 
 
 def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:

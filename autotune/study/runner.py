@@ -10,9 +10,11 @@ what is left of their servers on its own host.
 
 What the sampler is told of a measured trial is ``core.verdict``'s; a trial that fails for a
 reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's or
-ours) is run once more, and a second such failure stops the study (``StudyError``); a parameter
-set identical to an infeasible one is not relaunched; one identical to a running or measured one is resampled
-(the skipped trial is stored as FAIL with ``skipped``); SIGINT tears the server down and marks
+ours) is run once more, and a second such failure stops the study (``StudyError``); a
+configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
+running trial's engine is resampled (the skipped trial is stored as FAIL with ``skipped``); one
+of a measured trial's engine is a copy, never deployed: COMPLETE with that trial's values for
+the sampler, marked ``same_engine_as``, out of the budget and of every analysis; SIGINT tears the server down and marks
 the trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
 """
 
@@ -23,7 +25,7 @@ import os
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -52,7 +54,8 @@ from autotune.core.space.search_space import params_key, sample
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.verdict import judge
-from autotune.errors import StudyError
+from autotune.errors import StudyError, ValidationError, ValidationUnavailable
+from autotune.shell.validation import engine_identity
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
@@ -106,7 +109,8 @@ def _claims(study: optuna.Study) -> list[Claim]:
         if o.failure is not None and not o.failure.blames_configuration:
             continue  # not held against the configuration (stored by an older autotune)
         if o.state == "complete" or o.argv:
-            found.append(Claim(o.number, o.key, o.state == "running", o.failure is not None))
+            found.append(Claim(o.number, o.engine or o.key, o.state == "running",
+                               o.failure is not None))
     return found
 
 
@@ -131,6 +135,8 @@ class StudyRunner:
     storage_retries: int = 12  # between trials, ride out two minutes of database outage
     storage_retry_s: float = 10.0
     clock: Callable[[], float] = time.time  # wall clock (epoch seconds): trial walls, time budget
+    # argv -> the engine it resolves to; None: vLLM's resolution through setup.validator
+    engine_id: Callable[[Sequence[str]], str] | None = None
     _resamples: int = 0
 
     def work(self) -> optuna.Study:
@@ -221,20 +227,27 @@ class StudyRunner:
             return
         number = position(trial.number, now)
         params = sample(plan.space, plan.ctx, trial)
-        same = duplicate_of(trial.number, params_key(params), _claims(study))
-        frozen = optuna_internals.stored_trial(study, trial)
+        argv = tuple(to_argv(plan.space, plan.ctx, params))
+        engine = self._engine_of(argv)
+        same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
+        frozen = optuna_internals.frozen(study, trial)
         enqueued = optuna_internals.was_enqueued(frozen)
-        if same is not None and not same.failed and not enqueued and self._resamples < MAX_RESAMPLES:
+        again = same is not None and not same.failed and self._resamples < MAX_RESAMPLES
+        if again and same.running and not enqueued:
             self._resamples += 1
-            self._skip(study, trial, f"same parameters as #{same.number}; resampled")
+            self._skip(study, trial, f"same engine as #{same.number}; resampled")
+            return
+        if again and not same.running:
+            self._resamples += 1
+            self._copy_engine(study, trial, params, argv, engine, same.number)
             return
         self._resamples = 0
         claim = TrialOutcome(
             trial.number, state="running", params=params,
             reference=frozen.user_attrs.get("reference", ""), model=plan.model.name,
-            argv=tuple(to_argv(plan.space, plan.ctx, params)),
+            argv=argv, engine=engine,
             worker={"host": hostname(), "pid": os.getpid(), "label": self.label,
-                    "slot": self.setup.slot.devices_text() if self.setup.slot else ""},
+                    "slot": self.setup.slot.describe() if self.setup.slot else ""},
             duplicate_of=same.number if same is not None else None,
         )
         write_outcome(trial, claim)
@@ -322,11 +335,39 @@ class StudyRunner:
         write_outcome(trial, dataclasses.replace(
             claim, failure=before.failure, failure_message=before.failure_message,
             log_tail=before.log_tail, slo_violations=before.slo_violations))
-        named = {k: v for k, v in previous.constraints.items() if not k.isdigit()}  # not the mirror
-        for name, value in named.items():
-            trial.set_constraint(name, value)
-        optuna_internals.mirror_constraints(trial, list(named.values()))
-        study.tell(trial, list(previous.values))
+        _tell_as(study, trial, previous)
+
+    def _engine_of(self, argv: Sequence[str]) -> str:
+        """The engine ``argv`` resolves to; "" where it cannot be resolved here (no vLLM, or
+        vLLM rejects the flags: the trial's validation then records why)."""
+        if self.engine_id is not None:
+            return self.engine_id(argv)
+        if self.setup.validator is None:
+            return ""
+        try:
+            return engine_identity(self.setup.validator, self.plan.model.name, argv)
+        except (ValidationError, ValidationUnavailable):
+            return ""
+
+    def _copy_engine(self, study: optuna.Study, trial: optuna.Trial, params: dict,
+                     argv: tuple[str, ...], engine: str, number: int) -> None:
+        """Record a configuration whose engine trial ``number`` measured, without deploying
+        it: that trial's values and constraints, told to the sampler so that it learns the
+        region; a copy counts neither toward the budget nor in any analysis."""
+        write_outcome(trial, TrialOutcome(trial.number, params=params, argv=argv, engine=engine,
+                                          same_engine_as=number))
+        _tell_as(study, trial, study.get_trials(deepcopy=False)[number])
+        self.progress.message(f"trial #{trial.number}: same engine as #{number}; not deployed, "
+                              f"#{number}'s values told to the sampler")
+
+
+def _tell_as(study: optuna.Study, trial: optuna.Trial, previous: FrozenTrial) -> None:
+    """Finish ``trial`` with the values and constraints of ``previous``."""
+    named = {k: v for k, v in previous.constraints.items() if not k.isdigit()}  # not the mirror
+    for name, value in named.items():
+        trial.set_constraint(name, value)
+    optuna_internals.mirror_constraints(trial, list(named.values()))
+    study.tell(trial, list(previous.values))
 
 
 def _first_line(text: str) -> str:
