@@ -1,5 +1,8 @@
 """Replaying a recorded table: a trial function that looks a configuration up instead of
-deploying it, so that whole studies run in seconds on real measurements.
+deploying it, so that whole studies run in seconds on real measurements. Deploys nothing.
+Only benchmarks and tests use it; it stays beside the runner because it is a second
+implementation of the runner's trial-function seam, so a change to that seam breaks it in the
+fast tests rather than in a benchmark run.
 
 A served configuration returns, for every profile, ``repeats`` runs drawn with replacement from
 its recorded runs (the noise is part of the replay: the same configuration does not give the

@@ -1,4 +1,7 @@
 """A recorded table: every configuration of a space deployed once, with repeats per profile.
+Pure; no study reads it: the replay (``study.replay``), the benchmarks and the tests do. It
+stays in the package because the replay does, and ``benchmarks/data/`` holds tables in its
+format.
 
 The table is a study exported to CSV (`benchmarks/record_table.py`): one row per configuration
 and repeat, the configuration's status (``served``, its failure class, or ``not_reached`` when
