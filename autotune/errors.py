@@ -51,7 +51,7 @@ class DeploymentError(AutotuneError):
     def __init__(self, failure: Any, message: str, *, log_tail: str = "") -> None:
         super().__init__(f"{failure.name}: {message}")
         self.failure = failure
-        self.reason = message
+        self.failure_message = message
         self.log_tail = log_tail
 
 

@@ -74,7 +74,8 @@ def test_an_invalid_flag_value_fails_fast_as_configuration_rejected(dense_model,
         with ServerProcess(spec_for(dense_model, tmp_path, "--max-num-seqs", "-1")):
             pass
     assert info.value.failure == failures.CONFIG_REJECTED
-    assert "max_num_seqs" in info.value.reason and "greater than or equal to 1" in info.value.reason
+    assert "max_num_seqs" in info.value.failure_message
+    assert "greater than or equal to 1" in info.value.failure_message
     assert info.value.log_tail
     assert time.monotonic() - t0 < 120
 
@@ -93,7 +94,7 @@ def test_a_killed_worker_is_detected_as_engine_death_and_the_run_is_invalid(dens
         assert not dep.is_serving()
         err = dep.diagnose("requests failed")
         assert err.failure == failures.ENGINE_DIED
-        assert "died" in err.reason
+        assert "died" in err.failure_message
     assert dep.teardown is not None and dep.teardown.clean
 
 
@@ -109,7 +110,7 @@ def test_expert_parallel_on_the_moe_model_is_classified_or_works(moe_model, tmp_
     except DeploymentError as exc:
         outcome = exc.failure.name
         assert exc.failure in (failures.ENGINE_DIED, failures.STARTUP_CRASH), exc
-        assert "died unexpectedly" in exc.reason  # exit code -11 or None, as seen here
+        assert "died unexpectedly" in exc.failure_message  # exit code -11 or None, as seen here
     record_property("expert_parallel_outcome", outcome)
     print(f"expert parallel on the MoE model: {outcome}")
     assert dep.teardown is not None and dep.teardown.clean

@@ -64,7 +64,7 @@ class StandIn:
         self.calls.append(tuple(argv))
         on_phase("benchmarking (stand-in)")
         if "--enable-expert-parallel" in argv:
-            return Measurement(failures.ENGINE_DIED, "worker died with exit code -11",
+            return Measurement(failure=failures.ENGINE_DIED, failure_message="worker died with exit code -11",
                                log_tail="segfault", startup_s=1.0)
         slow = 0.5 if argv[argv.index("--optimization-level") + 1] == "0" else 1.0
         mtp = "--speculative-config" in argv
@@ -233,7 +233,8 @@ class FailingNotByItsConfiguration(StandIn):
         if "0" in argv and self.left:
             self.calls.append(tuple(argv))
             self.left -= 1
-            return Measurement(self.failure, "OSError: [Errno 28] No space left on device",
+            return Measurement(failure=self.failure,
+                               failure_message="OSError: [Errno 28] No space left on device",
                                startup_s=1.0)
         return super().__call__(argv, bench, setup, on_phase)
 

@@ -113,7 +113,7 @@ class Rejecting:
 
 def test_a_configuration_vllm_rejects_is_config_rejected_and_nothing_is_deployed(tmp_path):
     measured, made = trial(tmp_path, validator=Rejecting())
-    assert measured.failure is failures.CONFIG_REJECTED and "must be positive" in measured.message
+    assert measured.failure is failures.CONFIG_REJECTED and "must be positive" in measured.failure_message
     assert made == []
 
 
@@ -131,7 +131,7 @@ def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gon
 def test_a_deployment_that_does_not_come_up_keeps_its_class_and_log_tail(tmp_path):
     error = DeploymentError(failures.STARTUP_CRASH, "exited with 1: bad flag", log_tail="Traceback")
     measured, made = trial(tmp_path, start_error=error)
-    assert (measured.failure, measured.message, measured.log_tail) == (
+    assert (measured.failure, measured.failure_message, measured.log_tail) == (
         failures.STARTUP_CRASH, "exited with 1: bad flag", "Traceback")
     assert measured.results == {}
 
@@ -139,14 +139,14 @@ def test_a_deployment_that_does_not_come_up_keeps_its_class_and_log_tail(tmp_pat
 def test_failed_requests_on_a_live_server_make_the_benchmark_invalid(tmp_path):
     measured, made = trial(tmp_path, run_profile=StandInBench(failed_requests=1))
     assert measured.failure is failures.BENCHMARK_INVALID
-    assert measured.message == "low: 1 of 4 requests failed: HTTP 500: engine dead"
+    assert measured.failure_message == "low: 1 of 4 requests failed: HTTP 500: engine dead"
     assert measured.results == {} and made[0].teardown is not None
 
 
 def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
     measured, made = trial(tmp_path, run_profile=StandInBench(failed_requests=4), serving=False)
     assert measured.failure is failures.ENGINE_DIED
-    assert "worker died" in measured.message and "EngineDeadError" in measured.log_tail
+    assert "worker died" in measured.failure_message and "EngineDeadError" in measured.log_tail
     assert made[0].teardown is not None
 
 
@@ -159,7 +159,7 @@ def test_failed_requests_on_a_dead_engine_are_diagnosed_from_its_log(tmp_path):
 def test_an_exception_in_the_benchmark_becomes_a_failure_class_and_the_server_is_torn_down(
         tmp_path, error, failure, words):
     measured, made = trial(tmp_path, run_profile=StandInBench(error=error))
-    assert measured.failure is failure and words in measured.message
+    assert measured.failure is failure and words in measured.failure_message
     assert made[0].teardown is not None and measured.results == {}
 
 
@@ -211,7 +211,7 @@ def test_a_trial_folder_that_cannot_be_made_is_the_machines_fault(tmp_path):
                        deploy=lambda spec, on_phase: pytest.fail("deployed"))
     plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
-    assert measured.failure is failures.HOST_FAULT and "NotADirectoryError" in measured.message
+    assert measured.failure is failures.HOST_FAULT and "NotADirectoryError" in measured.failure_message
 
 
 class Unavailable:
@@ -231,7 +231,7 @@ def test_flags_that_cannot_be_validated_here_are_deployed_and_vllm_checks_them(t
 
 def test_a_bug_in_validation_is_ours_and_nothing_is_deployed(tmp_path):
     measured, made = trial(tmp_path, validator=Broken())
-    assert (measured.failure, measured.message) == (failures.INTERNAL_ERROR, "KeyError: 'max_num_seqs'")
+    assert (measured.failure, measured.failure_message) == (failures.INTERNAL_ERROR, "KeyError: 'max_num_seqs'")
     assert made == []
 
 
@@ -252,7 +252,7 @@ def test_a_deployment_that_failed_without_tearing_down_is_not_reported_clean(tmp
 
 def test_start_up_phases_that_cannot_be_read_fail_the_trial_as_ours_after_teardown(tmp_path):
     measured, made = trial(tmp_path, phases_error=ValueError("no 'Starting vLLM' line"))
-    assert (measured.failure, measured.message) == (failures.INTERNAL_ERROR,
+    assert (measured.failure, measured.failure_message) == (failures.INTERNAL_ERROR,
                                                    "ValueError: no 'Starting vLLM' line")
     assert made[0].teardown is not None and measured.results == {}
 
@@ -278,7 +278,7 @@ def test_a_launch_that_fails_after_the_process_started_tears_it_down(tmp_path):
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", entrypoint=sleeper, deploy=deploy)
     plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
-    assert measured.failure is failures.HOST_FAULT and "IsADirectoryError" in measured.message
+    assert measured.failure is failures.HOST_FAULT and "IsADirectoryError" in measured.failure_message
     (dep,) = started
     assert dep.teardown is not None and measured.teardown_clean
     assert dep._proc is not None and dep._proc.poll() is not None and not session_pids(dep.pid)

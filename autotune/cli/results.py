@@ -162,7 +162,7 @@ def _verify(args, study, trial, export) -> int:
     measured = run_trial(export.argv, BenchPlan(profiles=profiles, sources=sources, seed=10_000),
                          setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
     if measured.failure:
-        console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.message}")
+        console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.failure_message}")
         return 1
     table = Table(title=f"trial #{trial.number}: stored vs relaunched")
     for col in ("profile", "metric", "stored", "relaunched", "difference"):

@@ -209,13 +209,13 @@ class ServerProcess:
                 if code is not None:
                     self._log.close(timeout_s=5.0)  # its last lines, the traceback, written
                     diag = classify_startup_exit(code, self.log_text())
-                    raise self._fail(diag.failure, f"exited with {code}: {diag.message}")
+                    raise self._fail(diag.failure, f"exited with {code}: {diag.failure_message}")
                 if fatal_seen is None and startup_failed(self.log_text()):
                     fatal_seen = time.monotonic()
                 if fatal_seen is not None and time.monotonic() - fatal_seen > 15:
                     # vLLM sometimes hangs after a worker fails to start; do not wait it out.
                     diag = classify_startup_exit(1, self.log_text())
-                    raise self._fail(diag.failure, f"start-up failed: {diag.message}")
+                    raise self._fail(diag.failure, f"start-up failed: {diag.failure_message}")
                 if time.monotonic() > deadline:
                     raise self._fail(
                         STARTUP_TIMEOUT,

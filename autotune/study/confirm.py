@@ -38,7 +38,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int,
                 workdir=plan.workdir / "trials" / plan.study_name / f"confirm-{t.number:04d}-{r + 1}")
             m = trial_fn(t.argv, plan.bench, here, lambda ph, tag=tag: say(f"{tag}: {ph}"))
             if m.failure is not None:
-                say(f"{tag}: failed again, {m.failure.name}: {m.message[:200]}")
+                say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
                 continue
             for profile, result in m.results.items():
                 runs[t.number].setdefault(profile, []).extend(result.runs)

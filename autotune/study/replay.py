@@ -80,7 +80,8 @@ class Replay:
         if not row.served:
             self.clock.now += (VALIDATION_S if row.status == failures.CONFIG_REJECTED.name
                                else startup + TEARDOWN_S)
-            return Measurement(failures.failure_class(row.status), row.message, startup_s=startup)
+            return Measurement(failure=failures.failure_class(row.status), failure_message=row.message,
+                               startup_s=startup)
         missing = [p.name for p in bench.profiles if p.name not in row.runs]
         if missing:
             raise ConfigError(f"the recorded table has no runs of profile(s) {missing}; "

@@ -298,7 +298,7 @@ class StudyRunner:
         if measured.failure is None or measured.failure.blames_configuration:
             return measured
         self.progress.message(f"trial {number}/{total}: {measured.failure.name} "
-                              f"({_first_line(measured.message)}), not the "
+                              f"({_first_line(measured.failure_message)}), not the "
                               "configuration's fault: running it once more")
         return self.trial_fn(argv, bench, setup, on_phase)
 

@@ -230,7 +230,7 @@ def run_trial(
             except _InvalidRun as exc:
                 if not dep.is_serving():
                     err = dep.diagnose(str(exc))
-                    failure, message, log_tail = err.failure, err.reason, err.log_tail
+                    failure, message, log_tail = err.failure, err.failure_message, err.log_tail
                 else:
                     failure, message = failures.BENCHMARK_INVALID, str(exc)
             bench_s = time.monotonic() - b0
@@ -245,8 +245,8 @@ def run_trial(
             failure, message, log_tail = _failure_of(exc)
     report = dep.teardown if dep is not None else None
     return Measurement(
-        failure=failure, message=message, log_tail=log_tail,
-        startup_s=dep.startup_s if dep is not None else 0.0,
+        failure=failure, failure_message=message, log_tail=log_tail,
+        startup_s=dep.startup_s if dep is not None else None,
         startup_phases=phases.as_dict() if phases else {},
         bench_s=bench_s, wall_s=time.monotonic() - t0,
         results=benchmarked.results if not failure else {},
@@ -276,7 +276,7 @@ def _failure_of(exc: Exception) -> tuple[FailureClass, str, str]:
     if isinstance(exc, ValidationError):
         return failures.CONFIG_REJECTED, f"vLLM rejected the flags: {exc}", ""
     if isinstance(exc, DeploymentError):
-        return exc.failure, exc.reason, exc.log_tail
+        return exc.failure, exc.failure_message, exc.log_tail
     if isinstance(exc, BenchmarkError):  # the same for every configuration: ours to fix
         return failures.INTERNAL_ERROR, f"the benchmark could not run: {exc}", ""
     if isinstance(exc, OSError):  # the machine's: a full disk, a port taken

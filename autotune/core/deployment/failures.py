@@ -112,7 +112,7 @@ class Diagnosis:
     """A failure class and the most telling line vLLM printed about it."""
 
     failure: FailureClass
-    message: str
+    failure_message: str
 
 
 _WRAPPER = re.compile(r"root cause|See stack trace|in a background process|Failed core proc")

@@ -1,10 +1,12 @@
 """What a trial measures and what it stores, as records; their flat attribute form. Pure.
 
-``Measurement`` is what one deployment produced (the trial function's result). ``TrialOutcome``
-is everything a trial of a study stores: parameters, launch flags, per-profile and per-repeat
-metrics, start-up, hardware, versions, failure class, message and log tail, and its links to
-other trials (duplicate, retry). ``to_attrs`` and ``from_attrs`` are the only code that knows
-how an outcome is spelled as Optuna user attributes (``study.records`` writes and reads them).
+``Measurement`` is what one deployment produced (the trial function's result): per-profile and
+per-repeat metrics, start-up, teardown, hardware, versions, failure class, message and log
+tail. ``TrialOutcome`` is a ``Measurement`` with everything else a trial of a study stores:
+its number and state, parameters, launch flags, SLO violations and its links to other trials
+(duplicate, retry); each fact is one field of one of the two. ``to_attrs`` and
+``from_attrs`` are the only code that knows how an outcome is spelled as Optuna user
+attributes (``study.records`` writes and reads them).
 """
 
 from __future__ import annotations
@@ -48,32 +50,33 @@ class ProfileResult:
         return {k: self.mean(k) for k in self.runs[0]} if self.runs else {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Measurement:
     """What one deployment of one configuration produced. ``failure`` is None for a served,
-    fully measured configuration."""
+    fully measured configuration; ``startup_s`` None for one that started no server."""
 
-    failure: FailureClass | None = None
-    message: str = ""
-    log_tail: str = ""
-    startup_s: float = 0.0
-    bench_s: float = 0.0
-    wall_s: float = 0.0
     results: Mapping[str, ProfileResult] = field(default_factory=dict)
     capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
-    raced: str = ""  # why its remaining runs were skipped (beaten beyond the noise)
+    raced: str = ""  # measured in part: beaten beyond the noise, its remaining runs skipped
+    failure: FailureClass | None = None
+    failure_message: str = ""  # vLLM's or our words for the failure
+    log_tail: str = ""
+    startup_s: float | None = None
     startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.startup
-    files: tuple[Path, ...] = ()  # benchmark JSONs and the server log
-    teardown_clean: bool = True
-    teardown_s: float = 0.0
+    bench_s: float | None = None
+    wall_s: float | None = None  # the deployment's, from validation to teardown
+    teardown_clean: bool | None = None
+    teardown_s: float | None = None
     gpu_memory_mib: int | None = None  # held by the server once ready (NVML; GPUs only)
     vllm_version: str = ""
     hardware: str = ""
+    files: tuple[Path, ...] = ()  # benchmark JSONs and the server log (artifacts, not stored)
 
 
 @dataclass(frozen=True)
-class TrialOutcome:
-    """Everything one trial stores. ``state`` is Optuna's, in lower case."""
+class TrialOutcome(Measurement):
+    """Everything one trial stores: its ``Measurement`` and its place in the study. ``state``
+    is Optuna's, in lower case."""
 
     number: int
     state: str = "complete"  # complete | fail | running | waiting
@@ -81,29 +84,14 @@ class TrialOutcome:
     reference: str = ""
     model: str = ""
     argv: tuple[str, ...] = ()
-    results: Mapping[str, ProfileResult] = field(default_factory=dict)
-    capacity: Mapping[str, CapacitySearch] = field(default_factory=dict)  # per capacity profile
-    failure: FailureClass | None = None
-    failure_message: str = ""
-    log_tail: str = ""
     slo_violations: Mapping[str, float] = field(default_factory=dict)  # SLO key -> how far past
-    startup_s: float | None = None
-    startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.startup
-    bench_s: float | None = None
-    wall_s: float | None = None
-    trial_wall_s: float | None = None
-    teardown_clean: bool | None = None
-    teardown_s: float | None = None
-    gpu_memory_mib: int | None = None
-    vllm_version: str = ""
-    hardware: str = ""
+    trial_wall_s: float | None = None  # the whole trial's, from sampling to storing
     worker: Mapping[str, Any] = field(default_factory=dict)
     duplicate_of: int | None = None  # same flags as this trial; a failure copied, not relaunched
     engine: str = ""  # the resolved engine's identity (shell.validation.engine_identity)
     same_engine_as: int | None = None  # a copy: that trial's engine and values, not deployed
     retry_of: int | None = None  # a dead worker's trial, run again
     skipped: str = ""  # given back before deploying (a duplicate, or over budget)
-    raced: str = ""  # measured in part: beaten beyond the noise, its remaining runs skipped
     imported_from: str = ""
     derived: tuple[str, ...] = ()  # metrics computed from others on import
 
@@ -171,17 +159,23 @@ class TrialOutcome:
         return estimate(self.results[profile].values(metric), noise)
 
     def with_measurement(self, m: Measurement) -> TrialOutcome:
-        return dataclasses.replace(
-            self, results=m.results if m.failure is None else {}, failure=m.failure,
-            capacity=m.capacity if m.failure is None else {}, raced=m.raced,
-            startup_phases={k: round(v, 2) if isinstance(v, float) else v
-                            for k, v in m.startup_phases.items()},
-            failure_message=m.message[:2000], log_tail=m.log_tail[-4000:],
-            startup_s=round(m.startup_s, 3), bench_s=round(m.bench_s, 3),
-            wall_s=round(m.wall_s, 3), teardown_clean=m.teardown_clean,
-            teardown_s=round(m.teardown_s, 3), gpu_memory_mib=m.gpu_memory_mib,
-            vllm_version=m.vllm_version, hardware=m.hardware,
-        )
+        """This trial with what its deployment measured, as stored: seconds to the ms, the
+        message and log tail cut, no metrics of a failed deployment."""
+        measured = {f.name: getattr(m, f.name) for f in dataclasses.fields(Measurement)}
+        return dataclasses.replace(self, **{k: _as_stored(k, v, m.failure is not None)
+                                            for k, v in measured.items()})
+
+
+def _as_stored(name: str, value: Any, failed: bool) -> Any:
+    if name in ("results", "capacity") and failed:
+        return {}
+    if name == "startup_phases":
+        return {k: round(v, 2) if isinstance(v, float) else v for k, v in value.items()}
+    if name == "failure_message":
+        return value[:2000]
+    if name == "log_tail":
+        return value[-4000:]
+    return round(value, 3) if isinstance(value, float) else value
 
 
 def _phase_parts(phases: Mapping[str, float | str]) -> list[tuple[float, str]]:
@@ -199,6 +193,7 @@ def _phase_parts(phases: Mapping[str, float | str]) -> list[tuple[float, str]]:
 
 
 _FROM_OPTUNA = ("number", "state", "params")  # Optuna keeps these itself
+_NOT_STORED = (*_FROM_OPTUNA, "files")  # files: uploaded as the trial's artifacts
 
 
 def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
@@ -208,7 +203,7 @@ def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(TrialOutcome):
         value = getattr(outcome, f.name)
-        if f.name in _FROM_OPTUNA or value == _default(f):
+        if f.name in _NOT_STORED or value == _default(f):
             continue
         if f.name == "results":
             out["repeats"] = {p: [dict(r) for r in res.runs] for p, res in value.items()}
@@ -240,7 +235,7 @@ def from_attrs(number: int, state: str, params: Mapping[str, Value],
                attrs: Mapping[str, Any], retry_of: int | None = None) -> TrialOutcome:
     """The outcome stored in ``attrs`` (as ``to_attrs`` wrote it, or by an older autotune that
     kept only ``metrics`` means)."""
-    names = {f.name for f in dataclasses.fields(TrialOutcome)} - set(_FROM_OPTUNA)
+    names = {f.name for f in dataclasses.fields(TrialOutcome)} - set(_NOT_STORED)
     kwargs: dict[str, Any] = {k: attrs[k] for k in names & set(attrs)
                               if k not in ("results", "failure", "capacity")}
     for k in ("argv", "derived"):
