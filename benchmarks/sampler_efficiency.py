@@ -45,7 +45,6 @@ from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa:
 from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
 from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
-from autotune.core.maths.stats import median_difference, median_interval, proportion_interval  # noqa: E402
 from autotune.core.space.search_space import Reference, ReferenceSet, complete, grid_points, params_key  # noqa: E402
 from autotune.core.trial.outcome import TrialOutcome  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
@@ -57,6 +56,7 @@ from autotune.study.runner import StudyRunner  # noqa: E402
 from autotune.study.samplers import make_sampler  # noqa: E402
 from autotune.study.storage import Heartbeat  # noqa: E402
 from autotune.study.trial import TrialSetup  # noqa: E402
+from benchmarks.seed_stats import median_difference, median_interval, proportion_interval  # noqa: E402
 
 TABLE = ROOT / "benchmarks" / "data" / "cpu-table" / "table.csv"
 SPACE = ROOT / "search_spaces" / "reference.yaml"

@@ -50,7 +50,6 @@ from sampler_efficiency import (  # noqa: E402
 
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.analysis.table import RecordedTable  # noqa: E402
-from autotune.core.maths.stats import median_difference, median_interval  # noqa: E402
 from autotune.core.space.search_space import params_key  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.confirm import confirm  # noqa: E402
@@ -61,6 +60,7 @@ from autotune.study.replay import DeviceClock, Replay  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402
 from autotune.study.storage import Heartbeat  # noqa: E402
 from autotune.study.trial import TrialSetup  # noqa: E402
+from benchmarks.seed_stats import median_difference, median_interval  # noqa: E402
 
 TABLE = ROOT / "benchmarks" / "data" / "cpu-table" / "table.csv"
 OUT = ROOT / "benchmarks" / "data" / "cpu-table" / "time-to-answer.jsonl"
