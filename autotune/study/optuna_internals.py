@@ -3,9 +3,10 @@
 Optuna has no public API for a few things autotune needs: the heartbeat thread of a trial run
 outside ``Study.optimize``, the storage ids of a study and a trial, the system attributes that
 say a trial was enqueued (``fixed_params``) or retries a dead worker's trial (``failed_trial``),
-and a trial system attribute that optuna-dashboard 0.21 reads feasibility from. Each use is a
-function here; ``CHECKED_ON`` lists the versions they were checked on, and a test fails when
-another version is installed, so that an upgrade is a decision, not a surprise.
+and a trial system attribute that optuna-dashboard (0.19 to 0.21) reads feasibility from. Each use is a
+function here. ``CHECKED_ON`` gives the oldest and newest versions they were checked on
+(tests/test_optuna_internals.py runs each use); pyproject.toml accepts exactly that range, and a
+test fails when another version is installed, so that an upgrade is a decision, not a surprise.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial
 
-CHECKED_ON = {"optuna": ("5.1",), "optuna-dashboard": ("0.21",)}
+# (oldest, newest) minor versions checked, with the fast tests of the study layer: optuna 5.0.0
+# and 5.1.0, optuna-dashboard 0.19.0 and 0.21.0. Older optuna lacks Trial.set_constraint (4.9)
+# and RetryHeartbeatStaleTrialCallback (4.5).
+CHECKED_ON = {"optuna": ("5.0", "5.1"), "optuna-dashboard": ("0.19", "0.21")}
 DASHBOARD_CONSTRAINTS_KEY = "constraints"
 
 
@@ -57,7 +61,7 @@ def retry_of(trial: FrozenTrial) -> int | None:
 
 
 def mirror_constraints(trial: optuna.Trial, values: list[float]) -> None:
-    """Write the constraint list where optuna-dashboard 0.21 looks (before ``tell``): it reads
+    """Write the constraint list where optuna-dashboard 0.19-0.21 looks (before ``tell``): it reads
     feasibility from the older ``constraints`` system attribute, not from ``set_constraint``."""
     trial.storage.set_trial_system_attr(trial._trial_id, DASHBOARD_CONSTRAINTS_KEY, values)
 
