@@ -281,6 +281,28 @@ def test_a_second_failure_that_is_not_the_configurations_stops_the_study_with_on
     assert o0.argv in again.calls and any(t.argv == o0.argv and t.feasible for t in found)
 
 
+def test_a_failure_an_older_autotune_held_against_a_configuration_is_not_copied(tmp_path):
+    from autotune.core.deployment.flags import to_argv
+    from autotune.core.space.search_space import sample
+    from autotune.core.trial.outcome import TrialOutcome
+    from autotune.study.records import write_outcome
+
+    plan = make_plan(tmp_path, trials=2, references=False)
+    plan.workdir.mkdir(parents=True)
+    study, _, _ = prepare_study(plan, Heartbeat())
+    old = study.ask()
+    params = sample(plan.space, plan.ctx, old)
+    argv = tuple(to_argv(plan.space, plan.ctx, params))
+    write_outcome(old, TrialOutcome(old.number, params=params, argv=argv, failure=failures.INTERNAL_ERROR,
+                                    failure_message="OSError: [Errno 28] No space left on device"))
+    study.tell(old, [math.inf, 0.0])  # as an older autotune told it: infeasible
+    study.enqueue_trial(params)
+    stand_in = StandIn()
+    found = outcomes(run(plan, stand_in))
+    assert stand_in.calls[0] == argv and found[1].argv == argv
+    assert found[1].feasible and found[1].duplicate_of is None
+
+
 def test_a_dead_workers_trial_is_failed_and_run_again_by_a_live_one(tmp_path):
     heartbeat = Heartbeat(interval_s=1, grace_s=2, max_retry=1)
     plan = make_plan(tmp_path, trials=2, references=False)

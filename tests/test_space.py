@@ -8,7 +8,15 @@ import textwrap
 import pytest
 
 from autotune.core.deployment.flags import argv_to_options, options_to_config, to_argv, to_options
-from autotune.core.space.search_space import ModelContext, complete, inapplicable, resolve_references, sample
+from autotune.core.space.search_space import (
+    ModelContext,
+    complete,
+    inapplicable,
+    resolve_references,
+    sample,
+    space_size,
+)
+from autotune.core.space.space_yaml import parse_space
 from autotune.errors import SpaceError
 from autotune.shell.files import read_references, read_space
 from tests.conftest import SPACES
@@ -22,10 +30,8 @@ MTP = ("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')
 FIXED = ("--tensor-parallel-size", "2", "--max-model-len", "81920")
 
 
-def baseline(opt="3", mode="throughput", ep="--enable-expert-parallel", yarn=YARN, mtp=MTP,
-             interleave="1"):
-    return [*FIXED, "--optimization-level", opt, "--performance-mode", mode, ep, *yarn, *mtp,
-            "--cp-kv-cache-interleave-size", interleave]
+def baseline(opt="3", mode="throughput", ep="--enable-expert-parallel", yarn=YARN, mtp=MTP):
+    return [*FIXED, "--optimization-level", opt, "--performance-mode", mode, ep, *yarn, *mtp]
 
 
 EXPECTED_ARGV = {
@@ -38,7 +44,6 @@ EXPECTED_ARGV = {
     "no-ep": baseline(ep="--no-enable-expert-parallel"),
     "no-yarn": baseline(yarn=()),
     "no-mtp": baseline(mtp=()),
-    "cp-interleave-16": baseline(interleave="16"),
 }
 
 
@@ -60,6 +65,16 @@ def test_each_reference_config_maps_to_the_expected_argv(space, refs, moe_mtp_in
     assert to_argv(space, ctx, resolved[name].params) == EXPECTED_ARGV[name]
 
 
+def test_the_interleave_reference_is_skipped_without_decode_context_parallel(
+    space, refs, moe_mtp_info
+):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    resolved = {r.name: r for r in resolve_references(space, ctx, refs.configs)}
+    assert resolved["cp-interleave-16"].skipped == (
+        "does not apply (cp_kv_cache_interleave_size: only with "
+        "deployment.decode_context_parallel_size >= 2)")
+
+
 def test_the_baseline_is_opt3(refs):
     assert refs.baseline == "opt3-baseline" and len(refs.configs) == 10
 
@@ -73,6 +88,8 @@ def test_dense_model_drops_moe_and_mtp_parameters_and_the_references_that_only_c
     assert skipped == {
         "no-ep": "does not apply (expert_parallel: the model is not a mixture of experts)",
         "no-mtp": "does not apply (mtp: the model has no MTP (multi-token prediction) layers)",
+        "cp-interleave-16": "does not apply (cp_kv_cache_interleave_size: only with "
+                            "deployment.decode_context_parallel_size >= 2)",
     }
 
 
@@ -114,6 +131,56 @@ def test_conditional_parameters_are_sampled_only_when_their_condition_holds(moe_
     assert "--max-num-batched-tokens" in options
 
 
+def with_dcp(space, dcp):
+    """The space with --decode-context-parallel-size set in its deployment (None: unset)."""
+    flags = f"\n  flags: {{--decode-context-parallel-size: {dcp}}}" if dcp else ""
+    return parse_space(space.text.replace("  max_model_len: 81920",
+                                          "  max_model_len: 81920" + flags), space.path)
+
+
+@pytest.mark.parametrize("dcp, drawn", [(None, False), (1, False), (2, True)],
+                         ids=["dcp-unset", "dcp-1", "dcp-2"])
+def test_the_kv_interleave_is_drawn_only_with_decode_context_parallel(space, moe_mtp_info,
+                                                                     dcp, drawn):
+    space = with_dcp(space, dcp)
+    ctx = ModelContext(moe_mtp_info, 81920)
+    trial = FixedTrial()
+    params = sample(space, ctx, trial)
+    assert ("cp_kv_cache_interleave_size" in trial.asked) is drawn
+    assert ("--cp-kv-cache-interleave-size" in to_argv(space, ctx, params)) is drawn
+    assert ("cp_kv_cache_interleave_size" in complete(space, ctx, {})) is drawn
+
+
+@pytest.mark.parametrize("dcp, size", [(None, 4 * 3 * 2 * 2 * 2), (2, 4 * 3 * 2 * 2 * 2 * 2)],
+                         ids=["dcp-unset", "dcp-2"])
+def test_the_space_size_counts_only_what_can_be_drawn(space, moe_mtp_info, dense_info,
+                                                       dcp, size):
+    space = with_dcp(space, dcp)
+    assert space_size(space, ModelContext(moe_mtp_info, 81920)) == size
+    # A dense model: no expert parallel, no MTP.
+    assert space_size(space, ModelContext(dense_info, 81920)) == size // 4
+
+
+def test_the_space_size_sums_the_branches_of_a_condition_on_a_parameter(moe_mtp_info):
+    # mtp off: 1 way; mtp on: 4 speculative token counts; so 5, not 2 x 4.
+    space = parse_space(
+        "parameters:\n"
+        "  - {name: mtp, type: bool, default: false, flag: --mtp}\n"
+        "  - {name: k, type: int, low: 1, high: 4, default: 1, flag: --k, when: {mtp: true}}\n"
+        "  - {name: m, type: categorical, choices: [a, b, c], default: a, flag: --m}\n", "s.yaml")
+    assert space_size(space, ModelContext(moe_mtp_info, 4096)) == 5 * 3
+
+
+def test_a_condition_on_a_model_fact(moe_mtp_info, dense_info):
+    space = parse_space(
+        "parameters:\n"
+        "  - {name: a, type: bool, default: false, flag: --a, when: {model.num_experts: {min: 2}}}\n",
+        "s.yaml")
+    assert complete(space, ModelContext(moe_mtp_info, 4096), {}) == {"a": False}
+    assert complete(space, ModelContext(dense_info, 4096), {}) == {}
+    assert complete(space, None, {}) == {"a": False}  # results measured elsewhere: unknown model
+
+
 def test_config_file_mapping_holds_the_same_options_as_argv(space, moe_mtp_info):
     ctx = ModelContext(moe_mtp_info, 81920)
     params = complete(space, ctx, {"mtp": True, "expert_parallel": False})
@@ -145,6 +212,10 @@ MALFORMED = {
         "parameters:\n" + GOOD_PARAM +
         "  - {name: b, type: bool, default: false, flag: --b, when: {zzz: 1}}\n",
         "parameter 'b': condition names unknown parameter 'zzz'"),
+    "bad-condition-mapping": (
+        "parameters:\n" + GOOD_PARAM +
+        "  - {name: b, type: bool, default: false, flag: --b, when: {a: {max: 1}}}\n",
+        "parameter 'b': condition on 'a': a mapping must be {min: N}, got keys ['max']"),
     "default-outside": (
         "parameters:\n  - {name: a, type: categorical, choices: [1, 2], default: 3, flag: --a}\n",
         "parameter 'a': default 3 is outside the parameter's domain"),

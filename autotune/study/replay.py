@@ -21,6 +21,7 @@ Runs are measured in ``core.racing.run_order`` and raced as the real trial races
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, TableRow
 from autotune.core.deployment import failures
 from autotune.core.deployment.flags import to_argv
-from autotune.core.space.search_space import ModelContext, SearchSpace
+from autotune.core.space.search_space import ModelContext, SearchSpace, complete
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
@@ -56,15 +57,28 @@ def run_seconds_of(run: Mapping[str, float], profile: WorkloadProfile) -> float:
     return measured * (1 + profile.warmups / profile.num_prompts)
 
 
+def drawable(table: RecordedTable, space: SearchSpace, ctx: ModelContext) -> RecordedTable:
+    """The rows a study of ``space`` on this model can draw, in the parameters it draws: a
+    row whose parameter the study leaves out (its condition does not hold, or it does not
+    apply) stands for that configuration only at the parameter's default."""
+    rows = []
+    for row in table.rows:
+        params = complete(space, ctx, row.params)
+        left_out = [k for k in row.params if k in space.names and k not in params]
+        if all(row.params[k] == space.parameter(k).default for k in left_out):
+            rows.append(dataclasses.replace(row, params=params))
+    return dataclasses.replace(table, rows=tuple(rows))
+
+
 class Replay:
     """A trial function over ``table`` for studies of ``space`` on the model of ``ctx``. The
     trial function sees only the flags, so the table is looked up by them."""
 
     def __init__(self, table: RecordedTable, space: SearchSpace, ctx: ModelContext,
                  seed: int = 0, clock: DeviceClock | None = None) -> None:
-        self.table = table
+        self.table = drawable(table, space, ctx)
         self.rng = random.Random(seed)
-        self.rows = {tuple(to_argv(space, ctx, row.params)): row for row in table.rows}
+        self.rows = {tuple(to_argv(space, ctx, row.params)): row for row in self.table.rows}
         self.replayed: list[TableRow] = []  # in the order the study asked for them
         self.clock = clock or DeviceClock()
 

@@ -64,7 +64,7 @@ class RecordedTable:
 
     @functools.cached_property
     def _index(self) -> dict[str, TableRow]:
-        return {params_key(r.params): r for r in self.rows}
+        return {params_key({k: r.params.get(k) for k in self.parameters}): r for r in self.rows}
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.rows)

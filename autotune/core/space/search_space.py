@@ -4,7 +4,8 @@ which parameters apply, sampling, completing, resolving references, the grid. Pu
 A space (``search_spaces/*.yaml``, parsed by ``core.space_yaml``) holds fixed ``deployment``
 settings and an ordered list of ``parameters``. Each parameter has a type, a domain, a default,
 exactly one vLLM mapping (``flag`` or ``json``), and optional conditions (``when`` on earlier
-parameters, ``applies_to`` on the model). ``params_key`` is a configuration's one identity.
+parameters or on a ``FACTS`` entry: a deployment setting or a model fact; ``applies_to`` on the
+model). ``params_key`` is a configuration's one identity.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +53,26 @@ class JsonMapping:
 
 
 @dataclass(frozen=True)
+class Condition:
+    """What one ``when:`` entry asks of an earlier parameter or a fact: one of ``values``, or
+    (``min`` set) a number at least ``min``."""
+
+    values: tuple[Value, ...] = ()
+    min: float | None = None
+
+    def holds(self, value: Value) -> bool:
+        if self.min is None:
+            return value in self.values
+        return isinstance(value, int | float) and not isinstance(value, bool) and value >= self.min
+
+    @property
+    def text(self) -> str:
+        if self.min is not None:
+            return f">= {self.min:g}"
+        return " or ".join(json.dumps(v) for v in self.values)
+
+
+@dataclass(frozen=True)
 class Parameter:
     """One tunable knob and how it reaches vLLM."""
 
@@ -65,7 +86,7 @@ class Parameter:
     log: bool = False
     flag: str = ""
     json: JsonMapping | None = None
-    when: Mapping[str, tuple[Value, ...]] = field(default_factory=dict)
+    when: Mapping[str, Condition] = field(default_factory=dict)
     applies_to: str = ""
     bool_style: str = "switch"  # switch: --x / --no-x; only_true: --x or nothing
     help: str = ""
@@ -83,6 +104,18 @@ class Parameter:
             return False
         assert self.low is not None and self.high is not None
         return self.low <= value <= self.high
+
+    def values(self) -> tuple[Value, ...]:
+        """Every value of a finite domain, in order (ValueError for a continuous float)."""
+        if self.type == "bool":
+            return (False, True)
+        if self.type == "categorical":
+            return self.choices
+        assert self.low is not None and self.high is not None
+        if self.type == "float" and self.step is None:
+            raise ValueError(f"{self.name}: a continuous float has no finite list of values")
+        step = 1 if self.type == "int" and self.log else (self.step or 1)
+        return tuple(self.low + i * step for i in range(int(self.size())))
 
     def size(self) -> float:
         """Number of distinct values (inf for a continuous float)."""
@@ -170,6 +203,36 @@ class ModelContext:
 
 
 @dataclass(frozen=True)
+class Fact:
+    """A deployment setting or a model fact that a ``when:`` condition may name."""
+
+    name: str  # deployment.<setting> or model.<fact>
+    read: Callable[[Deployment, Any], Value]  # (deployment, ModelInfo or None)
+    help: str
+
+
+# vLLM's default applies where the space's deployment does not set the flag.
+FACTS = {f.name: f for f in (
+    Fact("deployment.tensor_parallel_size", lambda d, m: d.tensor_parallel_size,
+         "the space's tensor parallel size"),
+    Fact("deployment.decode_context_parallel_size",
+         lambda d, m: d.flags.get("--decode-context-parallel-size", 1),
+         "--decode-context-parallel-size in the space's deployment flags (vLLM's default 1)"),
+    Fact("model.is_moe", lambda d, m: m.is_moe, "the model is a mixture of experts"),
+    Fact("model.num_experts", lambda d, m: m.num_experts, "the model's routed experts"),
+    Fact("model.has_mtp", lambda d, m: m.has_mtp, "the model has MTP layers"),
+)}
+
+
+def facts(space: SearchSpace, ctx: ModelContext | None) -> dict[str, Value]:
+    """The values of ``FACTS`` for this space and model; without a model, only the
+    deployment's (a condition on an unknown model fact holds)."""
+    model = ctx.model if ctx is not None else None
+    return {f.name: f.read(space.deployment, model) for f in FACTS.values()
+            if model is not None or f.name.startswith("deployment.")}
+
+
+@dataclass(frozen=True)
 class ReferenceSet:
     """The reference configs of a file, and which one is the baseline for deltas."""
 
@@ -195,16 +258,30 @@ def inapplicable(space: SearchSpace, ctx: ModelContext) -> dict[str, str]:
             if (why := p.unsupported or ctx.why_not(p.applies_to))}
 
 
-def _active(param: Parameter, params: Params) -> bool:
-    return all(params.get(other) in values for other, values in param.when.items())
+def _active(param: Parameter, params: Params, known: Mapping[str, Value]) -> bool:
+    """Whether every condition holds: on a fact whose value is known, on that value; on a
+    parameter, on the value drawn (one not drawn satisfies no condition)."""
+    for name, cond in param.when.items():
+        if name in FACTS:
+            if name in known and not cond.holds(known[name]):
+                return False
+        elif not cond.holds(params.get(name)):
+            return False
+    return True
+
+
+def inactive_reason(param: Parameter) -> str:
+    """Why a parameter whose ``when:`` does not hold is left out."""
+    return "only with " + " and ".join(f"{name} {cond.text}" for name, cond in param.when.items())
 
 
 def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester) -> Params:
     """Suggest one configuration: only parameters that apply and whose conditions hold."""
     skip = inapplicable(space, ctx)
+    known = facts(space, ctx)
     params: Params = {}
     for p in space.parameters:
-        if p.name in skip or not _active(p, params):
+        if p.name in skip or not _active(p, params, known):
             continue
         if p.type == "bool":
             params[p.name] = trial.suggest_categorical(p.name, [False, True])
@@ -225,9 +302,10 @@ def complete(space: SearchSpace, ctx: ModelContext | None, given: Mapping[str, V
     """Applicable, active parameters with ``given`` values and defaults for the rest. Without
     a model (``ctx`` None: results measured elsewhere) every parameter applies."""
     skip = inapplicable(space, ctx) if ctx is not None else {}
+    known = facts(space, ctx)
     params: Params = {}
     for p in space.parameters:
-        if p.name not in skip and _active(p, {**params}):
+        if p.name not in skip and _active(p, params, known):
             params[p.name] = given.get(p.name, p.default)
     return params
 
@@ -253,10 +331,12 @@ def resolve_references(
         params = complete(space, ctx, ref.params)
         base = by_name.get(ref.base)
         changed = {k for k, v in ref.params.items() if base is None or base.params.get(k) != v}
-        dropped = sorted(changed & set(skip))
+        why = {**skip, **{k: inactive_reason(space.parameter(k)) for k in changed
+                          if k not in params and k not in skip}}
+        dropped = sorted(changed & set(why))
         key = params_key(params)
         if base is not None and dropped and dropped == sorted(changed):
-            reasons = "; ".join(f"{name}: {skip[name]}" for name in dropped)
+            reasons = "; ".join(f"{name}: {why[name]}" for name in dropped)
             out.append(ResolvedReference(ref.name, params, f"does not apply ({reasons})"))
         elif key in seen:
             out.append(ResolvedReference(ref.name, params, f"same flags as {seen[key]!r}"))
@@ -279,6 +359,23 @@ def grid_points(space: SearchSpace) -> list[Params]:
 
 
 def space_size(space: SearchSpace, ctx: ModelContext) -> float:
-    """Upper bound on distinct configurations over the applicable parameters."""
+    """How many configurations ``sample`` can draw for this model: parameters that apply,
+    each counted only where its conditions hold (inf with a continuous float)."""
     skip = inapplicable(space, ctx)
-    return math.prod(p.size() for p in space.parameters if p.name not in skip)
+    known = facts(space, ctx)
+    drawn = [p for p in space.parameters if p.name not in skip]
+    conditioning = {name for p in drawn for name in p.when}
+
+    def count(i: int, chosen: Params) -> float:
+        if i == len(drawn):
+            return 1
+        p = drawn[i]
+        if not _active(p, chosen, known):
+            return count(i + 1, chosen)
+        if p.name not in conditioning:
+            return p.size() * count(i + 1, chosen)
+        if math.isinf(p.size()):
+            return math.inf
+        return sum(count(i + 1, {**chosen, p.name: v}) for v in p.values())
+
+    return count(0, {})

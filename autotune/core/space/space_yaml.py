@@ -12,14 +12,15 @@ import yaml
 from autotune.core.space.search_space import (
     APPLIES_TO,
     DERIVED,
+    FACTS,
     TYPES,
+    Condition,
     Deployment,
     JsonMapping,
     Parameter,
     Reference,
     ReferenceSet,
     SearchSpace,
-    Value,
 )
 from autotune.errors import SpaceError
 
@@ -72,6 +73,25 @@ def _check_placeholders(path: str, where: str, obj: Any) -> None:
         name = obj[2:-1]
         if not obj.endswith("}") or name not in DERIVED:
             raise _fail(path, where, f"unknown derived value {obj!r}; valid: {list(DERIVED)}")
+
+
+def _parse_condition(path: str, where: str, other: str, raw: Any,
+                     earlier: dict[str, Parameter]) -> Condition:
+    """One ``when:`` entry: an earlier parameter or a fact, and a value, a list or {min: N}."""
+    if other not in earlier and other not in FACTS:
+        raise _fail(path, where, f"condition names unknown parameter {other!r} (conditions may "
+                    "only refer to parameters listed before this one, or to facts: "
+                    f"{', '.join(FACTS)})")
+    if isinstance(raw, dict):
+        if set(raw) != {"min"}:
+            raise _fail(path, where, f"condition on {other!r}: a mapping must be {{min: N}}, "
+                        f"got keys {sorted(raw)}")
+        return Condition(min=_number(path, where, "min", raw["min"]))
+    values = tuple(raw) if isinstance(raw, list) else (raw,)
+    for v in values:
+        if other in earlier and not earlier[other].contains(v):
+            raise _fail(path, where, f"condition value {v!r} is not a value of {other!r}")
+    return Condition(values=values)
 
 
 def _parse_parameter(path: str, index: int, raw: Any, earlier: dict[str, Parameter]) -> Parameter:
@@ -128,19 +148,10 @@ def _parse_parameter(path: str, index: int, raw: Any, earlier: dict[str, Paramet
     kwargs["applies_to"] = applies
     when = raw.get("when") or {}
     if not isinstance(when, dict):
-        raise _fail(path, where, "when must map earlier parameter names to a value or list")
-    parsed_when: dict[str, tuple[Value, ...]] = {}
-    for other, values in when.items():
-        if other not in earlier:
-            raise _fail(
-                path, where, f"condition names unknown parameter {other!r} "
-                "(conditions may only refer to parameters listed before this one)"
-            )
-        values = tuple(values) if isinstance(values, list) else (values,)
-        for v in values:
-            if not earlier[other].contains(v):
-                raise _fail(path, where, f"condition value {v!r} is not a value of {other!r}")
-        parsed_when[other] = values
+        raise _fail(path, where, "when must map earlier parameter names or facts to a value, "
+                    "a list of values or {min: N}")
+    parsed_when = {other: _parse_condition(path, where, other, values, earlier)
+                   for other, values in when.items()}
     kwargs["when"] = parsed_when
     param = Parameter(default=None, **kwargs)
     if "default" not in raw:
