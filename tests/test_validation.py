@@ -107,22 +107,6 @@ def test_o2_and_o3_resolve_to_one_engine_and_o1_to_another(validator, moe_model)
         engine("--max-model-len", "81920")
 
 
-def test_o2_and_o3_resolve_to_one_engine_and_o1_to_another(validator, moe_model):
-    def engine(*flags):
-        return engine_identity(validator, moe_model, ["--tensor-parallel-size", "2",
-                                                      "--max-model-len", "32768", *flags])
-
-    # vLLM 0.32: OPTIMIZATION_LEVEL_02 and _03 in vllm/config/vllm.py are the same dict.
-    assert engine("-O2") == engine("--optimization-level", "3")
-    assert engine("-O1") != engine("-O2")
-    # VllmConfig.compute_hash() calls these one (no change to the compiled graph); they are not.
-    assert engine("-O2", "--gpu-memory-utilization", "0.5") != engine("-O2")
-    # Without decode context parallel vLLM still keeps the value: the space's `when:` drops it.
-    assert engine("-O2", "--cp-kv-cache-interleave-size", "16") != engine("-O2")
-    with pytest.raises(ValidationError, match="greater than the derived max_model_len"):
-        engine("--max-model-len", "81920")
-
-
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
