@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from autotune.core.analysis.study_data import StudyData, noise_of
+from autotune.core.trial.capacity_search import Boundary, CapacitySearch
 from autotune.core.trial.objectives import default_objectives
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.workload.profiles import WorkloadProfile
@@ -46,3 +49,13 @@ def test_the_ttft_by_length_section_shows_the_front_per_bucket():
     head, rows = section.tables[0]
     assert head == ["trial", "0-256 tokens", "1024-4096 tokens"]
     assert [row[0] for row in rows] == [t.label for t in data.front()] and rows[0][2].startswith("300")
+
+
+def test_a_capacity_plot_shows_the_fronts_searches_else_the_first_six_that_searched():
+    found = CapacitySearch("cap", "concurrency", ("p99_ttft_ms<=2000",), Boundary(8, 16, 10, "", 4))
+    trials = [trial(0, 10.0, None)] + [dataclasses.replace(trial(n, 10.0, None), capacity={"cap": found})
+                                       for n in range(1, 9)]
+    assert [t.number for t in data_of(trials).front()] == [0]  # the front did not search "cap"
+    assert capacity_curves(data_of(trials)) == {"cap": {t.label: found for t in trials[1:7]}}
+    trials[0] = dataclasses.replace(trials[0], capacity={"cap": found})
+    assert capacity_curves(data_of(trials)) == {"cap": {trials[0].label: found}}
