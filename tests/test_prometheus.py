@@ -70,3 +70,14 @@ vllm:e2e_request_latency_seconds_count 5
 def test_malformed_lines_are_skipped_not_raised(text):
     page = parse_metrics(text + "\nvllm:ok_total 1\n")
     assert page.counters == {"vllm:ok_total": 1.0}
+
+
+def test_a_counter_typed_under_its_family_name_is_read_under_its_sample_name():
+    """The multiprocess collector (vLLM with several API servers) types ``vllm:x`` and
+    writes ``vllm:x_total``."""
+    page = parse_metrics("# TYPE vllm:prefix_cache_hits counter\n"
+                         'vllm:prefix_cache_hits_total{engine="0"} 7.0\n'
+                         "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                         'vllm:kv_cache_usage_perc{engine="0"} 0.5\n')
+    assert page == MetricsPage(counters={"vllm:prefix_cache_hits_total": 7.0},
+                               gauges={"vllm:kv_cache_usage_perc": (0.5,)})
