@@ -2,7 +2,9 @@
 
 Every fact about a metric lives in its ``Metric`` record: the key (vLLM's ``bench serve`` key
 where vLLM has one), unit, which way is better, the label people read, whether it grows with
-the load carried, where it is read, and the noise assumed for it before a study has repeats.
+the load carried, where it is read (for a server metric: which /metrics family, and how), the
+noise assumed for it before a study has repeats, and whether its effects are ratios or
+differences.
 Every list, label, unit or direction elsewhere is derived from ``METRICS``: adding a metric is
 one ``_register`` call here plus the code that computes it. Any registered metric can be an
 objective or an SLO.

@@ -1,4 +1,5 @@
-"""Benchmark metrics: per-request records in, one summary record out. Pure numpy, no I/O.
+"""Benchmark metrics: per-request records (and the server's /metrics pages read around the run)
+in, one summary record out. Pure numpy, no I/O.
 
 Definitions follow vLLM's own ``vllm bench serve`` (``vllm/benchmarks/serve.py``):
 TTFT is the time to the first streamed chunk with tokens; ITL is the gap between
