@@ -105,3 +105,24 @@ def test_a_positive_ratio_metric_keeps_its_relative_change():
     mtp = next(e for e in effects(study(trials, "output_throughput"), "output_throughput")
                if e.param == "mtp")
     assert isinstance(mtp.change, Change) and mtp.change.pct == pytest.approx(100.0)
+
+
+def test_the_report_of_a_study_whose_hit_rate_is_zero_renders_its_effects():
+    """What `autotune report` computes and writes for a normal study in which prefix caching
+    found nothing (the crash of #29), as Markdown."""
+    from autotune.study.report_data import Report, capacity_curves, effect_metrics, ttft_buckets
+    from autotune.study.report_render import report_sections, to_markdown
+
+    trials = [trial(i, p, [{"output_throughput": 100.0 + 10 * i, "mean_e2el_ms": 900.0 - i,
+                            "prefix_cache_hit_rate": 0.0, "mean_kv_cache_usage_pct": 0.0}] * 2)
+              for i, p in enumerate(GRID)]
+    data = study(trials, "output_throughput")
+    found = [e for m in effect_metrics(data) for e in effects(data, m)]
+    assert {e.metric for e in found} >= {"prefix_cache_hit_rate", "mean_kv_cache_usage_pct"}
+    flips, unconfirmed = sign_flips(found)
+    report = Report(study_name="s", model="m", space_path="space.yaml", data=data,
+                    confirmed=frozenset(), recommendations=(), importance={}, effects=tuple(found),
+                    flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed),
+                    ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data))
+    markdown = to_markdown(report_sections(report))
+    assert "prefix_cache_hit_rate" in markdown and "no effect detected (+0 pp [+0, +0])" in markdown

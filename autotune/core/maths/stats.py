@@ -141,7 +141,9 @@ class Difference:
 
     @property
     def text(self) -> str:
-        unit = f" {self.unit}" if self.unit else ""
+        """'+12.5 pp [+3.1, +21.9]': a difference of shares in percentage points (pp), never
+        to be read as a relative change."""
+        unit = " pp" if self.unit == "%" else f" {self.unit}" if self.unit else ""
         return f"{self.value:+.3g}{unit} [{self.low:+.3g}, {self.high:+.3g}]"
 
     @classmethod
