@@ -213,3 +213,56 @@ def test_a_capacity_cell_shows_the_load_met_and_the_one_missed(boundary, cell):
     load, fail = boundary
     found = CapacitySearch("cap", "concurrency", ("p99_ttft_ms<=2000",), Boundary(load, fail, load, "", 3))
     assert capacity_cell(found) == cell
+
+
+JSONL = {"format": "jsonl", "path": "data.jsonl"}
+BAD_DATA = {  # id: (dataset of profile 'data', the file's bytes or None for no file, message)
+    "bad-json": (JSONL, b'{"prompt": "a b", "output_len": 4}\n{not json\n', "data.jsonl: line 2: not JSON"),
+    "missing-prompt": (JSONL, b'{"output_len": 4}\n', "line 1: no prompt"),
+    "negative-output-len": (JSONL, b'{"prompt": "a b", "output_len": -3}\n',
+                            "line 1: output_len must be an integer >= 1, got -3"),
+    "timestamps-on-some-lines": (JSONL, b'{"prompt": "a", "output_len": 4, "timestamp_ms": 0}\n'
+                                        b'{"prompt": "b", "output_len": 4}\n',
+                                 "line 2: timestamp_ms must be on every line or on none"),
+    "not-utf8": (JSONL, b'{"prompt": "\xff\xfe", "output_len": 4}\n', "data.jsonl is not UTF-8 text"),
+    "missing-file": (JSONL, None, "cannot read"),
+    "unknown-format": ({"format": "csv", "path": "data.jsonl"}, b"", "dataset format 'csv' is not known"),
+    "unknown-option": ({**JSONL, "block_size": 8}, b'{"prompt": "a", "output_len": 4}\n',
+                       "dataset option(s) block_size are not jsonl's"),
+    "malformed-sharegpt": ({"format": "sharegpt", "path": "data.jsonl"}, b'[{"turns": []}]',
+                           "entry 1: no conversations list"),
+    "malformed-mooncake": ({"format": "mooncake", "path": "data.jsonl"}, b'{"timestamp": 0, "input_length": 5}\n',
+                           "line 1: missing field(s) output_length, hash_ids"),
+}
+
+
+def _data_profile(folder: Path, dataset: dict, content: bytes | None) -> Path:
+    import json
+
+    if content is not None:
+        (folder / "data.jsonl").write_bytes(content)
+    (folder / "p.yaml").write_text("data:\n  num_prompts: 4\n  warmup_requests: 1\n"
+                                   f"  dataset: {json.dumps(dataset)}\n")
+    return folder / "p.yaml"
+
+
+@pytest.mark.parametrize("dataset, content, message", BAD_DATA.values(), ids=BAD_DATA.keys())
+def test_a_dry_run_in_a_fresh_folder_rejects_bad_data_without_the_model(
+        autotune_in, tmp_path, tmp_path_factory, dataset, content, message):
+    profile = _data_profile(tmp_path_factory.mktemp("data"), dataset, content)
+    result = autotune_in(tmp_path, "run", "--dry-run", "--profile", "data", "--profile-file", str(profile))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert list(tmp_path.iterdir()) == []  # no model generated, no database, no folder
+
+
+def test_a_dry_run_without_the_model_passes_good_data_and_says_what_waits_for_the_model(
+        autotune_in, tmp_path, tmp_path_factory):
+    profile = _data_profile(tmp_path_factory.mktemp("data"), JSONL,
+                            b'{"prompt": "the cache is warm", "output_len": 4}\n' * 5)
+    result = autotune_in(tmp_path, "run", "--dry-run", "--profile", "data", "--profile-file", str(profile))
+    assert result.returncode == 0, result.stderr
+    assert "token lengths against the max model length" in result.stdout + result.stderr
+    assert "dry run: nothing launched, nothing written" in result.stdout
+    assert list(tmp_path.iterdir()) == []

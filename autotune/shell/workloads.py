@@ -61,13 +61,41 @@ def check_unchanged(was: DatasetSpec, sha256: str) -> None:
             "with, or start another --study")
 
 
+class WordCounts:
+    """Stands in for a tokenizer that does not exist yet (a dry run makes no model): a word
+    counts as a token, so that every format parses its file and every check of the file's
+    structure runs. ``asked`` says whether a length was asked for: what depends on it waits."""
+
+    all_special_ids: list[int] = []
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.asked = False
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        self.asked = True
+        return [1] * max(1, len(text.split()))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        self.asked = True
+        return " ".join("word" for _ in ids)
+
+
+# What a dry run without the model leaves for the run that has it.
+WAITS_FOR_THE_MODEL = ("token lengths against the max model length, and the number of requests "
+                       "where counting them needs tokens (ShareGPT's length filter)")
+
+
 def sources_for(profiles: Sequence[WorkloadProfile], *, vocab_size: int,
-                tokenizer: Tokenizer | None, max_model_len: int
+                tokenizer: Tokenizer | None, max_model_len: int, structure_only: bool = False
                 ) -> tuple[tuple[WorkloadProfile, ...], dict[str, RequestSource]]:
     """Each profile's request source, and the profiles with their datasets' defaults and
     content hashes filled in (what a study stores). A profile without a dataset sends random
     text of its lengths, as vLLM's random dataset (the reference study's workload), or random
-    token ids with ``token_ids``."""
+    token ids with ``token_ids``. ``structure_only`` (no tokenizer yet): ``WordCounts`` stands in
+    and ``WAITS_FOR_THE_MODEL`` is not checked; the sources are not for sending."""
+    if structure_only and tokenizer is None:
+        tokenizer = WordCounts(vocab_size)
     done, sources = [], {}
     for p in profiles:
         if p.dataset is None:
@@ -87,15 +115,21 @@ def sources_for(profiles: Sequence[WorkloadProfile], *, vocab_size: int,
             check_unchanged(spec, digest)
             spec = dataclasses.replace(spec, sha256=digest)
             where = spec.path
+        stand_in = tokenizer if isinstance(tokenizer, WordCounts) else None
+        if stand_in is not None:
+            stand_in.asked = False
         source = source_of(spec, text, tokenizer, where)
         count = p.num_prompts + p.warmups
-        if isinstance(source, LoadedRequests):
+        loaded = isinstance(source, LoadedRequests)
+        # Lengths the stand-in gave (or would give) wait for the real tokenizer.
+        lengths_known = stand_in is None or (loaded and not stand_in.asked)
+        if lengths_known and isinstance(source, LoadedRequests):
             check_fits(source, max_model_len)
             if len(source.pool) < count:
                 raise ConfigError(f"{where}: {len(source.pool)} requests, but profile {p.name!r} "
                                   f"sends {count} (num_prompts {p.num_prompts} + {p.warmups} warm-up "
                                   "requests); lower --num-prompts or add requests")
-        else:
+        elif lengths_known:
             longest = max(source.requests(p, min(count, 8), 0), key=lambda r: r.prompt_len + r.output_len)
             if longest.prompt_len + longest.output_len > max_model_len:
                 raise ConfigError(f"{where}: prompts of {longest.prompt_len} tokens + "

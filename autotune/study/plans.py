@@ -30,7 +30,7 @@ from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.shell.install import Entrypoint
 from autotune.shell.validation import VllmValidator
-from autotune.shell.workloads import check_unchanged, load_tokenizer, sources_for
+from autotune.shell.workloads import WAITS_FOR_THE_MODEL, check_unchanged, load_tokenizer, sources_for
 from autotune.study.samplers import SAMPLERS
 from autotune.study.state import read_plan, write_plan
 from autotune.study.storage import check_url, storage_url
@@ -177,13 +177,12 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     model = model_info(request.model, request.workdir, describe_only=dry_run, say=say)
     max_model_len = request.max_model_len or space.deployment.max_model_len or model.native_context
     tokenizer = load_tokenizer(model.name)
-    if tokenizer is None and dry_run and any(p.dataset or not p.token_ids for p in profiles):
-        say("datasets are read and random text is made once the model exists (a dry run does "
-            "not make it)")
-        sources: dict = {}
-    else:
-        profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
-                                        max_model_len=max_model_len)
+    waits = tokenizer is None and dry_run
+    profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
+                                    max_model_len=max_model_len, structure_only=waits)
+    if waits and any(p.dataset for p in profiles):
+        say(f"dry run without the model: the datasets' files, formats and fields were checked; "
+            f"{WAITS_FOR_THE_MODEL} wait for the model (the first run makes it)")
     filled = dataclasses.replace(
         request, model=model.name, space_yaml=space.text,
         tp=space.deployment.tensor_parallel_size, max_model_len=max_model_len, profiles=profiles,
