@@ -11,6 +11,7 @@ from autotune.core.deployment.flags import argv_to_options, options_to_config, t
 from autotune.core.space.search_space import (
     ModelContext,
     complete,
+    drawable_points,
     inapplicable,
     resolve_references,
     sample,
@@ -169,6 +170,16 @@ def test_the_space_size_sums_the_branches_of_a_condition_on_a_parameter(moe_mtp_
         "  - {name: k, type: int, low: 1, high: 4, default: 1, flag: --k, when: {mtp: true}}\n"
         "  - {name: m, type: categorical, choices: [a, b, c], default: a, flag: --m}\n", "s.yaml")
     assert space_size(space, ModelContext(moe_mtp_info, 4096)) == 5 * 3
+
+
+def test_the_drawable_points_are_what_sample_can_draw_and_as_many_as_the_space_size(
+    space, moe_mtp_info
+):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    points = drawable_points(space, ctx)
+    assert len(points) == space_size(space, ctx) == 96
+    assert len({json.dumps(p, sort_keys=True) for p in points}) == len(points)
+    assert all(sample(space, ctx, FixedTrial(p)) == p for p in points)
 
 
 def test_a_condition_on_a_model_fact(moe_mtp_info, dense_info):

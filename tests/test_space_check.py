@@ -9,7 +9,13 @@ import pytest
 from autotune.core.space.search_space import ModelContext, resolve_references
 from autotune.errors import ValidationError
 from autotune.shell.files import read_references, read_space
-from autotune.study.space_check import ReferenceCheck, check_references, check_samples
+from autotune.study.space_check import (
+    EngineCount,
+    ReferenceCheck,
+    check_references,
+    check_samples,
+    count_engines,
+)
 from tests.conftest import SPACES
 
 
@@ -57,3 +63,28 @@ def test_random_samples_are_counted_by_vllms_message_and_reproducible_from_the_s
     assert drawn.rejected_count == rejected
     again = RejectsFlag("--no-enable-expert-parallel")
     assert check_samples(again, space, ctx, samples=40, seed=3) == drawn and again.asked == validator.asked
+
+
+def o3_is_o2_and_no_yarn_is_rejected(argv):
+    """Stand-in for vLLM's resolution (shell.validation.engine_identity, tested in
+    test_validation.py): -O3 is the -O2 engine; without YaRN 81920 tokens are rejected."""
+    if "--hf-overrides" not in argv:
+        raise ValidationError("max_model_len too long")
+    return " ".join(argv).replace("--optimization-level 3", "--optimization-level 2")
+
+
+def test_the_engine_count_holds_combinations_drawable_configurations_and_distinct_engines(
+    space, moe_mtp_info
+):
+    count = count_engines(space, ModelContext(moe_mtp_info, 81920), o3_is_o2_and_no_yarn_is_rejected)
+    # 4 x 3 x 2^4 combinations; the interleave is drawn only with decode context parallel;
+    # half lack YaRN; of the other 48, -O2 and -O3 are one engine: 3 x 3 x 2 x 2.
+    assert count == EngineCount(combinations=192, drawable=96, engines=36, rejected=48)
+    assert count.text == "192 combinations, 96 drawable, 36 distinct engines (48 rejected by vLLM)"
+
+
+def test_a_space_too_large_to_resolve_is_counted_without_resolving(space, moe_mtp_info):
+    asked = []
+    count = count_engines(space, ModelContext(moe_mtp_info, 81920), asked.append, limit=95)
+    assert count == EngineCount(combinations=192, drawable=96, engines=None, rejected=0)
+    assert not asked

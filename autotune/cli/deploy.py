@@ -205,12 +205,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         where = p.flag or f"{p.json.flag} JSON" if p.json else p.flag
         table.add_row(p.name, domain, str(p.default), where, skip.get(p.name, "yes"))
     out.print(table)
-    out.print(f"configurations (upper bound over applicable parameters): "
-              f"{space_size(space, ctx):g}")
     if validator is None:
+        out.print(f"configurations: {space_size(space, ctx):g} drawable")
         out.print("vLLM's parser is not available here: flags were not checked by it")
         return 0
-    from autotune.study.space_check import check_references, check_samples
+    from autotune.shell.install import vllm_version
+    from autotune.shell.validation import engine_identity
+    from autotune.study.space_check import check_references, check_samples, count_engines
+
+    count = count_engines(space, ctx, lambda argv: engine_identity(validator, model.name, argv))
+    out.print(f"configurations for {model.name} on {vllm_version()}: {count.text}")
 
     refs = read_references(args.references, space).configs if args.references else ()
     references = check_references(validator, space, ctx, refs)

@@ -1,9 +1,11 @@
 """`autotune validate`'s checks: a space's references and random samples of it put to vLLM's
-parser, as records. Prints nothing (the CLI does)."""
+parser, and the distinct engines it holds, as records. Prints nothing (the CLI does)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import optuna
@@ -13,10 +15,13 @@ from autotune.core.space.search_space import (
     ModelContext,
     Reference,
     SearchSpace,
+    drawable_points,
+    inapplicable,
     resolve_references,
     sample,
+    space_size,
 )
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ValidationError
 from autotune.shell.validation import VllmValidator
 
 
@@ -78,3 +83,44 @@ def check_samples(validator: VllmValidator, space: SearchSpace, ctx: ModelContex
             rejected[str(exc)] += 1
         study.tell(trial, 0.0)
     return SampleCheck(samples, tuple(rejected.most_common()))
+
+
+@dataclass(frozen=True)
+class EngineCount:
+    """How many configurations a space holds for one model, and how many engines they are."""
+
+    combinations: float  # every value of every parameter that applies to the model
+    drawable: float  # those a study can draw: each parameter only where its conditions hold
+    engines: int | None  # distinct engines of the accepted ones; None: more than the limit
+    rejected: int  # drawable ones that vLLM rejects
+
+    @property
+    def text(self) -> str:
+        head = f"{self.combinations:g} combinations, {self.drawable:g} drawable"
+        if self.engines is None:
+            return f"{head} (too many to resolve one by one)"
+        return f"{head}, {self.engines} distinct engines ({self.rejected} rejected by vLLM)"
+
+
+RESOLVE_LIMIT = 5000  # drawable configurations resolved one by one (about 10 ms each)
+
+
+def count_engines(space: SearchSpace, ctx: ModelContext,
+                  engine: Callable[[Sequence[str]], str], *,
+                  limit: int = RESOLVE_LIMIT) -> EngineCount:
+    """The space's combinations, drawable configurations, and the distinct engines that
+    ``engine`` (argv -> identity, ValidationError where rejected: ``shell.validation.
+    engine_identity``) resolves the drawable ones to."""
+    skip = inapplicable(space, ctx)
+    combinations = math.prod(p.size() for p in space.parameters if p.name not in skip)
+    drawable = space_size(space, ctx)
+    if drawable > limit:
+        return EngineCount(combinations, drawable, None, 0)
+    found: set[str] = set()
+    rejected = 0
+    for params in drawable_points(space, ctx):
+        try:
+            found.add(engine(to_argv(space, ctx, params)))
+        except ValidationError:
+            rejected += 1
+    return EngineCount(combinations, drawable, len(found), rejected)

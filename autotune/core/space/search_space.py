@@ -358,6 +358,24 @@ def grid_points(space: SearchSpace) -> list[Params]:
     return [dict(zip(space.names, values, strict=True)) for values in itertools.product(*choices)]
 
 
+def drawable_points(space: SearchSpace, ctx: ModelContext) -> list[Params]:
+    """Every configuration ``sample`` can draw for this model, in the space's order (the last
+    parameter varies fastest). SpaceError for a continuous float, which has no such list."""
+    skip = inapplicable(space, ctx)
+    known = facts(space, ctx)
+    points: list[Params] = [{}]
+    for p in space.parameters:
+        if p.name in skip:
+            continue
+        try:
+            values = p.values()
+        except ValueError as exc:
+            raise SpaceError(f"{space.path}: {exc}; its configurations cannot be listed") from None
+        points = [drawn for params in points for drawn in (
+            [{**params, p.name: v} for v in values] if _active(p, params, known) else [params])]
+    return points
+
+
 def space_size(space: SearchSpace, ctx: ModelContext) -> float:
     """How many configurations ``sample`` can draw for this model: parameters that apply,
     each counted only where its conditions hold (inf with a continuous float)."""
