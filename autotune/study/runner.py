@@ -230,7 +230,7 @@ class StudyRunner:
         argv = tuple(to_argv(plan.space, plan.ctx, params))
         engine = self._engine_of(argv)
         same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
-        frozen = optuna_internals.frozen(study, trial)
+        frozen = optuna_internals.stored_trial(study, trial)
         enqueued = optuna_internals.was_enqueued(frozen)
         again = same is not None and not same.failed and self._resamples < MAX_RESAMPLES
         if again and same.running and not enqueued:
@@ -247,7 +247,7 @@ class StudyRunner:
             reference=frozen.user_attrs.get("reference", ""), model=plan.model.name,
             argv=argv, engine=engine,
             worker={"host": hostname(), "pid": os.getpid(), "label": self.label,
-                    "slot": self.setup.slot.describe() if self.setup.slot else ""},
+                    "slot": self.setup.slot.devices_text() if self.setup.slot else ""},
             duplicate_of=same.number if same is not None else None,
         )
         write_outcome(trial, claim)
