@@ -57,6 +57,8 @@ def starts(count: int, fresh: bool, options: list[str]) -> None:
             print(f"| {label} | {' | '.join(cells)} |")
     print(f"| **ready** | {' | '.join(f'{ready:.1f}' for ready, _ in rows)} |")
     print(f"| compile cache | {' | '.join(p.compile_cache or '-' for _, p in rows)} |")
+    grown = [", ".join(f"{name} +{mib:g}" for name, mib in p.cache_added_mib if mib) or "none" for _, p in rows]
+    print(f"| caches grown, MiB | {' | '.join(grown)} |")
 
 
 def imports(count: int) -> None:
