@@ -3,9 +3,10 @@ profile: search its load), tear down.
 
 ``run_trial`` is the real trial function (the runner takes any function of its signature,
 ``TrialFunction``). It returns a ``Measurement`` whatever happens short of an interrupt:
-rejected flags, a deployment that does not come up, an invalid run, a dead engine, a benchmark
-that cannot run and a bug of ours each become a failure class with a message (and vLLM's log
-tail), never an exception, and the server is gone when it returns. ``TrialSetup.deploy`` and
+rejected flags, a deployment that does not come up, an invalid run, a dead engine, the
+machine's faults (a full disk, a port taken) and a bug of ours each become a failure class
+with a message (and vLLM's log tail), never an exception, and the server is gone when it
+returns. Nothing is drawn here: the report draws from the stored records. ``TrialSetup.deploy`` and
 ``TrialSetup.run_profile`` are its seams: the real deployment and client by default; tests of its
 branches pass stand-ins. Knows nothing of Optuna.
 """
