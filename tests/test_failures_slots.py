@@ -51,6 +51,13 @@ def test_every_failure_class_is_one_record_stored_by_its_name_and_the_table_is_d
         failures.failure_class("gone")
 
 
+def test_the_documented_failure_table_is_the_one_the_registry_renders():
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "deployments.md"
+    assert failures.failure_table() in page.read_text()
+
+
 def test_only_failures_the_configuration_causes_are_held_against_it():
     ours = {f.name for f in failures.FAILURE_CLASSES.values() if not f.blames_configuration}
     assert ours == {"interrupted", "internal_error", "host_fault"}
