@@ -18,6 +18,7 @@ from rich.table import Table
 
 from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
+from autotune.core.metrics.registry import label_of
 from autotune.core.space.search_space import SearchSpace
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
@@ -66,19 +67,112 @@ def parse_duration(text: str, flag: str) -> float:
     return total
 
 
-def print_fitting(build: Callable[[bool], Table], changes: Sequence[tuple[str, str]],
+# The longest line a name may keep in a table cell, tried in turn until the table fits the
+# terminal (None: names whole).
+NAME_WIDTHS: tuple[int | None, ...] = (None, 16, 12, 8)
+
+
+def breakable(text: str, width: int | None) -> str:
+    """``text`` in lines of at most ``width`` characters, broken only at a space or after a
+    ``-`` or ``_`` (a piece longer than ``width`` stays whole, never cut); whole for None."""
+    if width is None:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        current = ""
+        for word in line.split(" "):
+            for i, piece in enumerate(re.findall(r"[^-_]*[-_]+|[^-_]+", word) or [""]):
+                glue = " " if i == 0 and current else ""
+                if current and len(current) + len(glue) + len(piece) > width:
+                    lines.append(current)
+                    current = piece
+                else:
+                    current += glue + piece
+        lines.append(current)
+    return "\n".join(lines)
+
+
+def metric_header(profile: str, metric: str, width: int | None) -> str:
+    """A column of one profile's metric: the profile over the metric's label (the registry's:
+    'output throughput' for output_throughput), each broken as ``breakable`` does."""
+    return f"{breakable(profile, width)}\n{breakable(label_of(metric), width)}"
+
+
+def fits(table: Table) -> bool:
+    """Whether every word of ``table`` fits the terminal whole (rich then breaks none)."""
+    return Measurement.get(out, out.options.update_width(10_000), table).minimum <= out.width
+
+
+def _settled(table: Table) -> Table:
+    """``table`` with widths that keep each column's longest word whole where the terminal is
+    narrower than the table: rich's own narrowing can cut a column below its longest word even
+    where the words fit (it shrinks the widest columns first), so each column gets its longest
+    word and a share of the room left in proportion to what it would take beyond that."""
+    wide = out.options.update_width(10_000)
+    ranges = [[Measurement.get(out, wide, cell) for cell in (c.header, *c.cells)] for c in table.columns]
+    low = [max(m.minimum for m in r) for r in ranges]
+    high = [max(m.maximum for m in r) for r in ranges]
+    room = out.width - (Measurement.get(out, wide, table).minimum - sum(low))
+    if sum(high) <= room or sum(low) > room:
+        return table
+    spare = room - sum(low)
+    want = [h - lo for h, lo in zip(high, low, strict=True)]
+    for column, lo, w in zip(table.columns, low, want, strict=True):
+        column.width = lo + spare * w // sum(want)
+    return table
+
+
+def fitted(build: Callable[[int | None], Table]) -> Table | None:
+    """``build(width)`` for the first of ``NAME_WIDTHS`` whose table fits; None if none does."""
+    return next((t for t in map(build, NAME_WIDTHS) if fits(t)), None)
+
+
+def _columns(table: Table, indexes: Sequence[int], title: str | None) -> Table:
+    part = Table(title=title)
+    for i in indexes:
+        c = table.columns[i]
+        part.add_column(c.header, justify=c.justify, overflow=c.overflow, no_wrap=c.no_wrap)
+    for row in zip(*(list(table.columns[i].cells) for i in indexes), strict=True):
+        part.add_row(*row)
+    return part
+
+
+def split_to_fit(table: Table, keep: int = 1) -> list[Table]:
+    """``table`` as consecutive tables of as many of its columns as fit the terminal, each
+    beginning with its first ``keep`` columns (the row's name): too many columns for one."""
+    parts: list[list[int]] = []
+    for i in range(keep, len(table.columns)):
+        if parts and fits(_columns(table, [*range(keep), *parts[-1], i], None)):
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    title = table.title if isinstance(table.title, str) else None
+    return [_columns(table, [*range(keep), *part], title if n == 0 else "(continued)")
+            for n, part in enumerate(parts)] or [table]
+
+
+def print_table(build: Callable[[int | None], Table], keep: int = 1) -> None:
+    """The table ``build(width)`` makes with names as whole as the terminal allows
+    (``fitted``); where no width fits, its columns in several tables (``split_to_fit``)."""
+    table = fitted(build)
+    for part in [table] if table is not None else split_to_fit(build(NAME_WIDTHS[-1]), keep):
+        out.print(_settled(part), soft_wrap=False)  # its title too wraps at the terminal
+
+
+def print_fitting(build: Callable[[bool, int | None], Table], changes: Sequence[tuple[str, str]],
                   heading: str) -> None:
-    """A table whose last column lists parameter changes: with that column where every word
-    of the table fits the terminal; else without it, the changes listed below one trial a
-    line, so that no cell ever breaks a parameter name."""
-    table = build(True)
-    if Measurement.get(out, out.options.update_width(10_000), table).minimum <= out.width:
-        out.print(table)
+    """A table whose last column lists parameter changes, built with names as whole as the
+    terminal allows (``fitted``): with that column where every word then fits; else without
+    it (in several tables where it has too many columns), the changes listed below one trial
+    a line (wrapped between parameters), so that no cell ever breaks a name."""
+    table = fitted(lambda width: build(True, width))
+    if table is not None:
+        out.print(_settled(table), soft_wrap=False)
         return
-    out.print(build(False))
-    out.print(f"{heading}:")
+    print_table(lambda width: build(False, width))
+    out.print(f"{heading}:", soft_wrap=False)
     for label, text in changes:
-        out.print(f"  {label}: {text}")
+        out.print(f"  {label}: {text}", soft_wrap=False, markup=False)
 
 
 def parse_percent(text: str, flag: str) -> float:

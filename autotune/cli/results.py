@@ -12,10 +12,12 @@ from rich.table import Table
 from autotune.cli.common import (
     add_smallest_difference,
     add_study_args,
+    breakable,
     capacity_cell,
     console,
     cpu_slot,
     fmt,
+    metric_header,
     out,
     parse_percent,
     print_fitting,
@@ -42,22 +44,25 @@ def _data(args: argparse.Namespace):
     return study_data(load_existing(args.study, storage_of_args(args)))
 
 
-def front_table(data: StudyData, title: str, *, changes_column: bool = True) -> Table:
-    """The front with each objective's interval and, with a baseline, its change against it."""
+def front_table(data: StudyData, title: str, *, changes_column: bool = True,
+                width: int | None = None) -> Table:
+    """The front with each objective's interval and, with a baseline, its change against it;
+    names broken into lines of ``width`` at most (``breakable``)."""
     table = Table(title=f"the front ({title}): " + " against ".join(
         o.label for o in data.objectives) + "; mean [95% interval]")
     table.add_column("trial", overflow="fold")
     for o in data.objectives:
-        table.add_column(f"{o.profile}\n{o.metric}", justify="right", overflow="fold")
+        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
         if data.baseline is not None:
             table.add_column("vs baseline", justify="right", overflow="fold")
     capacity = list(dict.fromkeys(p for t in data.front() for p in t.capacity))
     for p in capacity:
-        table.add_column(f"{p}\nload met of missed", justify="right", overflow="fold")
+        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
+                         overflow="fold")
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
     for t in data.front():
-        cells = [t.label]
+        cells = [breakable(t.label, width)]
         for o in data.objectives:
             cells.append(data.objective_estimate(t, o).text)
             if data.baseline is not None:
@@ -73,7 +78,7 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True) -> 
 
 def print_front(data: StudyData, title: str) -> bool:
     """The front table and its legend; False when nothing is feasible yet."""
-    print_fitting(lambda column: front_table(data, title, changes_column=column),
+    print_fitting(lambda column, width: front_table(data, title, changes_column=column, width=width),
                   [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
                    for t in data.front()], f"what each front member changes from {data.reference_point}")
     if not data.front():
