@@ -154,14 +154,15 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
     return 0
 
 
-def _confirm(plan: StudyPlan, setup: TrialSetup, k: int) -> None:
+def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | None = None,
+             rounds: int = CONFIRM_ROUNDS) -> None:
     from autotune.study.confirm import confirm
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     progress = ConsoleProgress()
-    confirmed = confirm(study, plan, setup, k=k, rounds=CONFIRM_ROUNDS, say=progress.message)
-    progress.message(f"confirmed {len(confirmed)} finalist(s): "
+    confirmed = confirm(study, plan, setup, k=k, trials=trials, rounds=rounds, say=progress.message)
+    progress.message(f"confirmed {len(confirmed)} trial(s) in {rounds} more round(s): "
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
@@ -207,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The `run` that created the study samples with --seed itself; one that joins varies it.
     code = _work(plan, setup, slots, args, "" if created else hostname())
     if code == 0 and plan.confirm:
-        _confirm(plan, setup, plan.confirm)
+        _confirm(plan, setup, k=plan.confirm)
     return _finish(plan, code, smallest)
 
 
@@ -242,14 +243,25 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds {args.rounds}: must be >= 1")
+    trials = trial_numbers(args.trials) if args.trials is not None else None
     storage = storage_of_args(args)
     study = load_existing(args.study, storage)
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))
     slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]
     plan, setup = _for_this_vllm(plan, args, slot)
-    _confirm(plan, setup, args.k)
+    _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds)
     return _finish(plan, 0)
+
+
+def trial_numbers(text: str) -> list[int]:
+    """`--trials 3,7`: trial numbers, each once."""
+    parts = [part.strip().removeprefix("#") for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise ConfigError(f"--trials {text!r}: expected trial numbers separated by commas, e.g. 3,7")
+    return list(dict.fromkeys(int(part) for part in parts))
 
 
 def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
@@ -371,6 +383,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_study_args(p)
     p.add_argument("--finalists", dest="k", type=int, default=DEFAULTS.confirm, metavar="K",
                    help=f"front members to confirm, with the baseline (default {DEFAULTS.confirm})")
+    p.add_argument("--trials", metavar="A,B", help="confirm these trials instead of the finalists "
+                   "(as a tie's cost names them)")
+    p.add_argument("--rounds", type=int, default=CONFIRM_ROUNDS,
+                   help=f"interleaved rounds, added to those already stored (default {CONFIRM_ROUNDS})")
     p.add_argument("--model", help="this node's path of the model (default: the study's)")
     add_deploy_args(p, startup_timeout=False)  # the study's, from its plan
     p.set_defaults(handler=cmd_confirm)

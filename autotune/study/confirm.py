@@ -1,33 +1,52 @@
-"""Confirmation of finalists: the front's members and the baseline, deployed again and
-measured in interleaved rounds (A, B, base, then B, base, A, ...), so that drift of the
-machine hits every finalist alike. The confirmed numbers are stored apart from the search's
-(``state.write_confirmed``) and are what recommendations, exports and reports use."""
+"""Confirmation of finalists: the front's members and the baseline (or the trials asked for),
+deployed again and measured in interleaved rounds (A, B, base, then B, base, A, ...), so that
+drift of the machine hits every finalist alike. The confirmed runs are stored apart from the
+search's and added to those of earlier confirmations (``state.add_confirmed``); they are what
+recommendations, exports and reports use."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import optuna
 
-from autotune.core.analysis.study_data import finalists
-from autotune.core.trial.outcome import ProfileResult
+from autotune.core.analysis.study_data import StudyData, finalists
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.errors import ConfigError
 from autotune.study.plans import StudyPlan
 from autotune.study.records import study_data
-from autotune.study.state import write_confirmed
+from autotune.study.state import add_confirmed
 from autotune.study.trial import TrialFunction, TrialSetup, run_trial
 
 CONFIRM_ROUNDS = 2  # rounds of a confirmation: every finalist deployed once per round
 
 
-def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int,
-            rounds: int = CONFIRM_ROUNDS,
+def chosen_trials(data: StudyData, numbers: Sequence[int]) -> list[TrialOutcome]:
+    """The trials ``numbers`` asked for by `confirm --trials`: each a served (feasible) trial."""
+    served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
+    wrong = [n for n in numbers if n not in served]
+    if wrong or not numbers:
+        raise ConfigError(f"--trials {','.join(map(str, numbers))}: {', '.join(f'#{n}' for n in wrong)} "
+                          f"not a served trial of this study; served: "
+                          f"{', '.join(f'#{n}' for n in sorted(served)) or 'none'}")
+    return [served[n] for n in dict.fromkeys(numbers)]
+
+
+def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int = 0,
+            trials: Sequence[int] | None = None, rounds: int = CONFIRM_ROUNDS,
             trial_fn: TrialFunction = run_trial,
             say: Callable[[str], None] = lambda text: None) -> dict[int, dict[str, ProfileResult]]:
-    """Deploy each finalist ``rounds`` times, rotating the order every round; store and return
-    the runs of every profile per trial. A finalist that fails a redeployment keeps the runs
-    of the rounds it served, and the failure is said."""
-    chosen = finalists(study_data(study, confirmed=False), k)
+    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) ``rounds`` times,
+    rotating the order every round; add the runs of every profile per trial to those stored,
+    and return this confirmation's. A trial that fails a redeployment keeps the runs of the
+    rounds it served, and the failure is said."""
+    if rounds < 1:
+        raise ConfigError(f"--rounds {rounds}: must be >= 1")
+    data = study_data(study, confirmed=False)
+    chosen = finalists(data, k) if trials is None else chosen_trials(data, trials)
+    base = plan.workdir / "trials" / plan.study_name
+    earlier = {t.number: len(list(base.glob(f"confirm-{t.number:04d}-*"))) for t in chosen}
     runs: dict[int, dict[str, list]] = {t.number: {} for t in chosen}
     for r in range(rounds):
         order = chosen[r % len(chosen):] + chosen[:r % len(chosen)] if chosen else []
@@ -35,7 +54,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int,
             tag = f"confirm round {r + 1}/{rounds}, {i + 1}/{len(order)}: trial {t.label}"
             here = dataclasses.replace(
                 setup, model=plan.model.name,
-                workdir=plan.workdir / "trials" / plan.study_name / f"confirm-{t.number:04d}-{r + 1}")
+                workdir=base / f"confirm-{t.number:04d}-{earlier[t.number] + r + 1}")
             m = trial_fn(t.argv, plan.bench, here, lambda ph, tag=tag: say(f"{tag}: {ph}"))
             if m.failure is not None:
                 say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
@@ -44,5 +63,5 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int,
                 runs[t.number].setdefault(profile, []).extend(result.runs)
     confirmed = {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
                  for n, by_profile in runs.items() if by_profile}
-    write_confirmed(study, confirmed)
+    add_confirmed(study, confirmed)
     return confirmed

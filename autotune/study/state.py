@@ -77,8 +77,12 @@ def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
             for n, by_profile in study.user_attrs.get(_CONFIRMED, {}).items()}
 
 
-def write_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, ProfileResult]]) -> None:
-    stored = dict(study.user_attrs.get(_CONFIRMED, {}))
+def add_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, ProfileResult]]) -> None:
+    """Add confirmed runs to those stored: earlier rounds are kept."""
+    stored = {n: {p: list(runs) for p, runs in by.items()}
+              for n, by in study.user_attrs.get(_CONFIRMED, {}).items()}
     for number, by_profile in results.items():
-        stored[str(number)] = {p: [dict(r) for r in res.runs] for p, res in by_profile.items()}
+        mine = stored.setdefault(str(number), {})
+        for p, res in by_profile.items():
+            mine.setdefault(p, []).extend(dict(r) for r in res.runs)
     study.set_user_attr(_CONFIRMED, stored)
