@@ -321,7 +321,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True, help="served model name (and config source)")
     add_profile_args(p, required=True)
-    p.add_argument("--vocab-size", type=int, help="default: from the model's config.json")
+    p.add_argument("--vocab-size", type=int, help="with --token-ids: the ids drawn are below it "
+                   "(default: from the model's config.json)")
     p.add_argument("--tokenizer", help="model folder whose tokenizer makes and counts text prompts "
                    "(default: --model where it is a local folder)")
     p.add_argument("--max-model-len", type=int, default=1 << 20,
