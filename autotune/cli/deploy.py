@@ -26,6 +26,7 @@ from autotune.cli.common import (
     print_table,
     profiles_of,
     slots_of,
+    vllm_validator,
 )
 from autotune.core.metrics.registry import RUN_METRICS
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
@@ -198,21 +199,9 @@ def space_table(space: SearchSpace, skip: Mapping[str, str], width: int | None) 
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from autotune.errors import ValidationUnavailable
-    from autotune.shell.install import vllm_version
-    from autotune.shell.validation import VllmValidator, vllm_importable
-
     space = read_space(args.space)
     model = read_model_info(args.model)
-    validator = VllmValidator() if vllm_importable() else None
-    if validator is not None:
-        try:
-            space, notes = validator.restrict(space, vllm_version())
-            for note in notes:
-                out.print(note)
-        except ValidationUnavailable as exc:
-            out.print(f"flags cannot be checked here: {exc}")
-            validator = None
+    validator, space = vllm_validator(space, out.print)
     max_len = args.max_model_len or space.deployment.max_model_len or model.native_context
     ctx = ModelContext(model, max_len)
     skip = inapplicable(space, ctx)

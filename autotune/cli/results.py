@@ -92,8 +92,7 @@ def print_front(data: StudyData, title: str) -> bool:
 def tie_settings(study: optuna.Study, smallest_difference: float) -> TieSettings:
     """What a tie's cost needs of the study: its name, its runs per deployment (a
     confirmation round adds as many) and which trials are confirmed already."""
-    from autotune.study.plans import read_plan
-    from autotune.study.records import read_confirmed
+    from autotune.study.state import read_confirmed, read_plan
 
     plan = read_plan(study)
     return TieSettings(study.study_name, smallest_difference, plan.repeats if plan else 1,
