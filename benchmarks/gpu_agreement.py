@@ -1,99 +1,150 @@
-"""Does autotune's client send what `vllm bench serve` sends, and measure what it measures?
+"""Does autotune's client measure what `vllm bench serve` measures, and which of the two is closer
+to the server's own clock?
 
-One vLLM server (TP=1, a tiny dense model made here), the two clients interleaved on it (ours,
-theirs, theirs, ours, ...): a random text workload (our ``random`` format against vLLM's random
-dataset) and a JSONL file (our ``jsonl`` format against vLLM's ``custom`` dataset), each at
-``--concurrency`` with ``--requests`` requests of ``--input-len`` in / ``--output-len`` out.
-Prints per workload and client the medians over runs of output throughput, mean E2EL, median
-TTFT and mean TPOT, and our difference from vLLM's; writes them as JSON to ``--out``.
-Made for a GPU machine (`../shared/notes/vllm-on-gpu.md`); needs no Optuna.
+One vLLM server (prefix caching off), the two clients interleaved on it for ``--rounds`` rounds
+per load (round r sends ours then vLLM's, the next round the other way round), each run with
+its own seed: ours sends text made as vLLM's random dataset makes it (our ``random`` format),
+vLLM's is ``vllm bench serve --dataset-name random``. A first round of each client at each load
+is not counted (imports, the server's first waves). Around every run the server's /metrics
+is read: its histograms' _sum/_count give the server's mean TTFT, TPOT, ITL and E2EL over the
+run (the referee: the API server's clock from a request's arrival to its first/last token, the
+engine's between tokens). Each run also records the CPU seconds this process spent (both clients
+run in it, one at a time). Prints per load the paired 95% interval, over rounds, of ours against
+vLLM's and of each client against the server; writes every run and the summary as JSON.
 
-    python3 benchmarks/gpu_agreement.py --entrypoint 'python3 -m vllm.entrypoints.cli.main serve'
+    python3 benchmarks/gpu_agreement.py --entrypoint 'python3 -m vllm.entrypoints.cli.main serve' \\
+        --model /root/m80 --loads 2:30 --rounds 5 --out $OUT/agreement-c2.json
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import math
 import shlex
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
-from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
+from autotune.core.metrics.summary import server_values, to_vllm_json  # noqa: E402
 from autotune.core.workload.datasets import source_of, validate_dataset_spec  # noqa: E402
-from autotune.core.workload.datasets.synthetic import WORDS  # noqa: E402
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
 from autotune.shell.client import Target, run_profile  # noqa: E402
 from autotune.shell.install import resolve_entrypoint  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
 from autotune.shell.reference_bench import run_vllm_bench  # noqa: E402
 from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
+from autotune.shell.server_metrics import fetch_metrics  # noqa: E402
 from autotune.shell.workloads import load_tokenizer  # noqa: E402
 
-KEYS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms", "mean_tpot_ms")
+CLIENT_KEYS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms", "mean_ttft_ms", "mean_tpot_ms",
+               "mean_itl_ms")
+# A client's figure and the server's figure of the same quantity.
+REFEREE = {"mean_ttft_ms": "server_mean_ttft_ms", "mean_e2el_ms": "server_mean_e2el_ms",
+           "mean_tpot_ms": "server_mean_tpot_ms", "mean_itl_ms": "server_mean_itl_ms"}
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+async def _page(target: Target):
+    async with aiohttp.ClientSession(trust_env=False) as s:
+        return await fetch_metrics(s, target.url, target.headers())
+
+
+def measured(target: Target, run) -> dict[str, float]:
+    """One run (a callable returning vLLM's result dict) with the server's figures around it and
+    this process's CPU seconds during it."""
+    before = asyncio.run(_page(target))
+    cpu, wall = time.process_time(), time.monotonic()
+    result = run()
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    after = asyncio.run(_page(target))
+    row = {k: float(result[k]) for k in CLIENT_KEYS}
+    return row | server_values(before, after, []) | {"client_cpu_s": cpu, "wall_s": wall}
+
+
+def paired(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Mean of log(a/b) over pairs as a percentage, with its 95% t-interval."""
+    d = [math.log(x / y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
+    m = statistics.fmean(d)
+    half = T975.get(len(d) - 1, 2.0) * statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.inf
+    return tuple(100 * (math.exp(v) - 1) for v in (m, m - half, m + half))  # type: ignore[return-value]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--entrypoint", help="command that starts vLLM, as a string")
-    ap.add_argument("--gpus", default="0")
-    ap.add_argument("--pairs", type=int, default=2, help="interleaved pairs of runs per workload")
-    ap.add_argument("--requests", type=int, default=100)
-    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--model", help="a model folder (default: a tiny dense model made here)")
+    ap.add_argument("--gpus", default="0", 
+                    help="GPU ids; 'cpu': core 0 of the CPU build (a check of the script)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (one run of each client) per load")
+    ap.add_argument("--loads", default="2:60", help="CONCURRENCY:REQUESTS,... e.g. 2:60,100:200")
     ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=256)
+    ap.add_argument("--max-model-len", default="4096")
     ap.add_argument("--out", default="gpu-agreement.json")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agreement-"))
-    model = make_model(root / "dense", kind="dense", seed=0).name
+    model = args.model or make_model(root / "dense", kind="dense", seed=0).name
     tokenizer = load_tokenizer(model)
-    rows = [{"prompt": " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(args.input_len)),
-             "output_tokens": args.output_len} for i in range(args.requests + args.concurrency)]
-    data = root / "requests.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    profile = WorkloadProfile(name="agree", input_len=args.input_len, output_len=args.output_len,
-                              num_prompts=args.requests, max_concurrency=args.concurrency,
-                              warmup_requests=args.concurrency)
-    ours = {"random text": source_of(validate_dataset_spec(DatasetSpec("random"), "agreement"), None,
-                                     tokenizer, "random"),
-            "jsonl file": source_of(validate_dataset_spec(DatasetSpec("jsonl", str(data)), "agreement"),
-                                    data.read_text(), tokenizer, str(data))}
-    theirs = {"random text": None, "jsonl file": str(data)}
+    ours_source = source_of(validate_dataset_spec(DatasetSpec("random"), "agreement"), None, tokenizer, "random")
     entry = resolve_entrypoint(shlex.split(args.entrypoint) if args.entrypoint else None)
-    devices = tuple(int(g) for g in args.gpus.split(","))
-    spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "1", "--max-model-len", "4096"),
-                          slot=Slot("cuda", devices, 1), entrypoint=entry, log_path=root / "server.log",
+    slot = Slot("cpu", (0,), 1) if args.gpus == "cpu" else Slot("cuda", tuple(int(g) for g in args.gpus.split(",")), 1)
+    spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "1", "--max-model-len",
+                                                args.max_model_len, "--no-enable-prefix-caching"),
+                          slot=slot, entrypoint=entry, log_path=root / "server.log",
                           startup_timeout_s=900)
-    results: dict[str, dict[str, list[dict]]] = {w: {"ours": [], "vllm": []} for w in ours}
+    out: dict = {"args": vars(args), "loads": {}}
+    out_path = Path(args.out)
     with ServerProcess(spec) as dep:
-        print(f"ready in {dep.startup_s:.0f} s", flush=True)
+        phases = dep.phases()
+        out["ready_s"], out["startup_phases"] = dep.startup_s, phases.as_dict() if phases else {}
+        print(f"ready in {dep.startup_s:.0f} s: {out['startup_phases']}", flush=True)
         target = Target(dep.url, dep.model_name, dep.api_key)
-        for workload in ours:
-            for r, tool in enumerate(["ours", "vllm", "vllm", "ours"] * args.pairs):
-                if tool == "ours":
-                    run = to_vllm_json(run_profile(target, profile, seed=r, source=ours[workload]).summary)
-                else:
-                    run = run_vllm_bench(target.url, target.model, target.api_key, profile, seed=r,
-                                         dataset_path=theirs[workload], tokenizer=model)
-                results[workload][tool].append({k: float(run[k]) for k in KEYS})
-                print(workload, tool, {k: round(float(run[k]), 2) for k in KEYS}, flush=True)
-    summary = {}
-    print(f"\n{args.requests} requests of {args.input_len} in / {args.output_len} out at concurrency "
-          f"{args.concurrency}, medians over {2 * args.pairs} runs per client")
-    for workload, by in results.items():
-        summary[workload] = {}
-        for k in KEYS:
-            a = statistics.median(r[k] for r in by["ours"])
-            b = statistics.median(r[k] for r in by["vllm"])
-            summary[workload][k] = {"ours": a, "vllm": b, "difference": a / b - 1}
-            print(f"{workload:12s} {k:18s} ours {a:10.2f}  vllm {b:10.2f}  {a / b - 1:+.1%}")
-    Path(args.out).write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+        for load in args.loads.split(","):
+            conc, n = (int(x) for x in load.split(":"))
+            profile = WorkloadProfile(name=f"c{conc}", input_len=args.input_len, output_len=args.output_len,
+                                      num_prompts=n, max_concurrency=conc, warmup_requests=conc)
+            warm = WorkloadProfile(name="warm", input_len=args.input_len, output_len=args.output_len,
+                                   num_prompts=2 * conc, max_concurrency=conc)
+            run_profile(target, warm, seed=1, source=ours_source)  # not counted: imports, first waves
+            run_vllm_bench(target.url, target.model, target.api_key, warm, seed=1, tokenizer=model)
+            runs: dict[str, list[dict]] = {"ours": [], "vllm": []}
+            out["loads"][load] = {"runs": runs}
+            for r in range(args.rounds):
+                for tool in (("ours", "vllm") if r % 2 == 0 else ("vllm", "ours")):
+                    seed = 1000 * conc + 2 * r + (tool == "vllm")
+                    if tool == "ours":
+                        row = measured(target, lambda s=seed, p=profile: to_vllm_json(
+                            run_profile(target, p, seed=s, source=ours_source).summary))
+                    else:
+                        row = measured(target, lambda s=seed, p=profile: run_vllm_bench(
+                            target.url, target.model, target.api_key, p, seed=s, tokenizer=model))
+                    runs[tool].append(row)
+                    print(load, r, tool, {k: round(v, 2) for k, v in row.items()}, flush=True)
+                out_path.write_text(json.dumps(out, indent=1))  # what is done survives a time limit
+            summary = {}
+            for k in (*CLIENT_KEYS, "client_cpu_s"):
+                summary[f"ours vs vllm: {k}"] = paired([x[k] for x in runs["ours"]], [x[k] for x in runs["vllm"]])
+            for k, server in REFEREE.items():
+                for tool in runs:
+                    rows = [x for x in runs[tool] if server in x]
+                    if len(rows) > 1:
+                        summary[f"{tool} vs server: {k}"] = paired([x[k] for x in rows], [x[server] for x in rows])
+            out["loads"][load]["summary"] = summary
+            print(f"\nconcurrency {conc}, {n} requests of {args.input_len} in / {args.output_len} out, "
+                  f"{args.rounds} interleaved rounds: mean difference and paired 95% interval")
+            for name, (m, lo, hi) in summary.items():
+                print(f"  {name:34s} {m:+6.1f}% [{lo:+.1f}, {hi:+.1f}]")
+            out_path.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
