@@ -13,7 +13,7 @@ import pytest
 from autotune.core.analysis.stored_plan import VERSION, PlanRequest
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError
-from autotune.study.plans import build_plan, store_plan, stored_request
+from autotune.study.plans import build_plan, set_budget, store_plan, stored_request
 from autotune.study.state import read_plan, start_clock, time_budget
 from tests.conftest import LLAMA_CONFIG
 
@@ -48,6 +48,8 @@ def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
     # The filled-in request is the stored one: a rebuild from it changes nothing.
     assert again.request == dataclasses.replace(plan.request, workdir=tmp_path / "w")
     assert stored_request(study, storage="sqlite://", workdir=tmp_path, model=None, trials=9).trials == 9
+    set_budget(study, 12)  # `worker --trials 12`: the study-wide budget, in the plan
+    assert (read_plan(study).trials, read_plan(study).model) == (12, plan.request.model)
 
 
 def test_joining_a_study_with_another_shape_is_refused_naming_what_differs(tmp_path):
