@@ -370,7 +370,9 @@ class ServerProcess:
 
 # Kernel caches that vLLM would otherwise keep per configuration (Triton's under each compile
 # hash) or that live apart: one folder for every deployment, AUTOTUNE_CACHE_DIR (default
-# ~/.cache/autotune); a variable the user set is kept. vLLM overrides TORCHINDUCTOR_CACHE_DIR
+# ~/.cache/autotune). Set whatever the environment holds: importing torch (autotune's validator
+# imports vLLM) writes TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_<user> into this process's
+# environment, which every server would inherit. vLLM overrides TORCHINDUCTOR_CACHE_DIR
 # with a folder under its compile hash when it compiles (vllm/compilation/decorators.py), so
 # inductor's own entries are shared only where vLLM does not compile.
 KERNEL_CACHES = {"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR",
@@ -382,9 +384,9 @@ def _user_cache(env: Mapping[str, str]) -> Path:
 
 
 def kernel_cache_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The kernel caches' variables that ``env`` leaves unset, under the shared folder."""
+    """The kernel caches' variables, under the shared folder."""
     root = Path(env.get("AUTOTUNE_CACHE_DIR") or _user_cache(env) / "autotune")
-    return {var: str(root / name) for name, var in KERNEL_CACHES.items() if not env.get(var)}
+    return {var: str(root / name) for name, var in KERNEL_CACHES.items()}
 
 
 def cache_folders(env: Mapping[str, str]) -> dict[str, Path]:
