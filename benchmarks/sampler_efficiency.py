@@ -17,7 +17,11 @@ returns its failure. Per sampler and seed it measures, on the table's means (the
     python benchmarks/sampler_efficiency.py --seeds 5 --only tpe,random
 
 Trials count as the budget counts them: a rejected or crashing configuration is a trial (it
-costs a launch, or a validation), a duplicate resampled before deploying is not.
+costs a launch, or a validation), a copy (a configuration of an engine already measured:
+never deployed, its values told to the sampler) is not. The replay draws the reference space
+as studies do (the KV-cache interleave only with decode context parallel, so never here);
+with `--engines` a configuration is its engine (vLLM's resolution, imported once), in the
+study and in the truth, where the recorded deployments of one engine are averaged.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -44,20 +48,32 @@ sys.path.insert(0, str(ROOT))
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
+from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
-from autotune.core.space.search_space import Reference, ReferenceSet, complete, grid_points, params_key  # noqa: E402
+from autotune.core.space.search_space import (  # noqa: E402
+    ModelContext,
+    Reference,
+    ReferenceSet,
+    Value,
+    complete,
+    drawable_points,
+    params_key,
+)
 from autotune.core.trial.outcome import TrialOutcome  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
+from autotune.errors import ValidationError  # noqa: E402
+from autotune.shell.files import read_model_info, read_space  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
 from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
 from autotune.study.records import outcomes  # noqa: E402
-from autotune.study.replay import Replay  # noqa: E402
+from autotune.study.replay import Replay, drawable  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402
 from autotune.study.samplers import make_sampler  # noqa: E402
 from autotune.study.storage import Heartbeat  # noqa: E402
 from autotune.study.trial import TrialSetup  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval, proportion_interval  # noqa: E402
 
+Key = Callable[[Mapping[str, Value]], str]  # a configuration's key in the truth
 TABLE = ROOT / "benchmarks" / "data" / "cpu-table" / "table.csv"
 SPACE = ROOT / "search_spaces" / "reference.yaml"
 REFERENCES = ROOT / "search_spaces" / "references.yaml"
@@ -89,16 +105,23 @@ VARIANTS = {
 class Truth:
     """The table's means: costs per served configuration, scaled to [0, 1] over the table."""
 
-    costs: dict[str, tuple[float, float]]  # params key -> (latency, -throughput), scaled
+    costs: dict[str, tuple[float, float]]  # key -> (latency, -throughput), scaled
     best_hv: float
-    best_for: dict[str, str]  # use -> params key of the best served configuration
-    raw: dict[str, tuple[float, float]]  # params key -> (mean E2EL ms, output tok/s)
+    best_for: dict[str, str]  # use -> key of the best served configuration
+    raw: dict[str, tuple[float, float]]  # key -> (mean E2EL ms, output tok/s)
 
 
-def truth_of(table: RecordedTable, objectives) -> Truth:
+def truth_of(table: RecordedTable, objectives, key: Key = params_key) -> Truth:
+    """The truth per ``key`` of a configuration: its parameters, or (``--engines``) the engine
+    they resolve to, whose recorded deployments are averaged."""
     low, high = objectives[0], objectives[-1]
-    raw = {params_key(r.params): (r.mean(low.profile, low.metric), r.mean(high.profile, high.metric))
-           for r in table.rows if r.served}
+    means: dict[str, list[tuple[float, float]]] = {}
+    for r in table.rows:
+        if r.served:
+            means.setdefault(key(r.params), []).append(
+                (r.mean(low.profile, low.metric), r.mean(high.profile, high.metric)))
+    raw = {k: (statistics.fmean(a for a, _ in v), statistics.fmean(b for _, b in v))
+           for k, v in means.items()}
     lat = [v[0] for v in raw.values()]
     tput = [v[1] for v in raw.values()]
     costs = {k: ((a - min(lat)) / (max(lat) - min(lat)),
@@ -108,21 +131,21 @@ def truth_of(table: RecordedTable, objectives) -> Truth:
                   "throughput": max(raw, key=lambda k: raw[k][1])}, raw)
 
 
-def hv_curve(found: Sequence[TrialOutcome], truth: Truth) -> list[float]:
+def hv_curve(found: Sequence[TrialOutcome], truth: Truth, key: Key = params_key) -> list[float]:
     """Share of the best hypervolume after each trial (true means of what was found)."""
     seen: set[str] = set()
     curve = []
     for t in found:
         if t.failure is None:
-            seen.add(params_key(t.params))
+            seen.add(key(t.params))
         curve.append(hypervolume_2d([truth.costs[k] for k in seen if k in truth.costs],
                                     (1.0, 1.0)) / truth.best_hv)
     return curve
 
 
-def regret(pick: TrialOutcome, use: str, truth: Truth) -> float:
+def regret(pick: TrialOutcome, use: str, truth: Truth, key: Key = params_key) -> float:
     """How much worse than the table's best the pick is, by the table's means (0 = the best)."""
-    got, best = truth.raw[params_key(pick.params)], truth.raw[truth.best_for[use]]
+    got, best = truth.raw[key(pick.params)], truth.raw[truth.best_for[use]]
     return got[0] / best[0] - 1 if use == "interactive" else 1 - got[1] / best[1]
 
 
@@ -138,7 +161,7 @@ def one_change_order(plan: StudyPlan, seed: int) -> ReferenceSet:
     given = [complete(plan.space, plan.ctx, c.params) for c in refs.configs]
     base = given[[c.name for c in refs.configs].index(refs.baseline)]
     rng = random.Random(seed)
-    rest = grid_points(plan.space)
+    rest = drawable_points(plan.space, plan.ctx)
     rng.shuffle(rest)
     rest.sort(key=lambda p: sum(p[k] != base[k] for k in p))
     keys = {params_key(p) for p in given}
@@ -147,8 +170,8 @@ def one_change_order(plan: StudyPlan, seed: int) -> ReferenceSet:
         Reference(f"grid-{i}", p) for i, p in enumerate(order)), refs.baseline and "grid-0")
 
 
-def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget: int
-           ) -> tuple[list[TrialOutcome], StudyPlan]:
+def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget: int,
+           engines: dict[tuple[str, ...], str] | None = None) -> tuple[list[TrialOutcome], StudyPlan]:
     sampler, refs_first, factory = VARIANTS[label]
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
@@ -165,8 +188,10 @@ def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget:
         storage = optuna.storages.InMemoryStorage()
         prepare_study(plan, Heartbeat(), storage)
         trial_fn = Replay(table, plan.space, plan.ctx, seed)
+        engine_id = (lambda argv: engines.get(tuple(argv), "")) if engines is not None else None
         study = StudyRunner(plan, TrialSetup(model="", workdir=Path(tmp)), trial_fn=trial_fn,
-                            sampler_fn=factory, storage=storage, poll_s=0.01).work()
+                            sampler_fn=factory, storage=storage, poll_s=0.01,
+                            engine_id=engine_id).work()
         found = [t for t in outcomes(study) if t.state == "complete"]
     return found, plan
 
@@ -182,12 +207,36 @@ def load_table(path: Path) -> tuple[RecordedTable, str]:
     return fill_unreached(table, LAUNCHABLE_EP)
 
 
-def score(label: str, seed: int, table_path: str, model_dir: str, budget: int) -> dict:
+def engines_of(table: RecordedTable, model_dir: Path) -> dict[tuple[str, ...], str]:
+    """argv -> the engine vLLM resolves it to, for every configuration of the table that a
+    study of the space draws (vLLM's own resolution, ``shell.validation.engine_identity``)."""
+    from autotune.shell.validation import VllmValidator, engine_identity
+
+    space, model = read_space(SPACE), read_model_info(str(model_dir))
+    ctx = ModelContext(model, space.deployment.max_model_len or model.native_context)
+    validator, found = VllmValidator(), {}
+    for row in drawable(table, space, ctx).rows:
+        argv = tuple(to_argv(space, ctx, row.params))
+        try:
+            found[argv] = engine_identity(validator, model.name, argv)
+        except ValidationError:
+            pass
+    return found
+
+
+def score(label: str, seed: int, table_path: str, model_dir: str, budget: int,
+          engines: dict[tuple[str, ...], str] | None = None) -> dict:
     table, _ = load_table(Path(table_path))
     t0 = time.monotonic()
-    found, plan = replay(table, Path(model_dir), label, seed, budget)
-    truth = truth_of(table, plan.objectives)
-    curve = [round(v, 4) for v in hv_curve(found, truth)]
+    found, plan = replay(table, Path(model_dir), label, seed, budget, engines)
+
+    def key(params: Mapping[str, Value]) -> str:
+        if engines is None:
+            return params_key(params)
+        return engines.get(tuple(to_argv(plan.space, plan.ctx, dict(params))), params_key(params))
+
+    truth = truth_of(drawable(table, plan.space, plan.ctx), plan.objectives, key)
+    curve = [round(v, 4) for v in hv_curve(found, truth, key)]
     defaults = {p.name: p.default for p in plan.space.parameters}
     picks = {}
     prefix = found[:20]
@@ -198,8 +247,8 @@ def score(label: str, seed: int, table_path: str, model_dir: str, budget: int) -
         except NoFeasibleTrial:
             picks[f"{use}@20"] = None
             continue
-        picks[f"{use}@20"] = (params_key(pick.params) == truth.best_for[use],
-                              regret(pick, use, truth))
+        picks[f"{use}@20"] = (key(pick.params) == truth.best_for[use],
+                              regret(pick, use, truth, key))
     return {"label": label, "seed": seed, "budget": budget, "curve": curve,
             "served": [t.failure is None for t in found],
             "trials": len(found), "picks": picks, "seconds": time.monotonic() - t0}
@@ -318,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=60)
     parser.add_argument("--only", default="", help="comma-separated labels of: " + ", ".join(VARIANTS))
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--engines", action="store_true",
+                        help="a configuration vLLM resolves to a measured one's engine is a copy, "
+                        "never deployed (imports vLLM once to resolve the table's configurations)")
     parser.add_argument("--out", type=Path, help="append each replay's result (JSON lines) here "
                         "and save the plot next to it")
     parser.add_argument("--summarize", type=Path, nargs="*", default=[],
@@ -354,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
 def run_all(args: argparse.Namespace, labels: list[str]) -> list[dict]:
     model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))
     (model_dir / "config.json").write_text((args.table.parent / "model-config.json").read_text())
+    engines = engines_of(load_table(args.table)[0], model_dir) if args.engines else None
+    if engines is not None:
+        print(f"the {len(engines)} configurations of the table that the space draws and vLLM "
+              f"accepts resolve to {len(set(engines.values()))} engines", file=sys.stderr)
     jobs = [(label, seed) for seed in range(args.first_seed, args.first_seed + args.seeds)
             for label in labels]
     jobs.sort(key=lambda job: not job[0].startswith("gp"))  # the slowest first
@@ -362,8 +418,8 @@ def run_all(args: argparse.Namespace, labels: list[str]) -> list[dict]:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(score, label, seed, str(args.table), str(model_dir), args.budget)
-                   for label, seed in jobs]
+        futures = [pool.submit(score, label, seed, str(args.table), str(model_dir), args.budget,
+                               engines) for label, seed in jobs]
         for i, f in enumerate(as_completed(futures), 1):
             results.append(f.result())
             if args.out:

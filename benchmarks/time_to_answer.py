@@ -56,7 +56,7 @@ from autotune.study.confirm import confirm  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
 from autotune.study.plans import PlanRequest, build_plan  # noqa: E402
 from autotune.study.records import outcomes, study_data  # noqa: E402
-from autotune.study.replay import DeviceClock, Replay  # noqa: E402
+from autotune.study.replay import DeviceClock, Replay, drawable  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402
 from autotune.study.storage import Heartbeat  # noqa: E402
 from autotune.study.trial import TrialSetup  # noqa: E402
@@ -118,7 +118,7 @@ def one(label: str, seed: int, budget: int, model_dir: str, noise_scale: float =
         search_s = clock.now
         elapsed = list(np.cumsum([t.trial_wall_s or 0.0 for t in found]))
         confirm(study, plan, setup, k=3, trial_fn=replay)
-        truth = truth_of(table, plan.objectives)
+        truth = truth_of(drawable(table, plan.space, plan.ctx), plan.objectives)
         data = study_data(study)
         picks = {}
         for use in ("interactive", "throughput"):
