@@ -41,3 +41,25 @@ def test_each_line_is_stamped_on_arrival_and_the_file_holds_the_output_verbatim(
     stamps = [x.arrival_s for x in pipe.lines]
     assert stamps[1] - stamps[0] > 0.5 and stamps[3] - stamps[1] > 0.5  # not whole seconds
     assert stamps[3] <= heard_s
+
+
+def test_a_server_that_dies_at_start_is_diagnosed_from_its_whole_output(tmp_path):
+    """A real process stands in for vLLM: it writes a traceback in two bursts and exits 1. The
+    diagnosis reads the log only once the reader has written its last line."""
+    import pytest
+
+    from autotune.core.deployment import failures
+    from autotune.errors import DeploymentError
+    from autotune.shell.install import Entrypoint
+    from autotune.shell.server import DeploymentSpec, ServerProcess
+
+    dying = ("import sys, time; print('Traceback (most recent call last):', flush=True); "
+             "time.sleep(0.3); print('ValueError: max_num_seqs must be positive', flush=True); "
+             "sys.exit(1)")
+    spec = DeploymentSpec("m", entrypoint=Entrypoint((sys.executable, "-c", dying), True),
+                          log_path=tmp_path / "server.log", startup_timeout_s=30)
+    with pytest.raises(DeploymentError) as caught:
+        with ServerProcess(spec):
+            pass
+    assert caught.value.failure is failures.STARTUP_CRASH
+    assert "ValueError: max_num_seqs must be positive" in caught.value.log_tail
