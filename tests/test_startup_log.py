@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from autotune.shell.server import LogPipe
 
 CHILD = r"""
@@ -46,7 +48,6 @@ def test_each_line_is_stamped_on_arrival_and_the_file_holds_the_output_verbatim(
 def test_a_server_that_dies_at_start_is_diagnosed_from_its_whole_output(tmp_path):
     """A real process stands in for vLLM: it writes a traceback in two bursts and exits 1. The
     diagnosis reads the log only once the reader has written its last line."""
-    import pytest
 
     from autotune.core.deployment import failures
     from autotune.errors import DeploymentError
@@ -63,3 +64,10 @@ def test_a_server_that_dies_at_start_is_diagnosed_from_its_whole_output(tmp_path
             pass
     assert caught.value.failure is failures.STARTUP_CRASH
     assert "ValueError: max_num_seqs must be positive" in caught.value.log_tail
+
+
+@pytest.mark.slow
+def test_a_real_start_names_nine_tenths_of_its_ready_time(dense_server):
+    phases = dense_server.phases()
+    assert phases is not None and phases.unnamed_s < 0.1 * dense_server.startup_s, phases
+    assert phases.imports_s > 0 and phases.weights_s > 0 and phases.api_server_s > 0
