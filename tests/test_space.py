@@ -84,7 +84,10 @@ def test_dense_model_drops_moe_and_mtp_parameters_and_the_references_that_only_c
     space, refs, dense_info
 ):
     ctx = ModelContext(dense_info, 81920)
-    assert set(inapplicable(space, ctx)) == {"expert_parallel", "mtp"}
+    assert inapplicable(space, ctx) == {
+        "expert_parallel": "the model is not a mixture of experts",
+        "mtp": "the model has no MTP (multi-token prediction) layers",
+        "cp_kv_cache_interleave_size": "only with deployment.decode_context_parallel_size >= 2"}
     skipped = {r.name: r.skipped for r in resolve_references(space, ctx, refs.configs) if r.skipped}
     assert skipped == {
         "no-ep": "does not apply (expert_parallel: the model is not a mixture of experts)",

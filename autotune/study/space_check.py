@@ -16,7 +16,6 @@ from autotune.core.space.search_space import (
     Reference,
     SearchSpace,
     drawable_points,
-    inapplicable,
     resolve_references,
     sample,
     space_size,
@@ -89,7 +88,7 @@ def check_samples(validator: VllmValidator, space: SearchSpace, ctx: ModelContex
 class EngineCount:
     """How many configurations a space holds for one model, and how many engines they are."""
 
-    combinations: float  # every value of every parameter that applies to the model
+    combinations: float  # every value of every parameter the model and vLLM take, conditions aside
     drawable: float  # those a study can draw: each parameter only where its conditions hold
     engines: int | None  # distinct engines of the accepted ones; None: more than the limit
     rejected: int  # drawable ones that vLLM rejects
@@ -111,8 +110,8 @@ def count_engines(space: SearchSpace, ctx: ModelContext,
     """The space's combinations, drawable configurations, and the distinct engines that
     ``engine`` (argv -> identity, ValidationError where rejected: ``shell.validation.
     engine_identity``) resolves the drawable ones to."""
-    skip = inapplicable(space, ctx)
-    combinations = math.prod(p.size() for p in space.parameters if p.name not in skip)
+    combinations = math.prod(p.size() for p in space.parameters
+                             if not (p.unsupported or ctx.why_not(p.applies_to)))
     drawable = space_size(space, ctx)
     if drawable > limit:
         return EngineCount(combinations, drawable, None, 0)

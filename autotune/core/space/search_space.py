@@ -252,10 +252,17 @@ class Suggester(Protocol):
 
 
 def inapplicable(space: SearchSpace, ctx: ModelContext) -> dict[str, str]:
-    """Parameters that do not apply to this model (or that the installed vLLM does not take),
-    with the reason."""
+    """Parameters that do not apply to this model or deployment (a condition on a fact fails),
+    or that the installed vLLM does not take, with the reason."""
+    known = facts(space, ctx)
     return {p.name: why for p in space.parameters
-            if (why := p.unsupported or ctx.why_not(p.applies_to))}
+            if (why := p.unsupported or ctx.why_not(p.applies_to) or _failed_facts(p, known))}
+
+
+def _failed_facts(param: Parameter, known: Mapping[str, Value]) -> str:
+    failed = [f"{name} {cond.text}" for name, cond in param.when.items()
+              if name in known and not cond.holds(known[name])]
+    return "only with " + " and ".join(failed) if failed else ""
 
 
 def _active(param: Parameter, params: Params, known: Mapping[str, Value]) -> bool:
