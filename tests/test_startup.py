@@ -162,3 +162,15 @@ def test_the_trial_table_with_phases_fits_80_columns_without_cutting_a_word(monk
     assert max(len(line) for line in shown.splitlines()) <= 80
     words = set(shown.replace("│", " ").replace(",", " ").split())
     assert {"compile", "29", "miss", "workers", "imports"} <= words, shown
+
+
+def test_the_report_gives_each_phases_median_over_the_deployments():
+    from autotune.core.trial.outcome import TrialOutcome, startup_summary
+
+    halved = {k: v / 2 if isinstance(v, float) else v for k, v in RECORDED.items()}
+    trials = [TrialOutcome(n, startup_s=s, startup_phases=p)
+              for n, (s, p) in enumerate([(CPU_READY_S, RECORDED), (CPU_READY_S / 2, halved),
+                                          (CPU_READY_S, RECORDED)])] + [TrialOutcome(3)]
+    assert startup_summary(trials) == ("the median of 3 deployments: " + trials[0].startup_detail.replace(
+        "compile 29 miss", "compile 29") + " (compile cache: 3 miss)")
+    assert startup_summary(trials[3:]) == "no deployment recorded its start-up phases"

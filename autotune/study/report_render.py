@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import html
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from autotune.core.analysis.study_data import StudyData, failures_by_class, format_params
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text
+from autotune.core.trial.outcome import startup_summary
 from autotune.study.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
 
 FRONT_PNG = "front.png"
@@ -173,13 +173,12 @@ def report_sections(report: Report) -> list[Section]:
         cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))
-    served = [t for t in data.outcomes if t.startup_phases]
-    if served:
+    if any(t.startup_phases for t in data.outcomes):
         sec.paragraphs.append(
-            "Start-up: ready seconds, of them torch.compile's (and whether its cache served the "
-            "graphs), as vLLM logs them; every phase is in each trial's `startup_phases`. Median "
-            f"ready {statistics.median(t.startup_s or 0 for t in served):.0f} s over "
-            f"{len(served)} deployments.")
+            "Start-up: ready seconds and the phases that took most of them, each between named "
+            "lines of vLLM's log (docs/startup.md), compile with whether vLLM's compile cache "
+            "served it; every phase is in each trial's `startup_phases`. Each phase's median, "
+            f"{startup_summary(data.outcomes)}.")
     sections.append(sec)
 
     sec = Section("Failed and infeasible trials by class")
