@@ -108,6 +108,17 @@ def test_a_gpu_start_names_kernel_jit_graph_capture_and_the_sampler_jit_after_it
         unnamed_s=2.0, compile_cache="")  # 70-70.5, 83-84, 187-187.5
 
 
+def test_an_older_vllm_that_announces_no_compile_and_no_warm_up_run_is_named_alike():
+    # vLLM 0.26 (the H200's) says "takes" and logs neither "Starting torch.compile" nor the
+    # warm-up run's time: compile starts when the weights are loaded, the profiling run ends
+    # when the KV cache's memory is known.
+    old = [LogLine(x.arrival_s, x.text.replace("took 11.40 s", "takes 11.40 s")) for x in GPU
+           if "Starting torch.compile" not in x.text and "Initial profiling" not in x.text]
+    p = startup_phases(old, 197.0)
+    assert (p.compile_s, p.warmup_s) == (12.0, 2.0)
+    assert p.unnamed_s == 0.5  # 187-187.5: the gaps the newer lines left are phases' now
+
+
 def test_a_log_without_named_lines_leaves_all_but_the_launch_unnamed():
     p = startup_phases([LogLine(3.0, "INFO:     Started server process [1]")], 50.0)
     assert p.as_dict() == {"unnamed_s": 50.0}
