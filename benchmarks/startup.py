@@ -7,9 +7,12 @@ to ready, and the seconds no phase names. ``--fresh-caches`` points vLLM's cache
 kernel caches (``shell.server.kernel_cache_env``) at an empty folder for the first start,
 kept for the next ones (a repeat of one configuration); otherwise the machine's caches serve.
 ``--imports N`` instead times ``import vllm.entrypoints.openai.api_server`` N times in fresh
-interpreters and lists the slowest modules of the last (``python -X importtime``).
+interpreters and lists the slowest modules of the last (``python -X importtime``). Each start
+leaves its log and its stamped lines (``server-N.stamped.log``, as tests/data holds) in a
+temporary folder it names.
 
     .venv/bin/python benchmarks/startup.py [--starts 1] [--fresh-caches] [--option=--flag ...]
+    .venv/bin/python benchmarks/startup.py --gpus 0 --tp 1 --model DIR [--option=-O3 ...]  # a GPU
     .venv/bin/python benchmarks/startup.py --imports 3
 """
 
@@ -28,27 +31,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
-from autotune.core.deployment.startup import PHASES  # noqa: E402
+from autotune.core.deployment.startup import PHASES, stamped_text  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
 from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
 
 IMPORT = "import vllm.entrypoints.openai.api_server"
 
 
-def starts(count: int, fresh: bool, options: list[str]) -> None:
+def starts(count: int, fresh: bool, options: list[str], slot: Slot, model: str | None) -> None:
     root = Path(tempfile.mkdtemp(prefix="startup-"))
-    model = make_model(root / "dense", kind="dense", seed=0).name
+    model = model or make_model(root / "dense", kind="dense", seed=0).name
     env = (("VLLM_CACHE_ROOT", str(root / "vllm")), ("AUTOTUNE_CACHE_DIR", str(root / "kernels"))) \
         if fresh else ()
     rows = []
     for i in range(count):
-        spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "2", *options),
-                              slot=Slot("cpu", (0, 1), 2), log_path=root / f"server-{i}.log",
-                              extra_env=env)
+        spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", str(slot.tensor_parallel_size),
+                                                    *options),
+                              slot=slot, log_path=root / f"server-{i}.log", extra_env=env)
         with ServerProcess(spec) as dep:
             ready, phases = dep.startup_s, dep.phases()
         assert phases is not None
+        # The stamped lines, in the form tests/data/startup-cpu-tp2.log holds (parse_stamped).
+        (root / f"server-{i}.stamped.log").write_text(stamped_text(dep.startup_lines()))
         rows.append((ready, phases))
+    print(f"logs and stamped logs in {root}")
     print(f"| phase | {' | '.join(f'start {i + 1} s (%)' for i in range(count))} |")
     print(f"|---|{'---:|' * count}")
     for key, label in [(p.key, p.label) for p in PHASES] + [("unnamed_s", "**unnamed**")]:
@@ -83,11 +89,16 @@ def main() -> None:
     ap.add_argument("--fresh-caches", action="store_true")
     ap.add_argument("--option", action="append", default=[], help="a vLLM flag, e.g. --option=-O0")
     ap.add_argument("--imports", type=int, default=0)
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--gpus", help="GPU ids, e.g. 0 (default: the CPU build on cores 0..tp-1)")
+    ap.add_argument("--model", help="model folder (default: the generated dense model)")
     args = ap.parse_args()
+    slot = (Slot("cuda", tuple(int(g) for g in args.gpus.split(",")), args.tp) if args.gpus
+            else Slot("cpu", tuple(range(args.tp)), args.tp))
     if args.imports:
         imports(args.imports)
     else:
-        starts(args.starts, args.fresh_caches, args.option)
+        starts(args.starts, args.fresh_caches, args.option, slot, args.model)
 
 
 if __name__ == "__main__":

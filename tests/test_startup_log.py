@@ -71,3 +71,5 @@ def test_a_real_start_names_nine_tenths_of_its_ready_time(dense_server):
     phases = dense_server.phases()
     assert phases is not None and phases.unnamed_s < 0.1 * dense_server.startup_s, phases
     assert phases.imports_s > 0 and phases.weights_s > 0 and phases.api_server_s > 0
+    lines = dense_server.startup_lines()
+    assert lines and lines[-1].arrival_s <= dense_server.startup_s

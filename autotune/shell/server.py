@@ -247,6 +247,10 @@ class ServerProcess:
             self.workers_niced = lower_priority(processes_titled(self.pid, "Worker"))
         return self.startup_s
 
+    def startup_lines(self) -> list[LogLine]:
+        """Its output up to ready, each line with its arrival (seconds since launch)."""
+        return list(self._log.lines) if self._log is not None else []
+
     def phases(self) -> StartupPhases | None:
         """Where its start-up time went (None before ready)."""
         if not self.startup_s or self._log is None:
