@@ -24,8 +24,8 @@ from autotune.core.metrics.registry import (
 )
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.errors import ConfigError
-from autotune.study.plans import read_plan
-from autotune.study.records import read_confirmed, study_data
+from autotune.study.records import study_data
+from autotune.study.state import read_confirmed, read_plan
 
 MIN_TRIALS_FOR_IMPORTANCE = 8
 BOOTSTRAP_ROUNDS = 20
