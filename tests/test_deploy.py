@@ -53,9 +53,16 @@ def test_a_deployment_serves_then_teardown_leaves_no_process_and_a_free_port(den
         assert sorted(dep.workers_niced) == sorted(worker_pids(dep))
         assert [nice_of(pid) for pid in worker_pids(dep)] == [19, 19]
         assert nice_of(dep.pid) == 0
+        # The key's private --config file, read by vLLM at start, is gone once it serves ...
+        key_file = Path(dep.argv[dep.argv.index("--config") + 1])
+        assert dep.key_config is None and not key_file.exists()
         body = {"model": dep.model_name, "prompt": "t3 t4 t5", "max_tokens": 5}
+        # ... and vLLM applied it: a request without the key, or with another, is refused.
         denied = httpx.post(f"{dep.url}/v1/completions", json=body, timeout=60)
-        assert denied.status_code == 401  # each deployment has its own API key
+        assert denied.status_code == 401
+        wrong = httpx.post(f"{dep.url}/v1/completions", json=body, timeout=60,
+                           headers={"Authorization": "Bearer at-not-this-deployments-key"})
+        assert wrong.status_code == 401
         ok = httpx.post(f"{dep.url}/v1/completions", json=body, timeout=60,
                         headers={"Authorization": f"Bearer {dep.api_key}"})
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5
@@ -64,8 +71,9 @@ def test_a_deployment_serves_then_teardown_leaves_no_process_and_a_free_port(den
     assert report is not None and report.clean
     assert not any(Path(f"/proc/{pid}").exists() and pid in session_pids(dep.pid) for pid in pids)
     assert port_is_free(port)
-    assert dep.api_key not in dep.log_text()  # the key travels in the environment, not argv
+    assert dep.api_key not in dep.log_text()  # the key travels in a private file, not argv
     assert dep.api_key not in " ".join(dep.argv)
+    assert "VLLM_API_KEY" not in dep.environment()  # nor the environment: vLLM 0.26 hashed it
 
 
 def test_an_invalid_flag_value_fails_fast_as_configuration_rejected(dense_model, tmp_path):

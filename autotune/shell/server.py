@@ -2,13 +2,14 @@
 
 A ``ServerProcess`` is a context manager. Entering starts ``vllm serve`` (or the CPU build's
 module entry point) from an argument list in a new session, on a free 127.0.0.1 port with a
-fresh random API key passed through the environment (never argv, so neither ``ps`` nor the
-log shows it), and waits until the process is alive, ``/health`` answers and one real
-completion succeeds. Its output goes through a pipe to a reader thread that writes the log
-file and stamps each line with its arrival until ready (vLLM's own stamps are whole seconds):
-the start-up phases (``core.deployment.startup``). Leaving kills the whole process group
-(SIGTERM, then SIGKILL after a grace period) and checks that no process of the session is
-left and the port is free.
+fresh random API key in a private ``--config`` file (``shell.key_config``: never argv, so
+``ps`` does not show it, and never the environment, whose VLLM_* variables vLLM 0.26 hashes
+into its compile-cache key), and waits until the process is alive, ``/health`` answers and
+one real completion succeeds. Its output goes through a pipe to a reader thread that writes
+the log file with the key replaced by ``***`` and stamps each line with its arrival until
+ready (vLLM's own stamps are whole seconds): the start-up phases (``core.deployment.startup``).
+Leaving kills the whole process group (SIGTERM, then SIGKILL after a grace period), removes
+the key's file and checks that no process of the session is left and the port is free.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import LogLine, StartupPhases, startup_phases
 from autotune.errors import ConfigError, DeploymentError
 from autotune.shell.install import Entrypoint, resolve_entrypoint
+from autotune.shell.key_config import remove_key_config, write_key_config
 from autotune.shell.processes import (
     HOST,
     die_with_parent,
@@ -103,6 +105,7 @@ class ServerProcess:
     _gpu_baseline: dict[int, int] | None = field(default=None, repr=False)
     _log: LogPipe | None = field(default=None, repr=False)
     _cache_bytes: dict[str, tuple[Path, int]] = field(default_factory=dict, repr=False)
+    key_config: Path | None = None  # the private file that gives vLLM the key, until read
 
     @property
     def url(self) -> str:
@@ -130,14 +133,15 @@ class ServerProcess:
 
     def environment(self) -> dict[str, str]:
         """The environment the server starts with: ours, the slot's pinning, the spec's extra
-        variables, the shared kernel caches, its API key and INFO logging."""
+        variables, the shared kernel caches and INFO logging. Never an API key: vLLM 0.26
+        hashes VLLM_API_KEY into its compile-cache key, so a fresh key per deployment missed
+        the cache every time (docs/startup.md)."""
         env = dict(os.environ)
-        env.pop("VLLM_API_KEY", None)
+        env.pop("VLLM_API_KEY", None)  # an inherited key would override nothing and vary the hash
         if self.spec.slot is not None:
             env.update(self.spec.slot.env())
         env.update(dict(self.spec.extra_env))
         env.update(kernel_cache_env(env))
-        env["VLLM_API_KEY"] = self.api_key
         env.setdefault("PYTHONUNBUFFERED", "1")
         # The start-up phases are read from its INFO lines (validation quiets vLLM in-process).
         env["VLLM_LOGGING_LEVEL"] = "INFO"
@@ -171,6 +175,7 @@ class ServerProcess:
         if spec.served_model_name:
             options += ["--served-model-name", spec.served_model_name]
         options += ["--host", HOST, "--port", str(self.port)]
+        self.key_config, options = write_key_config(self.api_key, options)
         self.argv = entry.command(spec.model, options)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         if spec.slot is not None and spec.slot.kind == "cuda":
@@ -192,7 +197,7 @@ class ServerProcess:
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
         )
         assert self._proc.stdout is not None
-        self._log = LogPipe(self._proc.stdout, spec.log_path, self._t0)
+        self._log = LogPipe(self._proc.stdout, spec.log_path, self._t0, secret=self.api_key)
 
     def _fail(self, failure: FailureClass, message: str) -> DeploymentError:
         return DeploymentError(failure, message, log_tail=tail(self.log_text()))
@@ -235,6 +240,7 @@ class ServerProcess:
             self._first_completion(http)
         self.startup_s = time.monotonic() - self._t0
         self._log.stamping = False
+        self._remove_key_config()  # read: vLLM parses its arguments before it serves
         slot = self.spec.slot
         if slot is not None and slot.kind == "cpu" and slot.tensor_parallel_size > 1:
             # TP workers wait for each step by spinning on a shared-memory queue; on a CPU slot
@@ -332,7 +338,13 @@ class ServerProcess:
         with signals_held():
             return self._stop()
 
+    def _remove_key_config(self) -> None:
+        if self.key_config is not None:
+            remove_key_config(self.key_config)
+            self.key_config = None
+
     def _stop(self) -> TeardownReport:
+        self._remove_key_config()
         if self._proc is None:
             self.teardown = TeardownReport((), True, 0.0)
             return self.teardown
@@ -413,41 +425,51 @@ def folder_bytes(path: Path) -> int:
 
 
 class LogPipe:
-    """Copies a server's output to its log file as it arrives (a reader thread) and, while
-    ``stamping``, keeps each line with its arrival in seconds since ``t0``. Lines end at a
-    newline or a carriage return (progress bars redraw with one). ``listening`` is set when
-    the API server says it has started, so the readiness poll need not sleep past it."""
+    """Copies a server's output to its log file as it arrives (a reader thread), ``secret``
+    replaced by ``***`` (vLLM 0.26 logs its non-default arguments, the API key among them),
+    and, while ``stamping``, keeps each line with its arrival in seconds since ``t0``. Lines
+    end at a newline or a carriage return (progress bars redraw with one); a line is written
+    once it ends, so the secret cannot straddle two writes. ``listening`` is set when the API
+    server says it has started, so the readiness poll need not sleep past it."""
 
     LISTENING = re.compile(rb"Application startup complete|Uvicorn running on")
 
-    def __init__(self, source, path: Path, t0: float) -> None:
+    def __init__(self, source, path: Path, t0: float, *, secret: str = "") -> None:
         self.lines: list[LogLine] = []
         self.stamping = True
         self.listening = threading.Event()
-        self._source, self._t0 = source, t0
+        self._source, self._t0, self._secret = source, t0, secret.encode()
         self._file = open(path, "wb")  # noqa: SIM115 - closed by the thread at end of output
         self._thread = threading.Thread(target=self._copy, name=f"log {path}", daemon=True)
         self._thread.start()
 
     def _copy(self) -> None:
-        pending = b""
+        partial = b""
         try:
             while chunk := os.read(self._source.fileno(), 1 << 16):
                 now = time.monotonic() - self._t0
-                self._file.write(chunk)
-                self._file.flush()
-                if self.LISTENING.search(pending + chunk):
-                    self.listening.set()
-                if not self.stamping:
-                    pending = b""
-                    continue
-                *done, pending = re.split(rb"\r\n|\r|\n", pending + chunk)
-                self.lines += [LogLine(now, raw.decode(errors="replace")) for raw in done if raw]
+                partial += chunk
+                end = max(partial.rfind(b"\n"), partial.rfind(b"\r")) + 1
+                if end:
+                    self._write(partial[:end], now)
+                    partial = partial[end:]
+            self._write(partial, time.monotonic() - self._t0)
         except (OSError, ValueError):  # the pipe or the file closed under us: output ends
             pass
         finally:
             self._file.close()
             self._source.close()
+
+    def _write(self, text: bytes, now: float) -> None:
+        if self._secret:
+            text = text.replace(self._secret, b"***")
+        self._file.write(text)
+        self._file.flush()
+        if self.LISTENING.search(text):
+            self.listening.set()
+        if self.stamping:
+            self.lines += [LogLine(now, raw.decode(errors="replace"))
+                           for raw in re.split(rb"\r\n|\r|\n", text) if raw]
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Wait for the output to end (the process group is gone), then the file is closed."""
