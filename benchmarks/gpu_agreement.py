@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
+from autotune.core.deployment.startup import stamped_text  # noqa: E402
 from autotune.core.metrics.summary import server_values, to_vllm_json  # noqa: E402
 from autotune.core.workload.datasets import source_of, validate_dataset_spec  # noqa: E402
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
@@ -108,6 +109,8 @@ def main() -> None:
         phases = dep.phases()
         out["ready_s"], out["startup_phases"] = dep.startup_s, phases.as_dict() if phases else {}
         print(f"ready in {dep.startup_s:.0f} s: {out['startup_phases']}", flush=True)
+        # The start's stamped lines beside the results (parse_stamped reads them back).
+        out_path.with_suffix(".stamped.log").write_text(stamped_text(dep.startup_lines()))
         target = Target(dep.url, dep.model_name, dep.api_key)
         for load in args.loads.split(","):
             conc, n = (int(x) for x in load.split(":"))
