@@ -107,18 +107,23 @@ class VllmValidator:
         except Exception as exc:  # noqa: BLE001 - vLLM raises many types; all mean "rejected"
             raise ValidationError(_short(_first_problem(exc))) from None
 
-    def check(self, model: str, options: Sequence[str]) -> None:
-        """Raise ValidationError with vLLM's message if vLLM would reject these flags."""
+    def resolve(self, model: str, options: Sequence[str]) -> Any:
+        """The ``VllmConfig`` vLLM resolves ``options`` to; ValidationError with vLLM's message
+        if vLLM rejects them."""
         args = self.engine_args(model, options)
         vllm_logger = logging.getLogger("vllm")
         level = vllm_logger.level
         vllm_logger.setLevel(logging.ERROR)
         try:
-            args.create_engine_config()
+            return args.create_engine_config()
         except Exception as exc:  # noqa: BLE001 - vLLM raises many types; all mean "rejected"
             raise ValidationError(_short(_first_problem(exc))) from None
         finally:
             vllm_logger.setLevel(level)
+
+    def check(self, model: str, options: Sequence[str]) -> None:
+        """Raise ValidationError with vLLM's message if vLLM would reject these flags."""
+        self.resolve(model, options)
 
     def accepts(self, argv: Sequence[str]) -> bool:
         """Whether vLLM's parser takes these options (parsing only, no config checks)."""
@@ -203,15 +208,6 @@ def engine_identity(validator: VllmValidator, model: str, options: Sequence[str]
     ``VllmConfig.compute_hash`` is not it: it is the compile cache's key and leaves out what
     does not change the compiled graph (``--gpu-memory-utilization``, prefix caching), which
     changes performance. ValidationError where vLLM rejects the flags."""
-    args = validator.engine_args(model, options)
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    vllm_logger.setLevel(logging.ERROR)
-    try:
-        config = args.create_engine_config()
-    except Exception as exc:  # noqa: BLE001 - vLLM raises many types; all mean "rejected"
-        raise ValidationError(_short(_first_problem(exc))) from None
-    finally:
-        vllm_logger.setLevel(level)
+    config = validator.resolve(model, options)
     text = json.dumps(_canonical(config), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
