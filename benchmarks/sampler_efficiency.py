@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.stored_plan import PlanRequest  # noqa: E402
 from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
@@ -64,7 +65,7 @@ from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noq
 from autotune.errors import ValidationError  # noqa: E402
 from autotune.shell.files import read_model_info, read_space  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
-from autotune.study.plans import PlanRequest, StudyPlan, build_plan  # noqa: E402
+from autotune.study.plans import StudyPlan, build_plan  # noqa: E402
 from autotune.study.records import outcomes  # noqa: E402
 from autotune.study.replay import Replay, drawable  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402

@@ -49,12 +49,13 @@ from sampler_efficiency import (  # noqa: E402
 )
 
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.stored_plan import PlanRequest  # noqa: E402
 from autotune.core.analysis.table import RecordedTable  # noqa: E402
 from autotune.core.space.search_space import params_key  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.confirm import confirm  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
-from autotune.study.plans import PlanRequest, build_plan  # noqa: E402
+from autotune.study.plans import build_plan  # noqa: E402
 from autotune.study.records import outcomes, study_data  # noqa: E402
 from autotune.study.replay import DeviceClock, Replay, drawable  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402

@@ -13,13 +13,14 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
 from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import params_key, resolve_references
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.errors import ConfigError
 from autotune.study.creation import prepare_study
-from autotune.study.plans import PlanRequest, build_plan
+from autotune.study.plans import build_plan
 from autotune.study.records import outcomes, study_data
 from autotune.study.replay import Replay
 from autotune.study.runner import StudyRunner

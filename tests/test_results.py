@@ -115,7 +115,7 @@ def test_export_verify_relaunches_and_reports_the_difference(four_trials):
 
 @pytest.mark.slow
 def test_confirm_redeploys_the_finalists_in_rounds_and_the_report_uses_them(four_trials):
-    from autotune.study.records import read_confirmed
+    from autotune.study.state import read_confirmed
     from tests.conftest import vllm_processes
 
     root, model, _ = four_trials

@@ -19,6 +19,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.deployment import failures
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.workload.profiles import WorkloadProfile, get_profile
@@ -26,9 +27,10 @@ from autotune.errors import ConfigError, StudyError
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
-from autotune.study.plans import PlanRequest, build_plan
-from autotune.study.records import outcomes, read_confirmed, read_outcome, study_data
+from autotune.study.plans import build_plan
+from autotune.study.records import outcomes, read_outcome, study_data
 from autotune.study.runner import SilentProgress, StudyRunner
+from autotune.study.state import read_confirmed
 from autotune.study.storage import Heartbeat
 from autotune.study.trial import TrialSetup
 from tests.conftest import GLM_MOE_MTP_CONFIG
