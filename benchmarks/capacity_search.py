@@ -6,7 +6,7 @@ keep core 1), then, in ``--rounds`` interleaved rounds, finds the highest max co
 which ``--slo`` holds with:
 
 - autotune: bracket and bisect on a log scale, loads near the limit measured again
-  (``core.capacity``), within [--low, --high];
+  (``core.trial.capacity_search``), within [--low, --high];
 - linear descent, as vLLM's ``benchmarks/auto_tune/auto_tune.sh`` lowers the request rate:
   from --high down by 1 until one run meets the SLO;
 - uniform scan, as ``vllm bench sweep`` runs a list of loads and the user reads the limit off

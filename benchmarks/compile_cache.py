@@ -3,7 +3,7 @@
 Deploys one configuration ``--starts`` times with a fresh, empty vLLM cache folder
 (``VLLM_CACHE_ROOT``) for the first start and the same folder afterwards, as consecutive trials
 of a study share ``~/.cache/vllm``; prints each start's ready seconds and its phases as vLLM
-logs them (``core.startup``): the first start compiles, the others should load.
+logs them (``core.deployment.startup``): the first start compiles, the others should load.
 
     .venv/bin/python benchmarks/compile_cache.py [--starts 3]
 """

@@ -5,7 +5,7 @@ looks configurations up in the recorded CPU table (`autotune.study.replay.Replay
 a `DeviceClock` what each trial would have cost the machine: a rejected configuration its
 validation (1 s), a failed one its recorded start-up and a teardown, a served one its recorded
 start-up, the duration of each run it measures (requests x output tokens / its recorded output
-throughput, warm-up included) and a teardown (5 s). Racing (`core.racing`) runs as in a real
+throughput, warm-up included) and a teardown (5 s). Racing (`core.trial.racing`) runs as in a real
 trial: a configuration beaten beyond the noise after its first runs pays for those alone.
 After the search, the real confirmation (`study.confirm`, 3 finalists and the baseline, 2
 rounds) runs on the same clock, and `recommend` picks on the confirmed numbers.

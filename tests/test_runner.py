@@ -348,7 +348,7 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
 
 class CapacityStandIn(StandIn):
     """Fixed profiles as ``StandIn``; a capacity profile is searched by the real search
-    (``core.capacity.search``) over a synthetic p99 TTFT curve: -O2 carries about 4x the load
+    (``core.trial.capacity_search.search``) over a synthetic p99 TTFT curve: -O2 carries about 4x the load
     of -O0. Records each search's incumbent."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""What the sampler is told of a measured trial (core.verdict)."""
+"""What the sampler is told of a measured trial (core.trial.verdict)."""
 
 from __future__ import annotations
 

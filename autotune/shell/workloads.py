@@ -1,5 +1,5 @@
 """Turning profiles into request sources: reading dataset files (with their content hash) and
-the model's tokenizer. The I/O half of ``core.datasets``; everything is checked here, before any
+the model's tokenizer. The I/O half of ``core.workload.datasets``; everything is checked here, before any
 deployment: a missing file, a file not in its format, a request that does not fit the model's
 context, fewer requests than a profile sends."""
 

@@ -1,6 +1,6 @@
 """Optuna trials to and from ``TrialOutcome`` records, and a study's data for analysis.
 
-The one place that writes and reads autotune's trial attributes (``core.outcome`` spells them);
+The one place that writes and reads autotune's trial attributes (``core.trial.outcome`` spells them);
 the study's own attributes are ``study.state``'s.
 """
 

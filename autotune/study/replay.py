@@ -14,7 +14,7 @@ With a ``DeviceClock`` it also charges what each trial would have cost a machine
 configuration its validation, a failed one its recorded start-up, a served one its recorded
 start-up plus the duration of every run it measures (a run's duration follows from its own
 numbers: requests x output tokens / output throughput, warm-up included) plus a teardown.
-Runs are measured in ``core.racing.run_order`` and raced as the real trial races
+Runs are measured in ``core.trial.racing.run_order`` and raced as the real trial races
 (``BenchPlan.race``): a trial beaten after its first runs is charged for those alone
 (`benchmarks/time_to_answer.py`).
 """

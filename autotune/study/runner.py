@@ -1,21 +1,21 @@
 """The study runner: an Optuna multi-objective study whose trials are real deployments.
 
 ``study.creation.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
-worker: an ask/tell
-loop over a trial function (``study.trial.run_trial``, or a stand-in in tests) on one slot;
-any number of workers may share a study (slots of one node, nodes sharing PostgreSQL). The
-budget is study-wide (``core.scheduling``); every running trial sends heartbeats, and a worker
-that looks for work first fails the trials of dead workers (Optuna re-enqueues them) and kills
-what is left of their servers on its own host.
+worker: an ask/tell loop over a trial function (``study.trial.run_trial``, or a stand-in in
+tests) on one slot; any number of workers may share a study (slots of one node, nodes sharing
+PostgreSQL). The budget is study-wide (``core.analysis.scheduling``); every running trial sends
+heartbeats, and a worker that looks for work first fails the trials of dead workers (Optuna
+re-enqueues them) and kills what is left of their servers on its own host.
 
-What the sampler is told of a measured trial is ``core.verdict``'s; a trial that fails for a
-reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's or
-ours) is run once more, and a second such failure stops the study (``StudyError``); a
+What the sampler is told of a measured trial is ``core.trial.verdict``'s; a trial that fails for
+a reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's
+or ours) is run once more, and a second such failure stops the study (``StudyError``); a
 configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
 running trial's engine is resampled (the skipped trial is stored as FAIL with ``skipped``); one
 of a measured trial's engine is a copy, never deployed: COMPLETE with that trial's values for
-the sampler, marked ``same_engine_as``, out of the budget and of every analysis; SIGINT tears the server down and marks
-the trial FAIL (interrupted). Printing is left to the caller through ``Progress``.
+the sampler, marked ``same_engine_as``, out of the budget and of every analysis; SIGINT tears
+the server down and marks the trial FAIL (interrupted). Printing is left to the caller through
+``Progress``.
 """
 
 from __future__ import annotations

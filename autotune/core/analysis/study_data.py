@@ -1,6 +1,6 @@
 """A study's trials as analysis sees them (``StudyData``): the front, estimates with intervals,
 changes against the baseline, the pooled noise, finalists and failures. Pure: built by the
-study layer, read by ``core.recommend`` and ``core.effects``; rendering happens elsewhere.
+study layer, read by ``core.analysis.recommend`` and ``core.analysis.effects``; rendering happens elsewhere.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class StudyData:
 
 def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
     """Every feasible trial's capacity on ``profile`` with its costs on the objectives of the
-    other profiles: what a new capacity search may start from (``core.capacity``)."""
+    other profiles: what a new capacity search may start from (``core.trial.capacity_search``)."""
     return tuple(
         Incumbent(t.number, t.capacity[profile].boundary.load,
                   t.value(profile, THROUGHPUT_METRIC),

@@ -6,7 +6,7 @@ trial, how vLLM's output (or autotune) shows it, the log pattern that detects it
 is held against the configuration, and what the user can do. The patterns come from failures
 seen on real servers (``../shared/notes/vllm-on-cpu.md``): argparse errors and pydantic config
 checks (configuration rejected), allocator and cache sizing errors (out of memory), dead engine
-cores and workers (engine died). ``failure_table`` renders the registry for the README.
+cores and workers (engine died). ``failure_table`` renders the registry for docs/deployments.md.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def failure_class(name: str) -> FailureClass:
 
 
 def failure_table() -> str:
-    """The registry as a Markdown table (the README's failure classes)."""
+    """The registry as a Markdown table (the failure classes of docs/deployments.md)."""
     rows = ["| class | seen as | the configuration | what you can do |", "|---|---|---|---|"]
     for f in FAILURE_CLASSES.values():
         held = "infeasible, not deployed again" if f.blames_configuration else \

@@ -21,10 +21,10 @@ from autotune.errors import ConfigError
 class Source(StrEnum):
     """Where a metric's value comes from."""
 
-    BENCHMARK = "benchmark run"  # computed from the run's requests (core.metrics.summarize)
+    BENCHMARK = "benchmark run"  # computed from the run's requests (core.metrics.summary.summarize)
     SERVER = "server /metrics"  # the server under test's /metrics: read before and after a run,
     # its gauges sampled during it (ServerRead)
-    SEARCH = "capacity search"  # the load a capacity search found (core.capacity)
+    SEARCH = "capacity search"  # the load a capacity search found (core.trial.capacity_search)
     CLIENT = "benchmark client"  # the client's own process during the run (shell.client)
 
 

@@ -1,7 +1,7 @@
 """Search spaces and reference configurations as records, and applying them to a model:
 which parameters apply, sampling, completing, resolving references, the grid. Pure.
 
-A space (``search_spaces/*.yaml``, parsed by ``core.space_yaml``) holds fixed ``deployment``
+A space (``search_spaces/*.yaml``, parsed by ``core.space.space_yaml``) holds fixed ``deployment``
 settings and an ordered list of ``parameters``. Each parameter has a type, a domain, a default,
 exactly one vLLM mapping (``flag`` or ``json``), and optional conditions (``when`` on earlier
 parameters or on a ``FACTS`` entry: a deployment setting or a model fact; ``applies_to`` on the

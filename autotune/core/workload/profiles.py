@@ -8,7 +8,7 @@ instead, as tables recorded that way did), 256 output tokens with EOS ignored, t
 100 requests, at max concurrency 2 (interactive use) or 100 (a shared service); at concurrency
 100 autotune sends 200 (two waves: `benchmarks/wave_spread.py`), `--num-prompts 100` gives the
 study's own. ``capacity`` searches the highest concurrency at which every SLO holds
-(``core.capacity``); its SLOs come from ``--slo``.
+(``core.trial.capacity_search``); its SLOs come from ``--slo``.
 """
 
 from __future__ import annotations
