@@ -31,17 +31,18 @@ def smooth(knee: float):
 
 
 def search(spec: CapacitySpec, curve, noise: float = 0.0, seed: int = 0,
-           incumbent: Incumbent | None = None) -> tuple[Boundary, list[float]]:
+           incumbent: Incumbent | None = None, around: Boundary | None = None
+           ) -> tuple[Boundary, list[float]]:
     """The real search over ``curve``, its p99 TTFT with log-normal noise of sd ``noise``;
     returns where it ended and the loads it probed, in order."""
     rng = np.random.default_rng(seed)
 
-    def measure(load: float, why: str) -> dict[str, float]:
+    def measure(load: float, why: str, settle) -> Probe:
         m = dict(curve(load))
         m["p99_ttft_ms"] *= math.exp(rng.normal(0, noise)) if noise else 1.0
-        return m
+        return Probe(load, m)
 
-    found = capacity_search("capacity", spec, measure, incumbent)
+    found = capacity_search("capacity", spec, measure, incumbent, around)
     return found.boundary, [p.load for p in found.probes]
 
 
@@ -113,6 +114,42 @@ def test_a_failure_at_the_incumbent_load_within_the_noise_does_not_end_the_searc
     boundary, loads = search(spec, curve, incumbent=Incumbent(3, load=40, throughput=5000.0))
     assert loads[:3] == [40, 40, 40] and boundary.below_incumbent is None
     assert (boundary.load, boundary.fail_load) == (39, 40)
+
+
+@pytest.mark.parametrize("knee", [3, 10, 30, 90])
+def test_a_reprobe_of_the_found_boundary_confirms_it_measuring_only_its_two_loads(knee):
+    spec = CapacitySpec(low=1, high=256, limits=(TTFT,))
+    found, full = search(spec, smooth(knee))
+    again, loads = search(spec, smooth(knee), around=found)
+    assert (again.load, again.fail_load) == (found.load, found.fail_load)
+    assert set(loads) == {found.load, found.fail_load}  # each repeated while near the limit
+    assert len(loads) < len(full)
+
+
+@pytest.mark.parametrize("shift", [0.5, 0.75, 0.9, 1.1, 1.25, 2.0])
+@pytest.mark.parametrize("load", ["concurrency", "rate"])
+def test_a_reprobe_follows_a_moved_boundary_to_where_a_full_search_finds_it(shift, load):
+    spec = CapacitySpec(load=load, low=1, high=256, limits=(TTFT,))
+    before, _ = search(spec, smooth(20))
+    full, _ = search(spec, smooth(20 * shift))
+    again, _ = search(spec, smooth(20 * shift), around=before)
+    truth = 20 * shift * 3 ** 0.5
+    assert again.load <= truth < again.fail_load  # the noiseless curve's crossing
+    assert full.load <= truth < full.fail_load
+    assert again.fail_load / again.load <= spec.resolution or again.fail_load - again.load == 1
+
+
+@pytest.mark.parametrize("load", ["concurrency", "rate"])
+def test_a_reprobe_costs_fewer_probes_than_a_new_search_where_a_redeployment_moves_the_boundary(
+        load):
+    spec = CapacitySpec(load=load, low=1, high=256, limits=(TTFT,))
+    full = again = 0
+    for knee in (5, 20, 60):
+        before, _ = search(spec, smooth(knee))
+        for seed, shift in enumerate((0.75, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25)):
+            full += len(search(spec, smooth(knee * shift), noise=0.1, seed=seed)[1])
+            again += len(search(spec, smooth(knee * shift), noise=0.1, seed=seed, around=before)[1])
+    assert again < 0.85 * full
 
 
 def test_an_incumbent_is_chosen_only_among_trials_as_good_on_the_other_objectives():

@@ -30,7 +30,7 @@ GOOD = stream('{"choices":[{"text":" a"}]}', '{"choices":[{"text":" b"}]}',
               '{"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":3}}', "[DONE]")
 
 
-async def _bench_against(handler, profile: WorkloadProfile, api_key: str):
+async def _bench_against(handler, profile: WorkloadProfile, api_key: str, **kwargs):
     async def route(request: web.Request) -> web.Response:
         if request.path == "/metrics":
             return web.Response(text="")
@@ -45,13 +45,13 @@ async def _bench_against(handler, profile: WorkloadProfile, api_key: str):
     port = site._server.sockets[0].getsockname()[1]
     try:
         return await run_profile_async(Target(f"http://127.0.0.1:{port}", "m", api_key=api_key),
-                                       profile, seed=0, source=RandomPrompts(100))
+                                       profile, seed=0, source=RandomPrompts(100), **kwargs)
     finally:
         await runner.cleanup()
 
 
-def bench(handler, profile=PROFILE, api_key="k"):
-    return asyncio.run(_bench_against(handler, profile, api_key))
+def bench(handler, profile=PROFILE, api_key="k", **kwargs):
+    return asyncio.run(_bench_against(handler, profile, api_key, **kwargs))
 
 
 def reply(status: int, body: bytes | str):
@@ -102,6 +102,23 @@ def test_requests_still_open_at_the_run_time_limit_are_failed():
                               max_concurrency=2, warmup_requests=0, timeout_s=0.5)
     run = bench(hang, profile, api_key="")
     assert run.summary.failed == 2 and "run time limit of 0.5 s reached" in run.summary.errors[0]
+
+
+def test_a_stop_sends_no_more_requests_and_measures_every_request_sent_whole():
+    received = []
+
+    async def slow(request):
+        received.append(await request.json())
+        await asyncio.sleep(0.05)
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=12, max_concurrency=3)
+    run = bench(slow, profile, stop=lambda done: len(done) >= 2)
+    assert 2 <= len(run.requests) < 12
+    sent = len(received) - profile.warmups
+    assert sent == len(run.requests) == run.summary.completed  # those in flight: awaited
+    assert all(r.success and r.output_tokens == 3 for r in run.requests)
+    assert bench(slow, profile, stop=lambda done: False).summary.completed == 12
 
 
 def test_our_request_body_is_vllm_bench_serves_field_by_field():

@@ -354,9 +354,10 @@ class CapacityStandIn(StandIn):
     def __init__(self) -> None:
         super().__init__(sd=0.01)
         self.incumbents: list = []
+        self.searches: list = []
 
     def __call__(self, argv, bench, setup, on_phase) -> Measurement:
-        from autotune.core.trial.capacity_search import search
+        from autotune.core.trial.capacity_search import Probe, search
         from autotune.study.trial import incumbent_for
 
         fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
@@ -364,25 +365,47 @@ class CapacityStandIn(StandIn):
         knee = 10.0 if argv[argv.index("--optimization-level") + 1] == "0" else 40.0
         results, searches = dict(m.results), {}
         for p in (p for p in bench.profiles if p.capacity):
-            incumbent = incumbent_for(p, bench, results)
+            around = bench.around.get(p.name)
+            incumbent = None if around else incumbent_for(p, bench, results)
             self.incumbents.append(incumbent)
-            found = search(p.name, p.capacity, lambda load, why: {
+            found = search(p.name, p.capacity, lambda load, why, settle: Probe(load, {
                 "p99_ttft_ms": 500.0 * (1 + (load / knee) ** 2), "output_throughput": 40.0 * load,
-                "failed": 0.0}, incumbent)
+                "failed": 0.0}), incumbent, around)
             searches[p.name] = found
+            self.searches.append(found)
             if found.boundary.found:
                 results[p.name] = ProfileResult(p.name, tuple(found.runs_at_boundary()))
         return dataclasses.replace(m, results=results, capacity=searches)
 
 
-def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_incumbent_load(tmp_path):
+def capacity_plan(tmp_path):
     plan = make_plan(tmp_path, trials=3, references=True, name="cap")
-    capacity = ids("capacity")
-    plan = build_plan(PlanRequest(
-        workdir=plan.workdir, profiles=(ids("low-concurrency"), capacity),
+    return build_plan(PlanRequest(
+        workdir=plan.workdir, profiles=(ids("low-concurrency"), ids("capacity")),
         model=plan.model.name, space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml"), trials=3, repeats=2, seed=1,
         study_name="cap", slos=("p99_ttft_ms<=2000",)))
+
+
+def test_a_confirmation_reprobes_a_capacity_trials_boundary_instead_of_searching_again(tmp_path):
+    from autotune.study.confirm import confirm
+
+    plan = capacity_plan(tmp_path)
+    study = run(plan, CapacityStandIn())
+    base = outcomes(study)[0]
+    found = base.capacity["capacity"]
+    again = CapacityStandIn()
+    confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base.number],
+            rounds=2, trial_fn=again)
+    bounds = {found.boundary.load, found.boundary.fail_load}
+    assert len(again.searches) == 2 and len(found.probes) > 2
+    for s in again.searches:
+        assert {p.load for p in s.probes} == bounds and s.boundary == dataclasses.replace(
+            found.boundary, probes=len(s.probes), reason=s.boundary.reason)
+
+
+def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_incumbent_load(tmp_path):
+    plan = capacity_plan(tmp_path)
     assert [o.name for o in plan.objectives] == ["low-concurrency:mean_e2el_ms", "capacity:output_throughput"]
     stand_in = CapacityStandIn()
     study = run(plan, stand_in)

@@ -79,17 +79,21 @@ class StandInBench:
 
     failed_requests: int = 0
     error: Exception | None = None
+    ttft_s: float = 0.01
     calls: list[str] = field(default_factory=list)
 
-    def __call__(self, target, profile, *, seed, source, slo=None) -> BenchmarkRun:
+    def __call__(self, target, profile, *, seed, source, slo=None, stop=None) -> BenchmarkRun:
         self.calls.append(profile.name)
         if self.error is not None:
             raise self.error
         results = [RequestResult(prompt_len=8, start_s=0.0, success=i >= self.failed_requests,
-                                 output_tokens=4, ttft_s=0.01, latency_s=0.05,
+                                 output_tokens=4, ttft_s=self.ttft_s, latency_s=self.ttft_s + 0.04,
                                  itl_s=(0.01, 0.01, 0.01), error="HTTP 500: engine dead")
                    for i in range(profile.num_prompts)]
-        return BenchmarkRun(profile, seed, summarize(results, 1.0))
+        if stop is not None:  # the client's contract: asked after each completion, then no more
+            results = results[:next((k for k in range(1, len(results)) if stop(results[:k])),
+                                    len(results))]
+        return BenchmarkRun(profile, seed, summarize(results, 1.0), tuple(results))
 
 
 def trial(tmp_path, *, run_profile=None, validator=None, **deployment):
@@ -200,6 +204,26 @@ def test_a_capacity_search_leaves_its_probes_and_record_and_draws_nothing(tmp_pa
     names = sorted(p.name for p in (tmp_path / "trial").iterdir())
     assert "capacity-cap.json" in names and "bench-cap-probe-1.json" in names
     assert not [n for n in names if n.endswith(".png")]  # the report draws the curve
+
+
+def test_a_capacity_probe_clearly_past_its_limit_stops_once_its_fail_is_settled(tmp_path):
+    import json
+
+    from autotune.core.metrics.slo import parse_limit
+    from autotune.core.workload.capacity_spec import CapacitySpec
+
+    capacity = WorkloadProfile(name="cap", num_prompts=4, capacity=CapacitySpec(
+        low=1, high=16, limits=(parse_limit("p99_ttft_ms<=100", "test"),)))
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
+                       StandInDeployment(spec, on_phase), run_profile=StandInBench(ttft_s=1.0))
+    plan = BenchPlan(profiles=(capacity,), sources={"cap": RandomPrompts(512)})
+    found = run_trial(["--max-num-seqs", "8"], plan, setup).capacity["cap"]
+    first = found.probes[0]  # at 4 concurrent, 8 requests: the p99 of 8 is past once 2 are
+    assert (first.load, first.measured_requests, first.planned_requests) == (4, 2, 8)
+    assert first.settled == "p99_ttft_ms<=100: 2 of 8 requests past 128 ms after 2"
+    stored = json.loads((tmp_path / "trial" / "bench-cap-probe-1.json").read_text())
+    assert (stored["completed"], stored["planned_requests"]) == (2, 8)
+    assert not found.boundary.found  # the same verdict as the whole run: no load meets 100 ms
 
 
 # ---- every escape path of run_trial: each fault is injected through a seam and comes back as a

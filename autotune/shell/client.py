@@ -11,6 +11,7 @@ per-request records to ``core.metrics``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -157,17 +158,25 @@ async def _run_batch(
     client: aiohttp.ClientSession, target: Target, requests: Sequence[Request], *,
     profile: WorkloadProfile, offsets_s: Sequence[float], on_done: Callable[[], None],
     prompt_of: Callable[[Request], list[int] | str],
+    stop: Callable[[Sequence[RequestResult]], bool] | None = None,
 ) -> list[RequestResult]:
     """Send every request at its offset from now; requests still open at the profile's time
-    limit count as failed."""
+    limit count as failed. Once ``stop`` (asked after each completion, with the requests
+    completed so far) says yes, no request is sent any more and those in flight are awaited,
+    not cancelled: every request sent is measured whole, so the run's throughput and
+    percentiles stay those of complete requests; it costs at most one request's latency."""
     sem = asyncio.Semaphore(profile.max_concurrency)
     t0 = time.perf_counter()
     deadline = t0 + profile.timeout_s
+    done: list[RequestResult] = []
+    halted = asyncio.Event()
 
-    async def limited(r: Request) -> RequestResult:
+    async def limited(r: Request) -> RequestResult | None:
         start = time.perf_counter()
         try:
             async with sem:
+                if halted.is_set():
+                    return None  # never sent
                 result = await asyncio.wait_for(
                     send_request(client, target, prompt_of(r), r.prompt_len, profile, r.output_len),
                     timeout=max(deadline - time.perf_counter(), 0.001),
@@ -179,15 +188,21 @@ async def _run_batch(
                 error=f"run time limit of {profile.timeout_s:g} s reached",
             )
         on_done()
+        done.append(result)
+        if stop is not None and stop(done):
+            halted.set()
         return result
 
     tasks = []
     for request, offset in zip(requests, offsets_s, strict=True):
         wait = t0 + offset - time.perf_counter()
         if wait > 0:
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(halted.wait(), wait)
+        if halted.is_set():
+            break
         tasks.append(asyncio.create_task(limited(request)))
-    return list(await asyncio.gather(*tasks))
+    return [r for r in await asyncio.gather(*tasks) if r is not None]
 
 
 async def run_profile_async(
@@ -195,9 +210,11 @@ async def run_profile_async(
     slo: SloLimits | None = None, percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     text_prompt: Callable[[list[int]], str] | None = None,
+    stop: Callable[[Sequence[RequestResult]], bool] | None = None,
 ) -> BenchmarkRun:
     """Warm up, then measure one profile with requests from ``source``. ``text_prompt`` turns
-    token-id prompts into text (the chat endpoint takes only text)."""
+    token-id prompts into text (the chat endpoint takes only text). ``stop`` ends the measured
+    run early (see ``_run_batch``): a capacity probe whose verdict is settled."""
     if target.endpoint not in ENDPOINTS:
         raise BenchmarkError(f"--endpoint {target.endpoint!r}: valid: {', '.join(ENDPOINTS)}")
     if target.endpoint == "chat" and text_prompt is None:
@@ -229,7 +246,7 @@ async def run_profile_async(
         sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
         start, cpu_start = time.perf_counter(), time.process_time()
         results = await _run_batch(client, target, requests[warm:], profile=profile,
-                                   offsets_s=offsets, on_done=tick, prompt_of=prompt_of)
+                                   offsets_s=offsets, on_done=tick, prompt_of=prompt_of, stop=stop)
         duration, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
         finished.set()
         samples = await sampler

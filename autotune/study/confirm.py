@@ -1,8 +1,10 @@
 """Confirmation of finalists: the front's members and the baseline (or the trials asked for),
 deployed again and measured in interleaved rounds (A, B, base, then B, base, A, ...), so that
-drift of the machine hits every finalist alike. The confirmed runs are stored apart from the
-search's and added to those of earlier confirmations (``state.add_confirmed``); they are what
-recommendations, exports and reports use."""
+drift of the machine hits every finalist alike. A capacity profile is not searched again:
+each redeployment re-probes the boundary the trial's search found (``BenchPlan.around``).
+The confirmed runs are stored apart from the search's and added to those of earlier
+confirmations (``state.add_confirmed``); they are what recommendations, exports and reports
+use."""
 
 from __future__ import annotations
 
@@ -55,7 +57,9 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             here = dataclasses.replace(
                 setup, model=plan.model.name,
                 workdir=base / f"confirm-{t.number:04d}-{earlier[t.number] + r + 1}")
-            m = trial_fn(t.argv, plan.bench, here, lambda ph, tag=tag: say(f"{tag}: {ph}"))
+            bench = dataclasses.replace(plan.bench, around={
+                p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
+            m = trial_fn(t.argv, bench, here, lambda ph, tag=tag: say(f"{tag}: {ph}"))
             if m.failure is not None:
                 say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
                 continue

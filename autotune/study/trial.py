@@ -27,8 +27,10 @@ from autotune.core.deployment.startup import StartupPhases
 from autotune.core.metrics.summary import flat_metrics, to_vllm_json
 from autotune.core.trial.capacity_search import (
     MONOTONE_IN_LOAD,
+    Boundary,
     CapacitySearch,
     Incumbent,
+    Probe,
     choose_incumbent,
     goodput_limits,
     search,
@@ -36,6 +38,7 @@ from autotune.core.trial.capacity_search import (
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import Race, beaten, run_order
+from autotune.core.trial.settle import SettleRule
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
@@ -61,6 +64,9 @@ class BenchPlan:
     incumbents: Mapping[str, tuple[Incumbent, ...]] = field(default_factory=dict)
     race: Race | None = None  # the front to race against (None: every run is measured)
     run_seconds: Mapping[str, float] = field(default_factory=dict)  # expected seconds per run
+    # Where an earlier search of this configuration ended, by capacity profile: a confirmation
+    # re-probes there instead of searching again.
+    around: Mapping[str, Boundary] = field(default_factory=dict)
 
 
 class Served(Protocol):
@@ -118,19 +124,30 @@ def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: Prof
     slo = goodput_limits(spec)
     count = 0
 
-    def measure(load: float, why: str) -> dict[str, float]:
+    def measure(load: float, why: str, settle: SettleRule | None) -> Probe:
         nonlocal count
         count += 1
         on_phase(f"capacity {profile.name}: probe {count} at {load:g} {spec.unit} ({why})")
-        run = run_profile(target, profile.at_load(load), seed=seed + count, source=plan.sources[profile.name], slo=slo)
+        at = profile.at_load(load)
+        planned = at.num_prompts
+        stop = None if settle is None else (lambda done: bool(settle.settled(done, planned)))
+        run = run_profile(target, at, seed=seed + count, source=plan.sources[profile.name], slo=slo,
+                          stop=stop)
+        measured = len(run.requests) or run.summary.completed + run.summary.failed
+        settled = settle.settled(run.requests, planned) if settle and measured < planned else ""
+        if settled:
+            on_phase(f"capacity {profile.name}: probe {count} settled after {measured} of "
+                     f"{planned} requests ({settled})")
         _write(workdir / f"bench-{profile.name}-probe-{count}.json",
                {"profile": profile.name, "load": load, "seed": seed + count,
-                **to_vllm_json(run.summary)}, files)
+                "planned_requests": planned, "settled": settled, **to_vllm_json(run.summary)}, files)
         if not run.summary.valid and not dep.is_serving():
             raise _InvalidRun(f"{profile.name} at {load:g}: {run.summary.invalid_reason}")
-        return flat_metrics(run.summary)
+        return Probe(load, flat_metrics(run.summary), measured, planned, settled)
 
-    found = search(profile.name, spec, measure, incumbent_for(profile, plan, results))
+    around = plan.around.get(profile.name)
+    found = search(profile.name, spec, measure,
+                   None if around is not None else incumbent_for(profile, plan, results), around)
     _write(workdir / f"capacity-{profile.name}.json", found.to_dict(), files)
     return found
 

@@ -146,7 +146,8 @@ class BenchmarkSummary:
         return f"{self.failed} of {self.failed + self.completed} requests failed: {first}"
 
 
-def _tpot_s(result: RequestResult) -> float | None:
+def tpot_s(result: RequestResult) -> float | None:
+    """Time per output token after the first (None for a request of at most one token)."""
     if result.output_tokens <= 1:
         return None
     return (result.latency_s - result.ttft_s) / (result.output_tokens - 1)
@@ -176,7 +177,7 @@ def max_concurrency(results: Sequence[RequestResult]) -> int:
 def _meets_slo(result: RequestResult, slo: SloLimits) -> bool:
     checks = [
         (slo.ttft_ms, result.ttft_s),
-        (slo.tpot_ms, _tpot_s(result) or 0.0),
+        (slo.tpot_ms, tpot_s(result) or 0.0),
         (slo.e2el_ms, result.latency_s),
     ]
     return all(limit is None or value * 1000.0 <= limit for limit, value in checks)
@@ -201,7 +202,7 @@ def summarize(
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     output_tokens = sum(r.output_tokens for r in ok)
     input_tokens = sum(r.prompt_len for r in ok)
-    tpots = [t for t in (_tpot_s(r) for r in ok) if t is not None]
+    tpots = [t for t in (tpot_s(r) for r in ok) if t is not None]
     itls = [gap for r in ok for gap in r.itl_s]
     goodput = None
     if slo is not None and not slo.is_empty():

@@ -14,6 +14,13 @@ done and where the boundary lies.
 3. Bisect the bracket at its geometric mean until fail/pass <= ``resolution`` (for concurrency
    also when they are neighbours).
 
+A search that knows where an earlier one ended on the same configuration (a confirmation's
+redeployment) re-probes that boundary's two loads first and goes on from them only where a
+verdict flipped, stepping out by ``resolution`` rather than ``factor`` (on synthetic curves
+moved by up to 2x, fewer probes than larger steps: each new load near the limit costs repeats).
+The first run at a load (not one at the incumbent's load, whose throughput decides) may stop
+as soon as its fail is settled (``core.trial.settle``); a repeat always runs to the end.
+
 A probe's verdict compares each limit's log margin, log(value / limit), averaged over the
 repeats at that load, with its noise (one probe's percentile varies; ``noise`` is the assumed
 log-sd until repeats measure it): past or within the limit beyond z x sd / sqrt(n), or else
@@ -32,6 +39,7 @@ from enum import Enum
 
 from autotune.core.metrics.registry import METRICS
 from autotune.core.metrics.summary import SloLimits
+from autotune.core.trial.settle import SettleRule, fail_rule
 from autotune.core.workload.capacity_spec import CapacitySpec
 from autotune.errors import ConfigError
 
@@ -48,10 +56,14 @@ class LoadOutcome(Enum):
 
 @dataclass(frozen=True)
 class Probe:
-    """One measured run at one load: its flat metrics (vLLM keys)."""
+    """One measured run at one load: its flat metrics (vLLM keys), and, for a run stopped once
+    its fail was settled, how many of its planned requests it measured and why it stopped."""
 
     load: float
     metrics: Mapping[str, float]
+    measured_requests: int = 0  # 0: not recorded (a run that was never stopped early)
+    planned_requests: int = 0
+    settled: str = ""  # why it stopped early ("": it ran every planned request)
 
 
 @dataclass(frozen=True)
@@ -154,11 +166,29 @@ def _crossing(lo: LoadVerdict, hi: LoadVerdict) -> float:
     return math.exp(math.log(lo.load) + t * (math.log(hi.load) - math.log(lo.load)))
 
 
-def next_probe(spec: CapacitySpec, probes: Sequence[Probe], incumbent: Incumbent | None = None
-              ) -> ProbeStep:
-    """The search's next move after ``probes`` (the pure core of a capacity trial)."""
+def _step(spec: CapacitySpec, load: float, factor: float) -> float:
+    """``load`` times ``factor`` (< 1: down), snapped, and at least one step away for
+    concurrency (a small factor could round back to ``load``)."""
+    out = spec.snap(load * factor)
+    if out == load and spec.integer:
+        out = spec.snap(load + (1 if factor > 1 else -1))
+    return out
+
+
+def next_probe(spec: CapacitySpec, probes: Sequence[Probe], incumbent: Incumbent | None = None,
+               around: Boundary | None = None) -> ProbeStep:
+    """The search's next move after ``probes`` (the pure core of a capacity trial); ``around``:
+    where an earlier search of this configuration ended (see the module doc)."""
     if not spec.limits:
         raise ConfigError("a capacity profile needs at least one SLO, e.g. --slo 'p99_ttft_ms<=2000'")
+    factor = spec.factor
+    if around is not None:
+        probed = {p.load for p in probes}
+        again = [spec.snap(x) for x in (around.load, around.fail_load) if x is not None]
+        todo = [x for x in again if x not in probed]
+        if todo:
+            return ProbeStep(load=todo[0], why="re-probing the boundary found before")
+        factor = spec.resolution  # a redeployment moves the boundary a little, if at all
     if not probes:
         if incumbent is not None:
             return ProbeStep(load=spec.snap(incumbent.load), why=f"incumbent #{incumbent.trial}'s load")
@@ -193,13 +223,13 @@ def next_probe(spec: CapacitySpec, probes: Sequence[Probe], incumbent: Incumbent
             return done(f"past the SLOs at the lowest load, {spec.low:g}")
         if out_of_probes:
             return done("probe budget spent before any load met the SLOs")
-        return ProbeStep(load=spec.snap(hi.load / spec.factor), why="bracketing down")
+        return ProbeStep(load=_step(spec, hi.load, 1 / factor), why="bracketing down")
     if hi is None:
         if lo.load >= spec.high:
             return done(f"met the SLOs at the highest load searched, {spec.high:g}")
         if out_of_probes:
             return done("probe budget spent while bracketing up")
-        return ProbeStep(load=spec.snap(lo.load * spec.factor), why="bracketing up")
+        return ProbeStep(load=_step(spec, lo.load, factor), why="bracketing up")
     if hi.load / lo.load <= spec.resolution or (spec.integer and hi.load - lo.load <= 1):
         return done("bracket within the resolution")
     mid = spec.snap(math.sqrt(lo.load * hi.load))
@@ -210,18 +240,25 @@ def next_probe(spec: CapacitySpec, probes: Sequence[Probe], incumbent: Incumbent
     return ProbeStep(load=mid, why="bisecting")
 
 
-def search(profile: str, spec: CapacitySpec, measure: Callable[[float, str], Mapping[str, float]],
-           incumbent: Incumbent | None = None) -> CapacitySearch:
-    """Run the search: ``measure(load, why)`` makes one probe (a benchmark run on the
-    deployment, or a synthetic curve in tests) and returns its flat metrics."""
+Measure = Callable[[float, str, SettleRule | None], Probe]
+
+
+def search(profile: str, spec: CapacitySpec, measure: Measure, incumbent: Incumbent | None = None,
+           around: Boundary | None = None) -> CapacitySearch:
+    """Run the search: ``measure(load, why, settle)`` makes one probe (a benchmark run on the
+    deployment, or a synthetic curve in tests) and returns it; it may stop the run once
+    ``settle`` (None: run it whole) says its fail is settled."""
     probes: list[Probe] = []
+    rule = fail_rule(spec.limits, Z * spec.noise)
+    at_incumbent = spec.snap(incumbent.load) if incumbent is not None else None
     while True:
-        step = next_probe(spec, probes, incumbent)
+        step = next_probe(spec, probes, incumbent, around)
         if step.boundary is not None:
             return CapacitySearch(profile, spec.load, tuple(lim.text for lim in spec.limits),
                                   step.boundary, tuple(probes))
         assert step.load is not None
-        probes.append(Probe(step.load, measure(step.load, step.why)))
+        first = step.load not in {p.load for p in probes} and step.load != at_incumbent
+        probes.append(measure(step.load, step.why, rule if first else None))
 
 
 @dataclass(frozen=True)
@@ -248,12 +285,17 @@ class CapacitySearch:
                 "boundary": {"load": b.load, "fail_load": b.fail_load, "estimate": b.estimate,
                              "reason": b.reason, "probes": b.probes,
                              "below_incumbent": b.below_incumbent},
-                "probes": [{"load": p.load, "metrics": dict(p.metrics)} for p in self.probes]}
+                "probes": [{"load": p.load, "metrics": dict(p.metrics),
+                            "measured_requests": p.measured_requests,
+                            "planned_requests": p.planned_requests, "settled": p.settled}
+                           for p in self.probes]}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> CapacitySearch:
         return cls(d["profile"], d["load"], tuple(d["limits"]), Boundary(**d["boundary"]),
-                   tuple(Probe(p["load"], p["metrics"]) for p in d["probes"]))
+                   tuple(Probe(p["load"], p["metrics"], p.get("measured_requests", 0),
+                               p.get("planned_requests", 0), p.get("settled", ""))
+                         for p in d["probes"]))
 
 
 def boundary_text(search: CapacitySearch, unit: str = "") -> str:
