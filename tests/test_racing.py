@@ -1,5 +1,5 @@
-"""Racing inside a trial (core.trial.racing): a configuration beaten beyond the noise stops early; one
-that could still be on the front never does. Synthetic data whose truth is known."""
+"""Racing inside a trial (core.trial.racing): a configuration beaten beyond the noise stops
+early; one that could still be on the front never does. Synthetic data whose truth is known."""
 
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ from tests.conftest import REPO, SPACES
 DATA = REPO / "benchmarks" / "data" / "cpu-table"
 RECORDED = parse_csv((DATA / "table.csv").read_text(), "table.csv")
 # Expert parallel crashes on the CPU build: configurations the recording did not reach are
-# taken to fail as every measured one did (core.analysis.table.fill_unreached), as the benchmark does.
+# taken to fail as every measured one did (core.analysis.table.fill_unreached), as the
+# benchmark does.
 TABLE, INFERRED = (fill_unreached(RECORDED, {"expert_parallel": True, "yarn": True}) if RECORDED.count(NOT_REACHED)
                    else (RECORDED, ""))
 

@@ -348,8 +348,8 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
 
 class CapacityStandIn(StandIn):
     """Fixed profiles as ``StandIn``; a capacity profile is searched by the real search
-    (``core.trial.capacity_search.search``) over a synthetic p99 TTFT curve: -O2 carries about 4x the load
-    of -O0. Records each search's incumbent."""
+    (``core.trial.capacity_search.search``) over a synthetic p99 TTFT curve: -O2 carries
+    about 4x the load of -O0. Records each search's incumbent."""
 
     def __init__(self) -> None:
         super().__init__(sd=0.01)

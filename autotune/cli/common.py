@@ -1,5 +1,7 @@
-"""What every command shares: the consoles, number formatting, option groups, and turning
-flags into the records the layers below take (profiles, slots, storage URL, entry point)."""
+"""What every command shares: the consoles, number formatting, tables fitted to the terminal
+without breaking a word, option groups, vLLM's parser as the validator, and turning flags into
+the records the layers below take (profiles, slots, storage URL, entry point, durations,
+percentages)."""
 
 from __future__ import annotations
 

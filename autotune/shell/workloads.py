@@ -1,7 +1,7 @@
 """Turning profiles into request sources: reading dataset files (with their content hash) and
-the model's tokenizer. The I/O half of ``core.workload.datasets``; everything is checked here, before any
-deployment: a missing file, a file not in its format, a request that does not fit the model's
-context, fewer requests than a profile sends."""
+the model's tokenizer. The I/O half of ``core.workload.datasets``; everything is checked here,
+before any deployment: a missing file, a file not in its format, a request that does not fit
+the model's context, fewer requests than a profile sends."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Optuna trials to and from ``TrialOutcome`` records, and a study's data for analysis.
 
-The one place that writes and reads autotune's trial attributes (``core.trial.outcome`` spells them);
-the study's own attributes are ``study.state``'s.
+The one place that writes and reads autotune's trial attributes (``core.trial.outcome`` spells
+them); the study's own attributes are ``study.state``'s.
 """
 
 from __future__ import annotations

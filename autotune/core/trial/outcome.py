@@ -62,7 +62,8 @@ class Measurement:
     failure_message: str = ""  # vLLM's or our words for the failure
     log_tail: str = ""
     startup_s: float | None = None
-    startup_phases: Mapping[str, float | str] = field(default_factory=dict)  # core.deployment.startup
+    # StartupPhases.as_dict (core.deployment.startup): phase seconds, the compile cache's status
+    startup_phases: Mapping[str, float | str] = field(default_factory=dict)
     bench_s: float | None = None
     wall_s: float | None = None  # the deployment's, from validation to teardown
     teardown_clean: bool | None = None
