@@ -1,6 +1,6 @@
-"""The capacity search (``core.capacity``): on synthetic latency curves whose boundary is known,
-it brackets and bisects to the boundary in few probes, repeats probes near the limit, and an
-incumbent's load ends a hopeless search after one probe. Pure: no server."""
+"""The capacity search (``core.trial.capacity_search``): on synthetic latency curves whose
+boundary is known, it brackets and bisects to the boundary in few probes, repeats probes near
+the limit, and an incumbent's load ends a hopeless search after one probe. Pure: no server."""
 
 import math
 

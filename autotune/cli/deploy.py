@@ -226,8 +226,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     drawn = check_samples(validator, space, ctx, samples=args.samples, seed=args.seed)
     out.print(f"{drawn.samples} random samples: {drawn.samples - drawn.rejected_count} accepted "
               f"by vLLM, {drawn.rejected_count} rejected")
-    for message, count in drawn.rejected:
-        out.print(f"  {count} x {message}")
+    for message, times in drawn.rejected:
+        out.print(f"  {times} x {message}")
     return 1 if any(r.rejected for r in references) else 0
 
 
