@@ -267,3 +267,14 @@ def test_a_dry_run_without_the_model_passes_good_data_and_says_what_waits_for_th
     assert "token lengths against the max model length" in result.stdout + result.stderr
     assert "dry run: nothing launched, nothing written" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_a_few_samples(
+        autotune_in, tmp_path):
+    from autotune.cli.study import DRY_RUN_SAMPLES
+
+    result = autotune_in(tmp_path, *DRY, "--time-budget", "10m")
+    assert result.returncode == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if "vllm serve" in line]
+    assert 0 < len(commands) <= 10 + DRY_RUN_SAMPLES  # the reference study's ten, then samples
+    assert "then sampled trials until the time budget ends" in result.stdout

@@ -50,6 +50,7 @@ from autotune.study.trial import TrialSetup
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
+DRY_RUN_SAMPLES = 5  # sampled trials a dry run shows when the time budget decides the count
 
 
 class ConsoleProgress:
@@ -191,9 +192,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan, setup = _for_this_vllm(plan, args, slots[0])
     if args.dry_run:
         refs = len(plan.references.configs) if plan.references else 0
-        for label, argv in dry_run_argv(plan, max(plan.trials, min(refs, plan.trials))):
+        # A time budget without --trials decides the count as it goes: show the references and
+        # the first sampled trials, not the unbounded budget's ten thousand.
+        shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
+        for label, argv in dry_run_argv(plan, shown):
             out.print(f"{label}: {shlex.join(['vllm', 'serve', plan.model.name, *argv])}",
                       soft_wrap=True, markup=False)
+        if shown < plan.trials:
+            out.print(f"... then sampled trials until the time budget ends ({shown} shown)")
         out.print("dry run: nothing launched, nothing written")
         return 0
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
