@@ -152,6 +152,24 @@ def test_a_reprobe_costs_fewer_probes_than_a_new_search_where_a_redeployment_mov
     assert again < 0.85 * full
 
 
+def test_only_a_loads_first_run_may_stop_early_and_never_at_the_incumbents_load():
+    spec = CapacitySpec(low=1, high=256, limits=(TTFT,))
+    asked: list[tuple[float, bool]] = []
+    rng = np.random.default_rng(3)
+
+    def measure(load: float, why: str, settle) -> Probe:
+        asked.append((load, settle is not None))
+        m = smooth(30)(load)
+        return Probe(load, dict(m, p99_ttft_ms=m["p99_ttft_ms"] * math.exp(rng.normal(0, 0.15))))
+
+    capacity_search("capacity", spec, measure, Incumbent(3, load=20, throughput=5000.0))
+    first = {}
+    for load, may_stop in asked:
+        assert may_stop == (load not in first and load != 20)
+        first.setdefault(load, may_stop)
+    assert len(asked) > len(first)  # repeats were asked for, and none could stop
+
+
 def test_an_incumbent_is_chosen_only_among_trials_as_good_on_the_other_objectives():
     worse_latency = Incumbent(1, 64, 3000.0, {"low:mean_e2el_ms": 900.0})
     better_latency = Incumbent(2, 32, 2000.0, {"low:mean_e2el_ms": 400.0})
