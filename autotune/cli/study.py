@@ -336,7 +336,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "is kept in reserve")
     p.add_argument("--race", action="store_true",
                    help="stop measuring a trial once the front beats it beyond the noise (off by "
-                        "default: README 'Time to an answer' says when it pays)")
+                        "default: docs/samplers.md says when it pays)")
     p.add_argument("--cap-cuda-graphs", action="store_true",
                    help="capture CUDA graphs only up to the study's highest concurrency x (1 + "
                         "speculative tokens), alike for every trial, the baseline and the export "
@@ -351,7 +351,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
     p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
                    help="tpe (default; chosen by replaying samplers against a recorded table, "
-                        "see README 'Which sampler'), random, nsga2 or gp")
+                        "see docs/samplers.md), random, nsga2 or gp")
     p.add_argument("--objective", action="append", default=[],
                    help="PROFILE:METRIC[:min|max] (repeatable; default: mean E2EL at the lowest "
                         "concurrency against output throughput at the highest)")

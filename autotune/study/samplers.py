@@ -1,5 +1,5 @@
 """The samplers a study can use, by name: the one factory (Optuna's samplers, set as the
-replay of a recorded table chose, README "Which sampler")."""
+replay of a recorded table chose, docs/samplers.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def make_sampler(seed: int | None, name: str = "tpe", startup_trials: int = 5
                  ) -> optuna.samplers.BaseSampler:
     """tpe (the default): multivariate TPE over the conditional, mixed space; the choice and its
     settings come from replaying samplers against a recorded table
-    (`benchmarks/sampler_efficiency.py`, README "Which sampler"). The constant liar counts
+    (`benchmarks/sampler_efficiency.py`, docs/samplers.md). The constant liar counts
     running trials (of every worker) as bad, so parallel workers spread. gp (Optuna's
     Gaussian-process sampler) tied it there at 30 times the sampling cost; random and nsga2 (a
     population of 10, not Optuna's 50, so that evolution starts within a study's budget) are

@@ -4,7 +4,7 @@ status and log text into them. Pure: no process, file or printing.
 Every fact about a class is in its ``FailureClass`` record: the name stored with a failed
 trial, how vLLM's output (or autotune) shows it, the log pattern that detects it, whether it
 is held against the configuration, and what the user can do. The patterns come from failures
-seen on real servers (``../shared/notes/vllm-on-cpu.md``): argparse errors and pydantic config
+seen on real servers (vLLM's CPU build and an H200, docs/deployments.md): argparse errors and pydantic config
 checks (configuration rejected), allocator and cache sizing errors (out of memory), dead engine
 cores and workers (engine died). ``failure_table`` renders the registry for docs/deployments.md.
 """
@@ -49,7 +49,7 @@ OUT_OF_MEMORY = FailureClass(
 STARTUP_CRASH = FailureClass(
     "startup_crash", "any other exit before ready, or a worker that failed to initialize (vLLM "
     "may hang after it; autotune stops waiting after 15 s)",
-    True, "read the trial's log tail (`autotune show`); report a crash vLLM should not have",
+    True, "read the log tail in the report's failures or the trial's server.log; report a crash vLLM should not have",
     re.compile(r"WorkerProc initialization failed|Engine core initialization failed|"
                r"WorkerProc hit an exception"))
 STARTUP_TIMEOUT = FailureClass(

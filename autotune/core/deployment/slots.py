@@ -2,7 +2,7 @@
 
 Pure. A GPU slot becomes ``CUDA_VISIBLE_DEVICES``; a CPU slot (vLLM's CPU build) becomes
 ``VLLM_CPU_OMP_THREADS_BIND`` with one core range per tensor-parallel rank, as measured in
-``../shared/notes/vllm-on-cpu.md`` (TP=2 on two cores: ``0|1``).
+docs/deployments.md (TP=2 on two cores: ``0|1``).
 """
 
 from __future__ import annotations

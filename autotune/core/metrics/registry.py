@@ -38,7 +38,7 @@ class Scale(StrEnum):
 
 
 # Without any repeat in a study: identical runs on these machines differ by 6-12% in throughput
-# and E2EL (../shared/notes/vllm-on-cpu.md) and by far more in TTFT; a log-sd of 0.08 (and 0.5
+# and E2EL (docs/noise.md) and by far more in TTFT; a log-sd of 0.08 (and 0.5
 # for TTFT) keeps the assumed intervals on the honest side of that.
 ASSUMED_LOG_SD = 0.08
 ASSUMED_LOG_SD_TTFT = 0.5

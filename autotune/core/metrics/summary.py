@@ -157,7 +157,7 @@ def burst_delivered(result: RequestResult) -> bool:
     """The whole stream arrived in one burst: every gap between token chunks is below
     BURST_GAP_S. Its TTFT is then its E2EL and its TPOT near zero, whatever the engine did:
     seen on these 2-core machines for 40% of requests in some runs, with `vllm bench serve`'s
-    client as with ours (see README "Benchmark client"). E2EL and throughput are unaffected."""
+    client as with ours (see docs/fidelity.md). E2EL and throughput are unaffected."""
     return result.success and len(result.itl_s) >= 2 and max(result.itl_s) < BURST_GAP_S
 
 

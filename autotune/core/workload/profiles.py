@@ -30,7 +30,7 @@ low-concurrency:
   max_concurrency: 2
 high-concurrency:
   max_concurrency: 100
-  num_prompts: 200             # two waves: one wave's runs spread 47%, two waves' 0.4% (README)
+  num_prompts: 200             # two waves: one wave's runs spread 47%, two waves' 0.4% (docs/noise.md)
   warmup_requests: 4
 capacity:
   num_prompts: 100            # per probe; at least 2 per concurrent slot
