@@ -138,6 +138,7 @@ def test_a_deployment_that_does_not_come_up_keeps_its_class_and_log_tail(tmp_pat
     assert (measured.failure, measured.failure_message, measured.log_tail) == (
         failures.STARTUP_CRASH, "exited with 1: bad flag", "Traceback")
     assert measured.results == {}
+    assert measured.startup_s is None  # never ready: no ready time, rather than "0 s"
 
 
 def test_failed_requests_on_a_live_server_make_the_benchmark_invalid(tmp_path):

@@ -264,7 +264,7 @@ def run_trial(
     report = dep.teardown if dep is not None else None
     return Measurement(
         failure=failure, failure_message=message, log_tail=log_tail,
-        startup_s=dep.startup_s if dep is not None else None,
+        startup_s=dep.startup_s if dep is not None and dep.startup_s else None,  # 0: never ready
         startup_phases=phases.as_dict() if phases else {},
         bench_s=bench_s, wall_s=time.monotonic() - t0,
         results=benchmarked.results if not failure else {},
