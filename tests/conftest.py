@@ -8,10 +8,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import optuna
 import pytest
+from aiohttp import web
 
 from autotune.core.space.model_facts import ModelInfo, parse_config
 
@@ -227,3 +230,18 @@ def postgres_url():
                        capture_output=True)
         server.wait(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@asynccontextmanager
+async def stand_in_http(app: web.Application) -> AsyncIterator[str]:
+    """An aiohttp stand-in server on 127.0.0.1 (a free port) for the client's tests; yields its
+    URL and stops it on leaving."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

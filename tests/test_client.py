@@ -16,6 +16,7 @@ from autotune.core.metrics.summary import to_vllm_json
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts, arrival_gaps_s
 from autotune.shell.client import Target, run_profile, run_profile_async, send_request
+from tests.conftest import stand_in_http
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=4, max_concurrency=2,
                           warmup_requests=0)
@@ -38,16 +39,9 @@ async def _bench_against(handler, profile: WorkloadProfile, api_key: str, **kwar
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", route)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        return await run_profile_async(Target(f"http://127.0.0.1:{port}", "m", api_key=api_key),
-                                       profile, seed=0, source=RandomPrompts(100), **kwargs)
-    finally:
-        await runner.cleanup()
+    async with stand_in_http(app) as url:
+        return await run_profile_async(Target(url, "m", api_key=api_key), profile, seed=0,
+                                       source=RandomPrompts(100), **kwargs)
 
 
 def bench(handler, profile=PROFILE, api_key="k", **kwargs):

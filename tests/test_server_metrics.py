@@ -23,6 +23,7 @@ from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile_async
 from autotune.shell.server_metrics import SAMPLE_INTERVAL_S
+from tests.conftest import stand_in_http
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=2, max_concurrency=2,
                           warmup_requests=0)
@@ -100,16 +101,9 @@ async def scripted_run() -> tuple[dict[str, float], list[float]]:
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/completions", completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        run = await run_profile_async(Target(f"http://127.0.0.1:{port}", "m"), PROFILE, seed=0,
-                                      source=RandomPrompts(100), on_progress=burn)
-    finally:
-        await runner.cleanup()
+    async with stand_in_http(app) as url:
+        run = await run_profile_async(Target(url, "m"), PROFILE, seed=0, source=RandomPrompts(100),
+                                      on_progress=burn)
     return flat_metrics(run.summary), served
 
 
