@@ -134,19 +134,11 @@ def test_our_request_body_is_vllm_bench_serves_field_by_field():
     async def both() -> None:
         app = web.Application()
         app.router.add_post("/v1/completions", record)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        try:
-            async with aiohttp.ClientSession() as session:
-                await async_request_openai_completions(RequestFuncInput(
-                    prompt=[5, 6, 7], api_url=url + "/v1/completions", prompt_len=3, output_len=3,
-                    model="m", ignore_eos=True, extra_body={"temperature": 0.0}), session)
-                await send_request(session, Target(url, "m"), [5, 6, 7], 3, PROFILE, 3)
-        finally:
-            await runner.cleanup()
+        async with stand_in_http(app) as url, aiohttp.ClientSession() as session:
+            await async_request_openai_completions(RequestFuncInput(
+                prompt=[5, 6, 7], api_url=url + "/v1/completions", prompt_len=3, output_len=3,
+                model="m", ignore_eos=True, extra_body={"temperature": 0.0}), session)
+            await send_request(session, Target(url, "m"), [5, 6, 7], 3, PROFILE, 3)
 
     asyncio.run(both())
     theirs, ours = bodies
