@@ -94,22 +94,42 @@ def pooled_noise(groups: Mapping[str, Iterable[Sequence[float]]]) -> NoiseModel:
     return NoiseModel(out)
 
 
+def _t_interval(d: float, se: float, df: float) -> tuple[float, float, float]:
+    """``d`` with the two ends of its two-sided ``LEVEL`` interval (Student's t on ``df``)."""
+    t = t_quantile(df)
+    return d, d - t * se, d + t * se
+
+
+class _Interval:
+    """What a change and a difference share: a point and its interval on a scale where 0 is
+    no difference; ``significant`` when the interval excludes zero."""
+
+    @property
+    def _bounds(self) -> tuple[float, float, float]:
+        raise NotImplementedError
+
+    @property
+    def significant(self) -> bool:
+        _, low, high = self._bounds
+        return low > 0 or high < 0
+
+    @property
+    def sign(self) -> float:
+        point = self._bounds[0]
+        return math.copysign(1.0, point) if point else 0.0
+
+
 @dataclass(frozen=True)
-class Change:
-    """A relative change in percent with its interval; ``significant`` when the interval
-    excludes zero."""
+class Change(_Interval):
+    """A relative change in percent with its interval."""
 
     pct: float
     low_pct: float
     high_pct: float
 
     @property
-    def significant(self) -> bool:
-        return self.low_pct > 0 or self.high_pct < 0
-
-    @property
-    def sign(self) -> float:
-        return math.copysign(1.0, self.pct) if self.pct else 0.0
+    def _bounds(self) -> tuple[float, float, float]:
+        return self.pct, self.low_pct, self.high_pct
 
     @property
     def text(self) -> str:
@@ -117,14 +137,12 @@ class Change:
 
     @classmethod
     def from_log(cls, d: float, se: float, df: float) -> Change:
-        t = t_quantile(df)
-        return cls(*(100.0 * math.expm1(x) for x in (d, d - t * se, d + t * se)))
+        return cls(*(100.0 * math.expm1(x) for x in _t_interval(d, se, df)))
 
 
 @dataclass(frozen=True)
-class Difference:
-    """An absolute difference in ``unit`` with its interval; ``significant`` when the interval
-    excludes zero."""
+class Difference(_Interval):
+    """An absolute difference in ``unit`` with its interval."""
 
     value: float
     low: float
@@ -132,12 +150,8 @@ class Difference:
     unit: str
 
     @property
-    def significant(self) -> bool:
-        return self.low > 0 or self.high < 0
-
-    @property
-    def sign(self) -> float:
-        return math.copysign(1.0, self.value) if self.value else 0.0
+    def _bounds(self) -> tuple[float, float, float]:
+        return self.value, self.low, self.high
 
     @property
     def text(self) -> str:
@@ -148,8 +162,7 @@ class Difference:
 
     @classmethod
     def from_se(cls, d: float, se: float, df: float, unit: str) -> Difference:
-        t = t_quantile(df)
-        return cls(d, d - t * se, d + t * se, unit)
+        return cls(*_t_interval(d, se, df), unit)
 
 
 @dataclass(frozen=True)
