@@ -65,6 +65,20 @@ def test_a_compiled_function_vllm_cannot_load_is_told_apart_from_a_miss():
     assert startup_phases(failed, CPU_READY_S).compile_cache == "unloadable"
 
 
+CPU_INDUCTOR = parse_stamped((Path(__file__).parent / "data" / "startup-cpu-tp2-inductor.log").read_text())
+
+
+def test_a_cpu_start_without_aot_compilation_compiles_inside_its_warm_up_run():
+    # vLLM 0.32's CPU build with VLLM_USE_AOT_COMPILE=0 (autotune's default there), an empty
+    # cache (benchmarks/startup.py --fresh-caches): no line says "compiled"; torch.compile runs
+    # between "Warming up model for the compilation" and the slower rank's "Warming up done".
+    spans = phase_spans(CPU_INDUCTOR, 67.6)
+    assert spans["compile_s"] == (38.467, 62.409)
+    assert "warmup_s" not in spans
+    p = startup_phases(CPU_INDUCTOR, 67.6)
+    assert p.unnamed_s < 0.1 * 67.6 and p.compile_cache == ""  # the log does not say; the cache growth does
+
+
 def test_a_phase_whose_lines_are_missing_leaves_its_seconds_unnamed_not_to_a_neighbour():
     without_load = [x for x in CPU if "Starting to load model" not in x.text]
     p = startup_phases(without_load, CPU_READY_S)

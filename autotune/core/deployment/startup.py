@@ -58,6 +58,7 @@ _WEIGHTS = Mark(r"Loading weights took|Model loading took", last=True)
 _COMPILED = Mark(r"saved AOT compiled function|Directly load AOT compilation|unable to save AOT "
                  r"compiled|torch\.compile (?:took|takes) [\d.]+ s in total|Directly load the compiled graph",
                  last=True)
+_WARMED = Mark(r"Warming up done", last=True)  # the CPU build's warm-up run
 _KV = r"Available KV cache memory|Explicitly set .* for KV cache|KV cache size: "
 _JIT = r"Compile and warming up model for size"
 _GRAPHS = r"Capturing CUDA graphs"
@@ -75,12 +76,13 @@ PHASES: tuple[StartupPhase, ...] = (
     StartupPhase("workers_s", "workers", (Mark(_ENGINE),), (Mark(_LOAD),)),
     StartupPhase("weights_s", "weights", (Mark(_LOAD),), (_WEIGHTS,)),
     # Older vLLMs announce no compile: their profiling run, which compiles, follows the weights.
+    # The CPU build without AOT compilation (autotune's default there, docs/startup.md) logs
+    # no compile line: it compiles inside its warm-up run, which then ends the compile.
     StartupPhase("compile_s", "compile",
-          (Mark(r"Warming up model for the compilation|Starting torch\.compile"), _WEIGHTS), (_COMPILED,)),
-    StartupPhase("warmup_s", "warm-up",
-          (_COMPILED, Mark(r"Warming up model for the compilation")),
-          (Mark(r"Warming up done", last=True),
-           Mark(r"Initial profiling/warmup run took", last=True), Mark(_KV))),
+          (Mark(r"Warming up model for the compilation|Starting torch\.compile"), _WEIGHTS),
+          (_COMPILED, _WARMED)),
+    StartupPhase("warmup_s", "warm-up", (_COMPILED,),
+          (_WARMED, Mark(r"Initial profiling/warmup run took", last=True), Mark(_KV))),
     StartupPhase("kv_cache_s", "KV cache", (Mark(_KV),),
           (Mark(_JIT), Mark(_GRAPHS), _ENGINE_READY)),
     StartupPhase("jit_s", "kernel JIT", (Mark(_JIT),), (Mark(_GRAPHS),)),
