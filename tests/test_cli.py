@@ -57,12 +57,13 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["report", "--study", "missing"], "no such file"),
     (["dashboard", "--study", "missing"], "no such file"),
     (["worker", "--study", "missing"], "no such file"),
+    (["confirm", "--study", "missing", "--rounds", "0"], "--rounds 0: must be >= 1"),
     (["import-results", "missing.json", "--study", "s"], "missing.json: cannot read"),
     (["import-results", "results.txt", "--study", "s"], "results.txt: expected a .csv or .json file"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials", "bad-time-budget",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
         "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
-        "import-missing-file", "import-wrong-format"])
+        "confirm-zero-rounds", "import-missing-file", "import-wrong-format"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
     result = autotune_in(tmp_path, *args)
     assert result.returncode == 2, result.stderr

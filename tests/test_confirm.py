@@ -8,7 +8,7 @@ import pytest
 
 from autotune.errors import ConfigError
 from autotune.study.confirm import confirm
-from autotune.study.records import outcomes
+from autotune.study.records import outcomes, study_data
 from autotune.study.state import read_confirmed
 from autotune.study.trial import TrialSetup
 from tests.test_runner import StandIn, make_plan, run
@@ -32,6 +32,9 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
     stored = read_confirmed(study)
     assert (len(first.calls), len(second.calls)) == (2, 4)  # each trial once per round
     assert set(stored) == {a, b}
+    # The study's data knows which numbers are confirmed and what a round adds (repeats 2).
+    assert (study_data(study).confirmed, study_data(study).repeats) == ({a, b}, 2)
+    assert study_data(study, confirmed=False).confirmed == frozenset()
     for n in (a, b):
         for profile, result in stored[n].items():  # 2 runs per round (repeats 2): 1 round, then 3
             assert len(after_one[n][profile].runs) == 2 and len(result.runs) == 6
@@ -49,8 +52,7 @@ def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path):
 @pytest.mark.parametrize("trials, rounds, message", [
     ([99], 1, "--trials 99: #99 not a served trial of this study; served: #"),
     ([], 1, "--trials : "),
-    (None, 0, "--rounds 0: must be >= 1"),
-], ids=["unknown-trial", "no-trial", "zero-rounds"])
+], ids=["unknown-trial", "no-trial"])
 def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_path, trials, rounds, message):
     plan, study, _ = served_study(tmp_path)
     stand_in = StandIn()

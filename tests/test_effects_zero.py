@@ -121,7 +121,7 @@ def test_the_report_of_a_study_whose_hit_rate_is_zero_renders_its_effects():
     assert {e.metric for e in found} >= {"prefix_cache_hit_rate", "mean_kv_cache_usage_pct"}
     flips, unconfirmed = sign_flips(found)
     report = Report(study_name="s", model="m", space_path="space.yaml", data=data,
-                    confirmed=frozenset(), recommendations=(), importance={}, effects=tuple(found),
+                    recommendations=(), importance={}, effects=tuple(found),
                     flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed),
                     ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data))
     markdown = to_markdown(report_sections(report))

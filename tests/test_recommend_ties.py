@@ -36,8 +36,9 @@ def trial(number: int, truth: float, runs: int, rng: np.random.Generator) -> Tri
         PROFILE: ProfileResult(PROFILE, tuple({METRIC: float(v)} for v in values))})
 
 
-def study(trials: list[TrialOutcome]) -> StudyData:
-    return StudyData(tuple(trials), (OBJECTIVE,), noise_of(trials), None, {"x": 0})
+def study(trials: list[TrialOutcome], confirmed: frozenset[int] = frozenset()) -> StudyData:
+    return StudyData(tuple(trials), (OBJECTIVE,), noise_of(trials), None, {"x": 0},
+                     repeats=REPEATS, confirmed=confirmed)
 
 
 def search(difference: float, rng: np.random.Generator) -> list[TrialOutcome]:
@@ -100,15 +101,15 @@ def resolve(difference: float, seed: int) -> tuple[int, float, list[str]]:
     confirmations that left a tie."""
     rng = np.random.default_rng(seed)
     trials = search(difference, rng)
-    rec = recommend(study(trials), "throughput", TieSettings("s", 0.05, REPEATS))
+    rec = recommend(study(trials), "throughput", TieSettings("s", 0.05))
     assert rec.tie_cost is not None, "the search must leave the two tied"
     rounds = rec.tie_cost.rounds
     assert rec.tie_cost.command == f"autotune confirm --study s --trials {rec.trial.number},"\
         f"{rec.tied[0].number} --rounds {rounds}"
     separated, ties = 0, []
-    settings = TieSettings("s", 0.05, REPEATS, confirmed=frozenset({0, 1}))
     for _ in range(SIMULATIONS):
-        after = recommend(study(confirmed(trials, difference, rounds, rng)), "throughput", settings)
+        after = recommend(study(confirmed(trials, difference, rounds, rng), frozenset({0, 1})),
+                          "throughput", TieSettings("s", 0.05))
         if after.tied:
             ties.append(after.reason)
         else:
@@ -139,7 +140,7 @@ def test_after_the_rounds_a_zero_difference_separates_at_most_5_percent_of_the_t
 
 def test_a_tie_says_its_cost_its_observed_difference_and_whether_that_is_above_the_stated_one():
     rng = np.random.default_rng(1)
-    rec = recommend(study(search(0.05, rng)), "throughput", TieSettings("my study", 0.05, REPEATS))
+    rec = recommend(study(search(0.05, rng)), "throughput", TieSettings("my study", 0.05))
     cost = rec.tie_cost
     assert cost is not None and cost.smallest_difference_pct == 5 and cost.power == POWER
     [observed] = cost.observed

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -32,9 +31,6 @@ from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import locate_shipped, read_references, read_space
 from autotune.study.plans import DEFAULT_REFERENCES
-
-if TYPE_CHECKING:
-    import optuna
 
 
 def _data(args: argparse.Namespace):
@@ -89,16 +85,6 @@ def print_front(data: StudyData, title: str) -> bool:
     return True
 
 
-def tie_settings(study: optuna.Study, smallest_difference: float) -> TieSettings:
-    """What a tie's cost needs of the study: its name, its runs per deployment (a
-    confirmation round adds as many) and which trials are confirmed already."""
-    from autotune.study.state import read_confirmed, read_plan
-
-    plan = read_plan(study)
-    return TieSettings(study.study_name, smallest_difference, plan.repeats if plan else 1,
-                       frozenset(read_confirmed(study)))
-
-
 def print_front_and_recommendations(data: StudyData, title: str,
                                     tie: TieSettings | None = None) -> None:
     if print_front(data, title):
@@ -118,7 +104,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     smallest = parse_percent(args.smallest_difference, "--smallest-difference")
     study = load_existing(args.study, storage_of_args(args))
     try:
-        rec = recommend(study_data(study), args.use, tie_settings(study, smallest))
+        rec = recommend(study_data(study), args.use, TieSettings(study.study_name, smallest))
     except NoFeasibleTrial as exc:
         raise ConfigError(f"--study {args.study}: {exc}") from None
     out.print(rec.reason, soft_wrap=True)

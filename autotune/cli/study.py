@@ -35,7 +35,7 @@ from autotune.cli.common import (
     storage_of_args,
     vllm_validator,
 )
-from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
+from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE, TieSettings
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.deployment.slots import Slot
@@ -43,7 +43,7 @@ from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, un
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
-from autotune.study.confirm import CONFIRM_ROUNDS
+from autotune.study.confirm import CONFIRM_ROUNDS, check_rounds
 from autotune.study.plans import DEFAULT_REFERENCES, StudyPlan
 from autotune.study.samplers import SAMPLERS
 from autotune.study.trial import TrialSetup
@@ -168,14 +168,14 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
 
 
 def _finish(plan: StudyPlan, code: int, smallest_difference: float = SMALLEST_DIFFERENCE) -> int:
-    from autotune.cli.results import print_front_and_recommendations, tie_settings
+    from autotune.cli.results import print_front_and_recommendations
     from autotune.study.records import outcomes, study_data
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     print_trials(outcomes(study), study_data(study, confirmed=False))
     print_front_and_recommendations(study_data(study), plan.study_name,
-                                    tie_settings(study, smallest_difference))
+                                    TieSettings(plan.study_name, smallest_difference))
     return code
 
 
@@ -249,8 +249,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")
-    if args.rounds < 1:
-        raise ConfigError(f"--rounds {args.rounds}: must be >= 1")
+    check_rounds(args.rounds)  # before the study is read: bad input costs nothing
     trials = trial_numbers(args.trials) if args.trials is not None else None
     storage = storage_of_args(args)
     study = load_existing(args.study, storage)

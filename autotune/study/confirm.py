@@ -24,6 +24,12 @@ from autotune.study.trial import TrialFunction, TrialSetup, run_trial
 CONFIRM_ROUNDS = 2  # rounds of a confirmation: every finalist deployed once per round
 
 
+def check_rounds(rounds: int) -> None:
+    """The rule for ``--rounds``: a confirmation deploys every trial at least once."""
+    if rounds < 1:
+        raise ConfigError(f"--rounds {rounds}: must be >= 1 (each round deploys every trial once)")
+
+
 def chosen_trials(data: StudyData, numbers: Sequence[int]) -> list[TrialOutcome]:
     """The trials ``numbers`` asked for by `confirm --trials`: each a served (feasible) trial."""
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
@@ -43,8 +49,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     rotating the order every round; add the runs of every profile per trial to those stored,
     and return this confirmation's. A trial that fails a redeployment keeps the runs of the
     rounds it served, and the failure is said."""
-    if rounds < 1:
-        raise ConfigError(f"--rounds {rounds}: must be >= 1")
+    check_rounds(rounds)
     data = study_data(study, confirmed=False)
     chosen = finalists(data, k) if trials is None else chosen_trials(data, trials)
     base = plan.workdir / "trials" / plan.study_name

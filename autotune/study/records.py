@@ -54,4 +54,6 @@ def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
                      objectives=plan.parsed_objectives() if plan else (),
                      noise=noise_of(found), baseline=base,
                      defaults=plan.defaults if plan else {},
-                     loads={p.name: p.load for p in plan.profiles} if plan else {})
+                     loads={p.name: p.load for p in plan.profiles} if plan else {},
+                     repeats=plan.repeats if plan else 1,
+                     confirmed=frozenset(t.number for t in found if t.number in again))

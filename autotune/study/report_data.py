@@ -12,7 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis.effects import Effect, SignFlip, effects, sign_flips
-from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import (
     LATENCY_METRIC,
@@ -25,7 +25,7 @@ from autotune.core.metrics.registry import (
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.errors import ConfigError
 from autotune.study.records import study_data
-from autotune.study.state import read_confirmed, read_plan
+from autotune.study.state import read_plan
 
 MIN_TRIALS_FOR_IMPORTANCE = 8
 BOOTSTRAP_ROUNDS = 20
@@ -40,8 +40,7 @@ class Report:
     model: str
     space_path: str
     data: StudyData  # every finished trial, confirmed numbers in place of the search's
-    confirmed: frozenset[int]
-    recommendations: tuple[tuple[str, str], ...]  # (use, reason or why none)
+    recommendations: tuple[tuple[str, str], ...]  # (use, reason or why none), see ``recommendations``
     importance: Mapping[str, Mapping[str, tuple[float, float, float]]]  # see ``importances``
     effects: tuple[Effect, ...]
     flips: tuple[SignFlip, ...]
@@ -50,9 +49,26 @@ class Report:
     capacity_curves: Mapping[str, Mapping[str, CapacitySearch]]  # profile -> trial label -> search
 
     @property
+    def confirmed(self) -> frozenset[int]:
+        """The trials whose numbers are confirmed runs."""
+        return self.data.confirmed
+
+    @property
     def has_front_plane(self) -> bool:
         """Whether the front has a plane to draw: a feasible trial and two objectives."""
         return bool(self.data.feasible) and len(self.data.objectives) > 1
+
+
+def recommendations(data: StudyData, tie: TieSettings) -> tuple[tuple[str, str], ...]:
+    """(use, reason) per use: the recommendation, a tie with what resolving it would take
+    (``TieCost``, as `autotune recommend` says it); or why there is none yet."""
+    found = []
+    for use in USES:
+        try:
+            found.append((use, recommend(data, use, tie).reason))
+        except NoFeasibleTrial as exc:
+            found.append((use, str(exc)))
+    return tuple(found)
 
 
 def ttft_buckets(data: StudyData) -> dict[str, tuple[str, ...]]:
@@ -127,18 +143,12 @@ def compute_report(study: optuna.Study) -> Report:
     if not data.outcomes:
         raise ConfigError(f"study {study.study_name!r} has no finished trial yet")
     stored = read_plan(study)
-    recommendations = []
-    for use in USES:
-        try:
-            recommendations.append((use, recommend(data, use).reason))
-        except NoFeasibleTrial as exc:
-            recommendations.append((use, str(exc)))
     found = [e for metric in effect_metrics(data) for e in effects(data, metric)]
     flips, unconfirmed = sign_flips(found)
     return Report(
         study_name=study.study_name, model=stored.model if stored else "?",
         space_path=stored.space_path if stored else "?", data=data,
-        confirmed=frozenset(read_confirmed(study)), recommendations=tuple(recommendations),
+        recommendations=recommendations(data, TieSettings(study.study_name)),
         importance=importances(study.get_trials(deepcopy=False), study.directions, data),
         effects=tuple(found), flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed),
         ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data))

@@ -26,15 +26,14 @@ SMALLEST_DIFFERENCE = 0.05  # the relative difference worth caring about, unless
 
 @dataclass(frozen=True)
 class TieSettings:
-    """What a tie's cost is worked out from: the study (named in the command), the smallest
-    relative difference worth caring about, the runs a confirmation round adds to each trial
-    (the plan's repeats), and the trials whose numbers are confirmed ones: their runs count,
-    while a trial not yet confirmed starts from none (confirmed runs replace the search's)."""
+    """What a tie's cost is worked out from, beside the study's data: the study (named in the
+    command) and the smallest relative difference worth caring about. The data says the rest:
+    the runs a confirmation round adds to each trial (``StudyData.repeats``) and which trials'
+    numbers are confirmed ones (``StudyData.confirmed``): their runs count, while a trial not
+    yet confirmed starts from none (confirmed runs replace the search's)."""
 
     study: str
     smallest_difference: float = SMALLEST_DIFFERENCE
-    runs_per_round: int = 1
-    confirmed: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -111,10 +110,10 @@ def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome]
     chance ``POWER`` were it ``settings.smallest_difference`` apart on any of ``objectives``:
     the most that any pair and objective needs."""
     def runs(t: TrialOutcome, o: Objective) -> int:
-        return len(t.results[o.profile].values(o.metric)) if t.number in settings.confirmed else 0
+        return len(t.results[o.profile].values(o.metric)) if t.number in data.confirmed else 0
 
     need = {o: max(rounds_to_separate(settings.smallest_difference, data.noise.of(o.name),
-                                      runs_per_round=settings.runs_per_round,
+                                      runs_per_round=data.repeats,
                                       runs_now=(runs(pick, o), runs(t, o))) for t in rivals)
             for o in objectives}
     worst = max(objectives, key=lambda o: need[o])

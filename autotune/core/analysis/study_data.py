@@ -29,6 +29,8 @@ class StudyData:
     baseline: TrialOutcome | None = None
     defaults: Mapping[str, Value] = field(default_factory=dict)  # vLLM's value per parameter
     loads: Mapping[str, float] = field(default_factory=dict)  # profile -> concurrency it runs at
+    repeats: int = 1  # runs per profile of one deployment: what a confirmation round adds
+    confirmed: frozenset[int] = frozenset()  # trials whose results are confirmed runs
 
     def objective_for(self, use: str) -> Objective:
         """The objective of a use: interactive, the one on the profile with the lowest
