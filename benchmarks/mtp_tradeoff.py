@@ -62,7 +62,8 @@ def main() -> None:
     for label, profile, runs, _ in rows:
         tps = [r.output_throughput_tok_s for r in runs]
         lats = [r.e2el.mean_ms for r in runs]
-        acc = [r.spec_decode.acceptance_rate for r in runs if r.spec_decode]
+        acc = [r.server["spec_decode_acceptance_rate"] / 100 for r in runs
+               if "spec_decode_acceptance_rate" in r.server]
         table.add_row(label, profile, " / ".join(f"{v:.1f}" for v in tps), spread(tps),
                       " / ".join(f"{v:.0f}" for v in lats), spread(lats),
                       " / ".join(f"{a:.1%}" for a in acc) or "-")

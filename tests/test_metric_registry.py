@@ -21,9 +21,7 @@ from autotune.core.metrics.registry import (
 )
 from autotune.core.metrics.slo import parse_limit
 from autotune.core.metrics.summary import (
-    PrefixCacheStats,
     RequestResult,
-    SpecDecodeStats,
     flat_metrics,
     server_values,
     summarize,
@@ -37,12 +35,15 @@ def a_run() -> dict[str, float]:
     done = RequestResult(prompt_len=8, start_s=0.0, success=True, output_tokens=4, ttft_s=0.01,
                          latency_s=0.04, itl_s=(0.01, 0.01, 0.01))
     during = [MetricsPage(gauges={"vllm:kv_cache_usage_perc": (0.5,)})]
-    after = MetricsPage(histograms={f: Histogram({math.inf: 1.0}, 0.01, 1.0) for f in (
+    counted = {"vllm:spec_decode_num_drafts_total": 4.0, "vllm:spec_decode_num_draft_tokens_total": 4.0,
+               "vllm:spec_decode_num_accepted_tokens_total": 3.0, "vllm:prefix_cache_queries_total": 100.0,
+               "vllm:prefix_cache_hits_total": 40.0}
+    before = MetricsPage(counters=dict.fromkeys(counted, 0.0))
+    after = MetricsPage(counters=counted, histograms={f: Histogram({math.inf: 1.0}, 0.01, 1.0) for f in (
         "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
         "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds")})
-    return flat_metrics(summarize([done], 1.0, spec_decode=SpecDecodeStats(4, 4, 3),
-                                  prefix_cache=PrefixCacheStats(100, 40),
-                                  server=server_values(MetricsPage(), after, during),
+    return flat_metrics(summarize([done], 1.0,
+                                  server=server_values(before, after, during),
                                   server_samples=len(during), client_cpu_s=0.2))
 
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 
 from autotune.core.metrics.prometheus import MetricsPage, parse_metrics
+from autotune.core.metrics.registry import METRICS, Count, CounterRatio, Metric, Source
 from autotune.core.metrics.summary import (
-    PrefixCacheStats,
     RequestResult,
     SloLimits,
-    SpecDecodeStats,
     burst_delivered,
     flat_metrics,
     max_concurrency,
-    prefix_cache_delta,
-    spec_decode_delta,
+    server_values,
     summarize,
     to_vllm_json,
 )
@@ -107,24 +105,44 @@ BEFORE = MetricsPage(counters={
     "vllm:prefix_cache_queries_total": 200.0, "vllm:prefix_cache_hits_total": 50.0})
 
 
+def only(values: dict[str, float], prefix: str) -> dict[str, float]:
+    return {k: v for k, v in values.items() if k.startswith(prefix)}
+
+
 def test_spec_decode_counters_are_parsed_and_differenced():
     after = parse_metrics(PROMETHEUS)
     assert after.counters["vllm:spec_decode_num_accepted_tokens_total"] == 30.0  # per-position kept apart
-    delta = spec_decode_delta(BEFORE, after)
-    assert delta == SpecDecodeStats(30, 30, 30)
-    assert delta.acceptance_rate == 1.0 and delta.acceptance_length == 2.0
-    assert spec_decode_delta(MetricsPage(), parse_metrics("vllm:num_requests_running 1")) is None
-    assert spec_decode_delta(after, after) is None  # nothing drafted during the run
+    assert only(server_values(BEFORE, after, []), "spec_decode") == {
+        "spec_decode_acceptance_rate": 100.0, "spec_decode_acceptance_length": 2.0,
+        "spec_decode_num_drafts": 30, "spec_decode_draft_tokens": 30, "spec_decode_accepted_tokens": 30}
+    assert only(server_values(MetricsPage(), parse_metrics("vllm:num_requests_running 1"), []),
+                "spec_decode") == {}
+    assert only(server_values(after, after, []), "spec_decode") == {}  # nothing drafted during the run
 
 
 def test_prefix_cache_hit_rate_is_the_share_of_queried_tokens_found_during_the_run():
-    delta = prefix_cache_delta(BEFORE, parse_metrics(PROMETHEUS))
-    assert delta == PrefixCacheStats(queried_tokens=800, hit_tokens=200)
-    s = summarize([ok(0.0, 0.1, (0.01,), tokens=2)], duration_s=1.0, prefix_cache=delta)
+    found = server_values(BEFORE, parse_metrics(PROMETHEUS), [])
+    assert only(found, "prefix_cache") == {"prefix_cache_hit_rate": 25.0,
+                                           "prefix_cache_queried_tokens": 800, "prefix_cache_hit_tokens": 200}
+    s = summarize([ok(0.0, 0.1, (0.01,), tokens=2)], duration_s=1.0, server=found)
     assert flat_metrics(s)["prefix_cache_hit_rate"] == pytest.approx(25.0)
     no_cache = MetricsPage(counters={k: v for k, v in BEFORE.counters.items() if "prefix" not in k})
-    assert prefix_cache_delta(no_cache, no_cache) is None
+    assert only(server_values(no_cache, no_cache, []), "prefix_cache") == {}
     assert "prefix_cache_hit_rate" not in flat_metrics(summarize([ok(0.0, 0.1, (0.01,), tokens=2)], 1.0))
+
+
+def test_a_counter_ratio_added_to_the_registry_is_read_with_no_other_edit():
+    preempted = Metric("preemptions_per_request", "", False, "preemptions per request",
+                       source=Source.SERVER, counter_ratio=CounterRatio(
+                           Count("num_preemptions", "vllm:num_preemptions_total"),
+                           Count("num_requests", "vllm:request_success_total")))
+    registry = METRICS | {preempted.key: preempted}  # a copy: the real registry is left as it is
+    before = MetricsPage(counters={"vllm:num_preemptions_total": 2.0, "vllm:request_success_total": 10.0})
+    after = MetricsPage(counters={"vllm:num_preemptions_total": 5.0, "vllm:request_success_total": 22.0})
+    assert only(server_values(before, after, [], registry), "num_") == {"num_preemptions": 3,
+                                                                        "num_requests": 12}
+    assert server_values(before, after, [], registry)["preemptions_per_request"] == 0.25
+    assert "preemptions_per_request" not in server_values(before, after, [])
 
 
 def test_a_stream_delivered_in_one_burst_is_counted_and_streamed_ones_are_not():

@@ -40,5 +40,4 @@ def test_mtp_speculation_on_the_trained_model_is_mostly_accepted(trained_model, 
         run = run_profile(Target(dep.url, dep.model_name, dep.api_key), profile, seed=0,
                           source=RandomPrompts(512))
     assert run.summary.valid
-    assert run.summary.spec_decode is not None
-    assert run.summary.spec_decode.acceptance_rate > 0.8, run.summary.spec_decode
+    assert run.summary.server.get("spec_decode_acceptance_rate", 0.0) > 80.0, run.summary.server

@@ -24,9 +24,7 @@ from autotune.core.metrics.summary import (
     BenchmarkSummary,
     RequestResult,
     SloLimits,
-    prefix_cache_delta,
     server_values,
-    spec_decode_delta,
     summarize,
 )
 from autotune.core.workload.profiles import WorkloadProfile
@@ -256,8 +254,6 @@ async def run_profile_async(
         samples = await sampler
         after = await fetch_metrics(client, target.url, target.headers())
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
-                        spec_decode=spec_decode_delta(before, after),
-                        prefix_cache=prefix_cache_delta(before, after),
                         server=server_values(before, after, samples), server_samples=len(samples),
                         client_cpu_s=cpu_s)
     return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results))

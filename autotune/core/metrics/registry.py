@@ -2,12 +2,13 @@
 
 Every fact about a metric lives in its ``Metric`` record: the key (vLLM's ``bench serve`` key
 where vLLM has one), unit, which way is better, the label people read, whether it grows with
-the load carried, where it is read (for a server metric: which /metrics family, and how), the
-noise assumed for it before a study has repeats, and whether its effects are ratios or
-differences.
+the load carried, where it is read (for a server metric: which /metrics family, and how, or
+which two counters it is the ratio of), the noise assumed for it before a study has repeats, and
+whether its effects are ratios or differences.
 Every list, label, unit or direction elsewhere is derived from ``METRICS``: adding a metric is
-one ``_register`` call here plus the code that computes it. Any registered metric can be an
-objective or an SLO.
+one ``_register`` call here plus the code that computes it (a server metric read by a
+``ServerRead`` or a ``CounterRatio``: the call alone). Any registered metric can be an objective
+or an SLO.
 """
 
 from __future__ import annotations
@@ -61,6 +62,26 @@ class ServerRead:
     factor: float = 1.0
 
 
+@dataclass(frozen=True)
+class Count:
+    """A server counter whose increase over a run is kept with the run under ``key``."""
+
+    key: str  # vLLM bench serve's key for it
+    family: str  # the counter's sample in /metrics (``..._total``), summed over its label sets
+
+
+@dataclass(frozen=True)
+class CounterRatio:
+    """A server metric made of two counters' increases over a run (read before and after it):
+    ``offset + numerator / denominator * factor``, both increases kept with it; absent where
+    the server lacks either counter or the denominator did not move (the feature was off)."""
+
+    numerator: Count
+    denominator: Count
+    factor: float = 1.0
+    offset: float = 0.0
+
+
 class Role(StrEnum):
     """What a metric stands for where a line has room for one throughput and one latency (a
     trial's one-line result) or one throughput (what a capacity search's incumbent carried)."""
@@ -86,6 +107,7 @@ class Metric:
     table: bool = False  # a column of a recorded table (core.analysis.table): part of its layout
     role: Role | None = None
     server_read: ServerRead | None = None  # read from /metrics by its record (Source.SERVER)
+    counter_ratio: CounterRatio | None = None  # or made of two of its counters (Source.SERVER)
 
     @property
     def direction(self) -> str:
@@ -134,13 +156,21 @@ for _low, _high in PROMPT_BUCKETS:
                      f"median TTFT of prompts of {_low}-{_high or ''} tokens",
                      assumed_log_sd=ASSUMED_LOG_SD_TTFT, detail=True))
 # Speculative decoding over the run, from the server's counters (as vLLM's benchmark reads them).
+_DRAFTS = Count("spec_decode_num_drafts", "vllm:spec_decode_num_drafts_total")
+_DRAFT_TOKENS = Count("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total")
+_ACCEPTED = Count("spec_decode_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total")
 _register(Metric("spec_decode_acceptance_rate", "%", True, "draft acceptance rate",
-                 source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE))
+                 source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE,
+                 counter_ratio=CounterRatio(_ACCEPTED, _DRAFT_TOKENS, factor=100.0)))
 _register(Metric("spec_decode_acceptance_length", "tokens", True, "tokens per step",
-                 source=Source.SERVER, assumed_log_sd=0.2))
+                 source=Source.SERVER, assumed_log_sd=0.2,
+                 counter_ratio=CounterRatio(_ACCEPTED, _DRAFTS, offset=1.0)))  # 1 + accepted per draft
 # The share of prompt tokens the server found in its prefix cache during the run.
 _register(Metric("prefix_cache_hit_rate", "%", True, "prefix-cache hit rate",
-                 source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE))
+                 source=Source.SERVER, assumed_log_sd=0.2, effect_scale=Scale.DIFFERENCE,
+                 counter_ratio=CounterRatio(Count("prefix_cache_hit_tokens", "vllm:prefix_cache_hits_total"),
+                                            Count("prefix_cache_queried_tokens",
+                                                  "vllm:prefix_cache_queries_total"), factor=100.0)))
 # KV-cache usage over the run (a share of the cache's blocks in use; headroom is better): how
 # close a configuration runs to preempting requests.
 for _stat, _reading in (("peak", Reading.GAUGE_PEAK), ("mean", Reading.GAUGE_MEAN)):

@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.core.metrics.prometheus import MetricsPage
-from autotune.core.metrics.registry import METRICS, PROMPT_BUCKETS, Reading, bucket_key
+from autotune.core.metrics.registry import (
+    METRICS,
+    PROMPT_BUCKETS,
+    Count,
+    CounterRatio,
+    Metric,
+    Reading,
+    bucket_key,
+)
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 # Token chunks closer than this arrived in one read of the socket: the server sent them at once.
@@ -61,38 +69,6 @@ class LatencyStats:
 
 
 @dataclass(frozen=True)
-class SpecDecodeStats:
-    """Speculative decoding over the run, from deltas of the server's /metrics counters."""
-
-    drafts: int
-    draft_tokens: int
-    accepted_tokens: int
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Share of proposed tokens that were accepted (0..1)."""
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
-
-    @property
-    def acceptance_length(self) -> float:
-        """Mean tokens emitted per target-model step: 1 + accepted per draft."""
-        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else 1.0
-
-
-@dataclass(frozen=True)
-class PrefixCacheStats:
-    """Prompt tokens looked up in the server's prefix cache over the run, and those found."""
-
-    queried_tokens: int
-    hit_tokens: int
-
-    @property
-    def hit_rate(self) -> float:
-        """Share of queried prompt tokens found in the cache (0..1)."""
-        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
-
-
-@dataclass(frozen=True)
 class SloLimits:
     """Goodput limits in ms; None means no limit on that metric."""
 
@@ -122,12 +98,11 @@ class BenchmarkSummary:
     itl: LatencyStats
     e2el: LatencyStats
     goodput_req_s: float | None = None
-    spec_decode: SpecDecodeStats | None = None
-    prefix_cache: PrefixCacheStats | None = None
     errors: tuple[str, ...] = ()  # distinct error messages of failed requests
     delivery_bursts: int = 0  # successful requests whose whole stream arrived at once
     ttft_by_prompt_len: Mapping[str, float] = field(default_factory=dict)  # bucket key -> median ms
-    server: Mapping[str, float] = field(default_factory=dict)  # registered server metrics (server_values)
+    # registered server metrics and the counter increases behind them (server_values)
+    server: Mapping[str, float] = field(default_factory=dict)
     server_samples: int = 0  # /metrics pages sampled during the run
     client_cpu_s: float | None = None  # CPU seconds of the client's process during the run
 
@@ -189,8 +164,6 @@ def summarize(
     *,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     slo: SloLimits | None = None,
-    spec_decode: SpecDecodeStats | None = None,
-    prefix_cache: PrefixCacheStats | None = None,
     server: Mapping[str, float] | None = None,
     server_samples: int = 0,
     client_cpu_s: float | None = None,
@@ -222,8 +195,6 @@ def summarize(
         itl=LatencyStats.of(itls, percentiles),
         e2el=LatencyStats.of([r.latency_s for r in ok], percentiles),
         goodput_req_s=goodput,
-        spec_decode=spec_decode,
-        prefix_cache=prefix_cache,
         errors=tuple(dict.fromkeys(r.error for r in failed)),
         delivery_bursts=sum(burst_delivered(r) for r in ok),
         ttft_by_prompt_len=ttft_by_prompt_len(ok),
@@ -270,17 +241,6 @@ def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
         out[f"std_{name}_ms"] = stats.std_ms
         for p, value in stats.percentiles_ms.items():
             out[f"p{_pct_key(p)}_{name}_ms"] = value
-    if summary.spec_decode is not None:
-        sd = summary.spec_decode
-        out["spec_decode_acceptance_rate"] = sd.acceptance_rate * 100.0
-        out["spec_decode_acceptance_length"] = sd.acceptance_length
-        out["spec_decode_num_drafts"] = sd.drafts
-        out["spec_decode_draft_tokens"] = sd.draft_tokens
-        out["spec_decode_accepted_tokens"] = sd.accepted_tokens
-    if summary.prefix_cache is not None:
-        out["prefix_cache_hit_rate"] = summary.prefix_cache.hit_rate * 100.0
-        out["prefix_cache_queried_tokens"] = summary.prefix_cache.queried_tokens
-        out["prefix_cache_hit_tokens"] = summary.prefix_cache.hit_tokens
     out.update(summary.server)
     if summary.server_samples:
         out["server_samples"] = summary.server_samples  # autotune's own key
@@ -301,41 +261,34 @@ def flat_metrics(summary: BenchmarkSummary) -> dict[str, float]:
     }
 
 
-def _delta(before: MetricsPage, after: MetricsPage, name: str) -> int | None:
-    if name not in before.counters or name not in after.counters:
+def _increase(before: MetricsPage, after: MetricsPage, count: Count) -> int | None:
+    """How much a counter grew between two reads; None where either read lacks it."""
+    if count.family not in before.counters or count.family not in after.counters:
         return None
-    return int(after.counters[name] - before.counters[name])
+    return int(after.counters[count.family] - before.counters[count.family])
 
 
-def spec_decode_delta(before: MetricsPage, after: MetricsPage) -> SpecDecodeStats | None:
-    """Speculative decoding between two /metrics reads, as vLLM's benchmark reads it; None
-    when the server exposes no such counters or none moved (no speculation)."""
-    found = [_delta(before, after, f"vllm:spec_decode_{k}_total")
-             for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")]
-    if None in found or not found[1]:
-        return None
-    drafts, draft_tokens, accepted = (int(v or 0) for v in found)
-    return SpecDecodeStats(drafts, draft_tokens, accepted)
+def _counter_ratio(before: MetricsPage, after: MetricsPage, key: str, ratio: CounterRatio
+                   ) -> dict[str, float]:
+    """A ``CounterRatio`` metric under ``key`` with the two increases it is made of, or nothing."""
+    num = _increase(before, after, ratio.numerator)
+    den = _increase(before, after, ratio.denominator)
+    if num is None or not den:
+        return {}
+    return {key: ratio.offset + num / den * ratio.factor,
+            ratio.numerator.key: num, ratio.denominator.key: den}
 
 
-def prefix_cache_delta(before: MetricsPage, after: MetricsPage) -> PrefixCacheStats | None:
-    """Prefix-cache lookups between two /metrics reads (counted in tokens); None when the
-    server exposes no such counters or looked nothing up (prefix caching off)."""
-    queried = _delta(before, after, "vllm:prefix_cache_queries_total")
-    hits = _delta(before, after, "vllm:prefix_cache_hits_total")
-    if not queried or hits is None:
-        return None
-    return PrefixCacheStats(queried, hits)
-
-
-def server_values(before: MetricsPage, after: MetricsPage, samples: Sequence[MetricsPage]
-                  ) -> dict[str, float]:
-    """Every registered metric with a ``server_read``, from the /metrics pages read before and
-    after a run (a histogram's observations in between) and those sampled during it (a gauge:
-    over its engines too); a metric the server does not expose, or that saw nothing during the
-    run, is left out."""
-    out = {}
-    for key, m in METRICS.items():
+def server_values(before: MetricsPage, after: MetricsPage, samples: Sequence[MetricsPage],
+                  metrics: Mapping[str, Metric] = METRICS) -> dict[str, float]:
+    """Every metric of ``metrics`` (the registry) read from the server, from the /metrics pages
+    read before and after a run (a histogram's observations, a counter's increase in between)
+    and those sampled during it (a gauge: over its engines too); a metric the server does not
+    expose, or that saw nothing during the run, is left out."""
+    out: dict[str, float] = {}
+    for key, m in metrics.items():
+        if m.counter_ratio is not None:
+            out |= _counter_ratio(before, after, key, m.counter_ratio)
         read = m.server_read
         if read is None:
             continue
