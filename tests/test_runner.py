@@ -23,7 +23,7 @@ from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.deployment import failures
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.workload.profiles import WorkloadProfile, get_profile
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError, StudyError, ValidationError
 from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
@@ -34,6 +34,7 @@ from autotune.study.state import read_confirmed
 from autotune.study.storage import Heartbeat
 from autotune.study.trial import TrialSetup
 from tests.conftest import GLM_MOE_MTP_CONFIG
+from tests.test_trial import StandInBench, StandInDeployment
 
 SPACE = """
 name: fast
@@ -197,6 +198,42 @@ def test_two_flag_sets_that_resolve_to_one_engine_are_deployed_once(tmp_path):
     engines = [o3_is_o2(argv) for argv in stand_in.calls]
     assert len(stand_in.calls) == 2 and len(set(engines)) == 2  # the budget went to a new engine
     assert [t.number for t in outcomes(study)] == [0, max(t.number for t in study.trials)]
+
+
+class CountingVllm:
+    """A stand-in for vLLM's resolution (shell.validation.VllmValidator, tested in
+    test_validation.py): each flag set resolves to an engine of its own, expert parallel is
+    rejected; it counts how often it is asked, by the runner (``resolve``) or by a trial
+    (``check``)."""
+
+    REJECTED = "Expert parallelism needs more than one device"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, ...]] = []
+
+    def resolve(self, model: str, options) -> dict:
+        self.asked.append(tuple(options))
+        if "--enable-expert-parallel" in options:
+            raise ValidationError(self.REJECTED)
+        return {"argv": list(options)}
+
+    def check(self, model: str, options) -> None:
+        self.resolve(model, options)
+
+
+def test_the_real_trial_takes_the_runners_verdict_so_vllm_is_asked_once_per_trial(tmp_path):
+    plan = make_plan(tmp_path, trials=3)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    vllm = CountingVllm()
+    setup = TrialSetup(model="", workdir=plan.workdir, validator=vllm, run_profile=StandInBench(),
+                       deploy=lambda spec, on_phase: StandInDeployment(spec, on_phase))
+    study = StudyRunner(plan, setup, poll_s=0.1).work()  # run_trial, the real trial function
+    found = outcomes(study)
+    assert [t.reference for t in found] == ["base", "o0", "ep"]
+    assert sorted(vllm.asked) == sorted(t.argv for t in found)  # once per trial, by the runner
+    assert [t.failure for t in found] == [None, None, failures.CONFIG_REJECTED]
+    assert found[2].failure_message == f"vLLM rejected the flags: {CountingVllm.REJECTED}"  # as alone
 
 
 def test_a_trial_past_its_slo_is_infeasible_with_its_measurements(tmp_path):

@@ -21,7 +21,7 @@ from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.client import BenchmarkRun
 from autotune.shell.server import TeardownReport
-from autotune.study.trial import BenchPlan, TrialSetup, run_trial
+from autotune.study.trial import BenchPlan, TrialSetup, Validated, run_trial
 
 PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))
 
@@ -96,15 +96,15 @@ class StandInBench:
         return BenchmarkRun(profile, seed, summarize(results, 1.0), tuple(results))
 
 
-def trial(tmp_path, *, run_profile=None, validator=None, **deployment):
+def trial(tmp_path, *, run_profile=None, validator=None, validated=None, **deployment):
     made: list[StandInDeployment] = []
 
     def deploy(spec, on_phase):
         made.append(StandInDeployment(spec, on_phase, **deployment))
         return made[-1]
 
-    setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=validator, deploy=deploy,
-                       run_profile=run_profile or StandInBench())
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=validator, validated=validated,
+                       deploy=deploy, run_profile=run_profile or StandInBench())
     plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES}, repeats=2)
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     return measured, made
@@ -119,6 +119,44 @@ def test_a_configuration_vllm_rejects_is_config_rejected_and_nothing_is_deployed
     measured, made = trial(tmp_path, validator=Rejecting())
     assert measured.failure is failures.CONFIG_REJECTED and "must be positive" in measured.failure_message
     assert made == []
+
+
+@dataclass
+class Counting:
+    """A stand-in for shell.validation.VllmValidator that rejects what it is told to and counts
+    how often it is asked."""
+
+    rejects: str = ""
+    asked: int = 0
+
+    def check(self, model: str, options) -> None:
+        self.asked += 1
+        if self.rejects:
+            raise ValidationError(self.rejects)
+
+
+FLAGS = ("--max-num-seqs", "8")  # what trial() runs
+
+
+@pytest.mark.parametrize("rejects", ["", "--max-num-seqs: must be positive"], ids=["accepted", "rejected"])
+def test_a_verdict_on_the_same_flags_reached_before_the_trial_is_taken_without_asking_vllm_again(
+        tmp_path, rejects):
+    alone, asked_alone = Counting(rejects), Counting()
+    validated_here, _ = trial(tmp_path / "alone", validator=alone)
+    verdict = Validated("m", FLAGS, rejected=rejects)
+    measured, made = trial(tmp_path / "reused", validator=asked_alone, validated=verdict)
+    assert (alone.asked, asked_alone.asked) == (1, 0)
+    assert (measured.failure, measured.failure_message) == (validated_here.failure,
+                                                            validated_here.failure_message)
+    assert bool(made) is not bool(rejects)  # a rejected configuration is never deployed
+
+
+@pytest.mark.parametrize("verdict", [Validated("m", ("--max-num-seqs", "16")), Validated("other", FLAGS)],
+                         ids=["other-flags", "other-model"])
+def test_a_verdict_on_other_flags_or_another_model_is_not_taken(tmp_path, verdict):
+    validator = Counting("--max-num-seqs: must be positive")
+    measured, made = trial(tmp_path, validator=validator, validated=verdict)
+    assert validator.asked == 1 and measured.failure is failures.CONFIG_REJECTED and made == []
 
 
 def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gone(tmp_path):
@@ -252,6 +290,17 @@ class Broken:
 def test_flags_that_cannot_be_validated_here_are_deployed_and_vllm_checks_them(tmp_path):
     measured, made = trial(tmp_path, validator=Unavailable())
     assert measured.failure is None and made[0].entered
+
+
+def test_flags_the_runner_could_not_validate_are_deployed_and_the_reason_said(tmp_path):
+    phases: list[str] = []
+    setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=Counting("not asked"),
+                       validated=Validated("m", FLAGS, unavailable="vllm 0.99: no make_arg_parser"),
+                       deploy=lambda spec, on_phase: StandInDeployment(spec, on_phase),
+                       run_profile=StandInBench())
+    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    assert run_trial(list(FLAGS), plan, setup, phases.append).failure is None
+    assert "not validated before launch: vllm 0.99: no make_arg_parser" in phases
 
 
 def test_a_bug_in_validation_is_ours_and_nothing_is_deployed(tmp_path):

@@ -13,7 +13,9 @@ or ours) is run once more, and a second such failure stops the study (``StudyErr
 configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
 running trial's engine is resampled (the skipped trial is stored as FAIL with ``skipped``); one
 of a measured trial's engine is a copy, never deployed: COMPLETE with that trial's values for
-the sampler, marked ``same_engine_as``, out of the budget and of every analysis; SIGINT tears
+the sampler, marked ``same_engine_as``, out of the budget and of every analysis. vLLM's
+verdict on the flags, reached while resolving the engine, goes to the trial with its setup
+(``TrialSetup.validated``): vLLM checks each configuration once. SIGINT tears
 the server down and marks the trial FAIL (interrupted). Printing is left to the caller through
 ``Progress``.
 """
@@ -54,7 +56,7 @@ from autotune.core.space.search_space import params_key, sample
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.verdict import judge
-from autotune.errors import StudyError, ValidationError, ValidationUnavailable
+from autotune.errors import StudyError
 from autotune.shell.validation import engine_identity
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS
@@ -71,7 +73,7 @@ from autotune.study.storage import (
     refuse_shared_sqlite,
     storage_errors,
 )
-from autotune.study.trial import BenchPlan, TrialFunction, TrialSetup, run_trial
+from autotune.study.trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
@@ -228,7 +230,7 @@ class StudyRunner:
         number = position(trial.number, now)
         params = sample(plan.space, plan.ctx, trial)
         argv = tuple(to_argv(plan.space, plan.ctx, params))
-        engine = self._engine_of(argv)
+        engine, verdict = self._engine_of(argv)
         same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
         frozen = optuna_internals.stored_trial(study, trial)
         enqueued = optuna_internals.was_enqueued(frozen)
@@ -259,6 +261,7 @@ class StudyRunner:
             self.setup, model=plan.model.name,
             workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
             extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
+            validated=verdict,  # the trial does not ask vLLM again
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
@@ -337,17 +340,17 @@ class StudyRunner:
             log_tail=before.log_tail, slo_violations=before.slo_violations))
         _tell_as(study, trial, previous)
 
-    def _engine_of(self, argv: Sequence[str]) -> str:
-        """The engine ``argv`` resolves to; "" where it cannot be resolved here (no vLLM, or
-        vLLM rejects the flags: the trial's validation then records why)."""
+    def _engine_of(self, argv: Sequence[str]) -> tuple[str, Validated | None]:
+        """The engine ``argv`` resolves to ("" where it cannot be resolved here: no vLLM, or
+        vLLM rejects the flags) and vLLM's verdict on them, which the trial takes as its
+        validation (None: the trial validates, where it has a validator)."""
         if self.engine_id is not None:
-            return self.engine_id(argv)
-        if self.setup.validator is None:
-            return ""
-        try:
-            return engine_identity(self.setup.validator, self.plan.model.name, argv)
-        except (ValidationError, ValidationUnavailable):
-            return ""
+            return self.engine_id(argv), None
+        validator, model = self.setup.validator, self.plan.model.name
+        if validator is None:
+            return "", None
+        verdict, engine = validated(model, argv, lambda: engine_identity(validator, model, argv))
+        return engine or "", verdict
 
     def _copy_engine(self, study: optuna.Study, trial: optuna.Trial, params: dict,
                      argv: tuple[str, ...], engine: str, number: int) -> None:

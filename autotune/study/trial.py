@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from autotune.core.deployment import failures
 from autotune.core.deployment.failures import FailureClass
@@ -87,9 +87,23 @@ class Served(Protocol):
     def phases(self) -> StartupPhases | None: ...
 
 
+_T = TypeVar("_T")
 Phase = Callable[[str], None]
 Deploy = Callable[..., Served]  # (spec: DeploymentSpec, on_phase=...) -> Served
 ProfileRunner = Callable[..., BenchmarkRun]  # runs one profile on a server: shell.client.run_profile
+
+
+@dataclass(frozen=True)
+class Validated:
+    """vLLM's verdict on ``options`` for ``model``, reached before the trial (the runner
+    resolves every drawn configuration's engine through the same checks): the trial takes it
+    instead of asking vLLM again. ``rejected``: vLLM's message; ``unavailable``: why vLLM
+    could not check the flags here (it checks them as the server starts)."""
+
+    model: str
+    options: tuple[str, ...]
+    rejected: str = ""
+    unavailable: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,7 @@ class TrialSetup:
     entrypoint: Entrypoint | None = None
     startup_timeout_s: float = 600.0
     validator: VllmValidator | None = None
+    validated: Validated | None = None  # the verdict already reached (None: the trial validates)
     extra_env: tuple[tuple[str, str], ...] = ()  # e.g. the trial marker the reaper looks for
     deploy: Deploy = ServerProcess
     run_profile: ProfileRunner = run_profile
@@ -278,15 +293,32 @@ def run_trial(
 
 
 def _validate(options: Sequence[str], setup: TrialSetup, on_phase: Phase) -> None:
-    """vLLM's own parser on the flags (ValidationError: rejected); where the installed vLLM's
-    parser cannot be found, vLLM checks them as the server starts."""
-    if setup.validator is None:
-        return
-    on_phase("validating")
+    """vLLM's own parser on the flags (ValidationError: rejected), or its verdict on these
+    very flags reached before the trial; where the installed vLLM's parser cannot be found,
+    vLLM checks them as the server starts."""
+    verdict = setup.validated
+    if verdict is None or (verdict.model, verdict.options) != (setup.model, tuple(options)):
+        if setup.validator is None:
+            return
+        on_phase("validating")
+        validator = setup.validator
+        verdict, _ = validated(setup.model, options, lambda: validator.check(setup.model, options))
+    if verdict.rejected:
+        raise ValidationError(verdict.rejected)
+    if verdict.unavailable:
+        on_phase(f"not validated before launch: {verdict.unavailable}")
+
+
+def validated(model: str, options: Sequence[str], check: Callable[[], _T]) -> tuple[Validated, _T | None]:
+    """vLLM's verdict on ``options`` for ``model`` from ``check`` (one of vLLM's checks of
+    them), and what the check returned where vLLM accepted them."""
     try:
-        setup.validator.check(setup.model, options)
+        found = check()
+    except ValidationError as exc:
+        return Validated(model, tuple(options), rejected=str(exc)), None
     except ValidationUnavailable as exc:
-        on_phase(f"not validated before launch: {exc}")
+        return Validated(model, tuple(options), unavailable=str(exc)), None
+    return Validated(model, tuple(options)), found
 
 
 def _failure_of(exc: Exception) -> tuple[FailureClass, str, str]:
