@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from autotune.core.deployment.flags import argv_to_options, options_to_argv
-from tests.conftest import SPACES, autotune, load
+from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES, autotune, load
+
+# Two of the reference configurations, measured elsewhere (the reference space: TP 2, 81920).
+RESULTS = """reference,profile,output_throughput,mean_e2el_ms
+opt3-baseline,low-concurrency,264.9,1930.8
+opt3-baseline,high-concurrency,1663.3,9120.0
+opt0,low-concurrency,43.4,11796.9
+opt0,high-concurrency,1390.0,10950.0
+"""
 
 
 def test_argv_round_trips_through_options():
@@ -46,6 +54,54 @@ def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_
     assert "mtp=False (output_throughput)" in md  # listed as opposite point estimates only
     assert "Noise per objective: low-concurrency:mean_e2el_ms: 8.0% (assumed)" in md
     assert (root / "rep" / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """The real command line, in this process, in ``tmp_path``: (exit code, stdout, stderr)."""
+    from autotune.cli import main
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results.csv").write_text(RESULTS)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+    return run
+
+
+def test_an_import_with_its_model_exports_the_launch_flags_of_each_configuration(tmp_path, cli):
+    model = tmp_path / "model"  # native context 32768: the space's 81920 needs YaRN x2.5
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
+    assert cli("import-results", "results.csv", "--study", "measured", "--model", str(model))[0] == 0
+    code, shell, err = cli("export", "--study", "measured", "--for", "interactive")
+    assert code == 0, err
+    words = shlex.split(shell)
+    assert words[:3] == ["vllm", "serve", str(model)]  # opt3-baseline: the lower E2EL at low load
+    options = argv_to_options(words[3:])
+    assert {k: options[k] for k in ("--tensor-parallel-size", "--max-model-len", "--optimization-level",
+                                    "--performance-mode", "--enable-expert-parallel")} == {
+        "--tensor-parallel-size": 2, "--max-model-len": 81920, "--optimization-level": 3,
+        "--performance-mode": "throughput", "--enable-expert-parallel": True}
+    assert options["--hf-overrides"]["rope_parameters"]["factor"] == 2.5
+    assert options["--speculative-config"] == {"method": "mtp", "num_speculative_tokens": 1}
+    code, text, err = cli("export", "--study", "measured", "--trial", "1", "--format", "yaml")
+    assert code == 0, err
+    config = yaml.safe_load(text)
+    assert config["model"] == str(model) and config["optimization-level"] == 0  # opt0
+
+
+@pytest.mark.parametrize("pick", [["--for", "throughput"], ["--trial", "0"]], ids=["for-use", "trial"])
+def test_an_import_without_its_model_is_refused_by_export_in_one_line_naming_the_flag(cli, pick):
+    assert cli("import-results", "results.csv", "--study", "measured")[0] == 0
+    code, out, err = cli("export", "--study", "measured", *pick)
+    assert (code, out) == (2, "")  # never a `vllm serve ''` with no flags
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"autotune: error: {' '.join(pick)}: trial #") and "results.csv without its " \
+        "model, so it has no launch flags" in line and "with --model PATH" in line
 
 
 @pytest.mark.slow

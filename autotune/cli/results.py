@@ -29,7 +29,7 @@ from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import locate_shipped, read_references, read_space
+from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.study.plans import DEFAULT_REFERENCES
 
 
@@ -131,7 +131,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.shell.files import read_model_info
     from autotune.shell.install import detect_platform
     from autotune.shell.workloads import load_tokenizer, sources_for
     from autotune.study.state import read_plan
@@ -179,9 +178,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from autotune.study.importer import import_results, read_results
+    from autotune.study.plans import model_context
     from autotune.study.storage import check_url
 
     space = read_space(locate_shipped(args.space))
+    ctx = model_context(space, read_model_info(args.model)) if args.model else None
     refs = read_references(locate_shipped(args.references), space)
     names = args.profile or ["low-concurrency", "high-concurrency"]
     profiles = tuple(get_profile(n) for n in names)
@@ -193,7 +194,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     configs, skipped = read_results(Path(args.file), space, refs, profiles, objectives)
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     study = import_results(args.study, storage, Path(args.file), configs, space=space, refs=refs,
-                           profiles=profiles, objectives=objectives)
+                           profiles=profiles, objectives=objectives, ctx=ctx)
     for line in skipped:
         console.print(line)
     imported = [t for t in study.trials if t.user_attrs.get("imported_from")]
@@ -264,4 +265,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="profiles to import (default both); configurations lacking one are skipped")
     p.add_argument("--objective", action="append", default=[],
                    help="PROFILE:METRIC[:min|max] (default: as `run`)")
+    p.add_argument("--model", help="the model the results were measured with (a folder or a cached "
+                   "hub id): its trials then have launch flags, for `export` (default: none)")
     p.set_defaults(handler=cmd_import)

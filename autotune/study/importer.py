@@ -6,6 +6,8 @@ a configuration becomes a trial when it has every objective's metric. Output thr
 missing beside request throughput is derived as req/s x output tokens (the profile's fixed
 output length), and the trial says so in ``derived``. Each imported number counts as one
 measurement (a file gives no repeats), so its intervals use the study's assumed noise.
+Launch flags depend on the model (its context, its rope parameters): a trial has them, and
+can be exported, only when the import names the model the results were measured with.
 """
 
 from __future__ import annotations
@@ -25,8 +27,16 @@ from optuna.distributions import (
 )
 
 from autotune.core.analysis.stored_plan import PlanRequest
+from autotune.core.deployment.flags import to_argv
 from autotune.core.metrics.registry import METRICS, Source
-from autotune.core.space.search_space import Parameter, ReferenceSet, SearchSpace, complete, params_key
+from autotune.core.space.search_space import (
+    ModelContext,
+    Parameter,
+    ReferenceSet,
+    SearchSpace,
+    complete,
+    params_key,
+)
 from autotune.core.trial.objectives import Objective, objective_values
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.verdict import FEASIBLE
@@ -140,10 +150,11 @@ def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
 
 def import_results(study_name: str, storage: str, path: Path, configs: list[ImportedConfig], *,
                    space: SearchSpace, refs: ReferenceSet | None,
-                   profiles: tuple[WorkloadProfile, ...], objectives: tuple[Objective, ...]
-                   ) -> optuna.Study:
+                   profiles: tuple[WorkloadProfile, ...], objectives: tuple[Objective, ...],
+                   ctx: ModelContext | None = None) -> optuna.Study:
     """Add ``configs`` (read from ``path`` by ``read_results``) as COMPLETE, feasible trials
-    of the study (created with ``objectives`` when new)."""
+    of the study (created with ``objectives`` when new); with the model they were measured on
+    (``ctx``), each with its launch flags."""
     names = [o.name for o in objectives]
     study = optuna.create_study(study_name=study_name, storage=storage,
                                 directions=[o.direction for o in objectives], load_if_exists=True)
@@ -158,14 +169,16 @@ def import_results(study_name: str, storage: str, path: Path, configs: list[Impo
         trial = study.ask({k: dists[k] for k in cfg.params})
         write_outcome(trial, TrialOutcome(
             trial.number, params=cfg.params, reference=cfg.name, imported_from=str(path),
-            derived=tuple(cfg.derived),
+            derived=tuple(cfg.derived), model=ctx.model.name if ctx else "",
+            argv=tuple(to_argv(space, ctx, cfg.params)) if ctx else (),
             results={p: ProfileResult(p, (m,)) for p, m in cfg.metrics.items()}))
         trial.set_constraint(FEASIBLE, 0.0)
         study.tell(trial, objective_values(objectives, cfg.metrics))
     if refs:
         mark_references(study, refs.baseline)
     write_plan(study, PlanRequest(  # imported_from: no worker can run it
-        profiles=profiles, model=f"imported from {path.name}", space_path=space.path,
+        profiles=profiles, model=ctx.model.name if ctx else f"imported from {path.name}",
+        max_model_len=ctx.max_model_len if ctx else None, space_path=space.path,
         space_yaml=space.text, objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
         repeats=1, confirm=0, imported_from=str(path)))
     return study

@@ -134,6 +134,12 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
     return modelgen.make_model(path, kind="moe", mtp=True, seed=0, trained=True)
 
 
+def model_context(space: SearchSpace, model: ModelInfo, max_model_len: int | None = None) -> ModelContext:
+    """``model`` as the space's parameters see it: at ``max_model_len``, else the space's
+    maximum model length, else the model's native context."""
+    return ModelContext(model, max_model_len or space.deployment.max_model_len or model.native_context)
+
+
 def default_study_name(model: str, space: str, profiles: list[str]) -> str:
     base = Path(model.rstrip("/")).name or model.replace("/", "-")
     return f"{base}-{space}-{'+'.join(profiles)}"
@@ -175,7 +181,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     if len({o.name for o in objectives}) != len(objectives):
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
     model = model_info(request.model, request.workdir, describe_only=dry_run, say=say)
-    max_model_len = request.max_model_len or space.deployment.max_model_len or model.native_context
+    max_model_len = model_context(space, model, request.max_model_len).max_model_len
     tokenizer = load_tokenizer(model.name)
     waits = tokenizer is None and dry_run
     profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,

@@ -41,16 +41,26 @@ class Export:
 
 
 def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> TrialOutcome:
-    """The trial named by ``--trial N`` or recommended ``--for USE`` (default balanced)."""
+    """The trial named by ``--trial N`` or recommended ``--for USE`` (default balanced), with
+    its launch flags: a trial imported without its model has none, and is refused."""
+    flag = f"--trial {number}" if number is not None else f"--for {use or 'balanced'}"
     if number is not None:
         found = {t.number: t for t in outcomes(study)}
-        if number not in found or not found[number].argv:
-            raise ConfigError(f"--trial {number}: no such finished trial with launch flags in the study")
-        return found[number]
-    try:
-        return recommend(study_data(study), use or "balanced").trial
-    except NoFeasibleTrial as exc:
-        raise ConfigError(f"--for {use or 'balanced'}: {exc}") from None
+        if number not in found:
+            raise ConfigError(f"{flag}: no such finished trial in the study")
+        t = found[number]
+    else:
+        try:
+            t = recommend(study_data(study), use or "balanced").trial
+        except NoFeasibleTrial as exc:
+            raise ConfigError(f"{flag}: {exc}") from None
+    if t.argv:
+        return t
+    if t.imported_from:
+        raise ConfigError(f"{flag}: trial {t.label} was imported from {t.imported_from} without its "
+                          f"model, so it has no launch flags; import the file again into a new study "
+                          f"with --model PATH (the model the results were measured with)")
+    raise ConfigError(f"{flag}: trial {t.label} has no launch flags (it never deployed)")
 
 
 def export_of(t: TrialOutcome) -> Export:
