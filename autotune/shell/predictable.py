@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RESERVED = 3  # <unk>, <s>, </s>
+TARGET_ACCURACY = 0.99  # of the base model and the MTP head, held out: MTP mostly accepted
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,12 @@ def successor_map(vocab_size: int, seed: int) -> list[int]:
     return list(range(RESERVED)) + perm.tolist()
 
 
-def train(model, config, *, seed: int, steps: int = 300, batch: int = 16, seq_len: int = 32):
-    """Train ``model`` (Glm4MoeForCausalLM) and a fresh MTP layer in place; returns
-    (mtp modules as a state dict under their checkpoint names, report)."""
+def train(model, config, *, seed: int, steps: int = 300, batch: int = 16, seq_len: int = 32,
+          target: float = TARGET_ACCURACY, check_every: int = 25):
+    """Train ``model`` (Glm4MoeForCausalLM) and a fresh MTP layer in place, for at most
+    ``steps`` steps: every ``check_every`` it measures both accuracies on a held-out batch and
+    stops once both reach ``target``. Returns (mtp modules as a state dict under their
+    checkpoint names, report)."""
     import time
 
     import torch
@@ -87,9 +91,17 @@ def train(model, config, *, seed: int, steps: int = 300, batch: int = 16, seq_le
         y = torch.randint(RESERVED, vocab, (batch, seq_len), generator=gen)
         return x, y
 
+    def accuracies(x, y) -> tuple[float, float]:
+        with torch.no_grad():
+            base_logits, mtp_logits = forward(x, y)
+        return ((base_logits.argmax(-1) == f[x]).float().mean().item(),
+                (mtp_logits[:, 1:].argmax(-1) == f[y][:, 1:]).float().mean().item())
+
+    held_out = sample()
     t0 = time.monotonic()
     loss_fn = nn.CrossEntropyLoss()
-    for _ in range(steps):
+    done = 0
+    while done < steps:
         x, y = sample()
         base_logits, mtp_logits = forward(x, y)
         loss = loss_fn(base_logits.reshape(-1, vocab), f[x].reshape(-1)) + loss_fn(
@@ -97,18 +109,17 @@ def train(model, config, *, seed: int, steps: int = 300, batch: int = 16, seq_le
         opt.zero_grad()
         loss.backward()
         opt.step()
+        done += 1
+        if done % check_every == 0 and min(accuracies(*held_out)) >= target:
+            break
     model.eval()
     mtp.eval()
-    with torch.no_grad():
-        x, y = sample()
-        base_logits, mtp_logits = forward(x, y)
-        base_acc = (base_logits.argmax(-1) == f[x]).float().mean().item()
-        mtp_acc = (mtp_logits[:, 1:].argmax(-1) == f[y][:, 1:]).float().mean().item()
+    base_acc, mtp_acc = accuracies(*sample())
     prefix = f"model.layers.{config.num_hidden_layers}."
     weights = {prefix + "enorm.weight": mtp["enorm"].weight,
                prefix + "hnorm.weight": mtp["hnorm"].weight,
                prefix + "eh_proj.weight": mtp["eh_proj"].weight,
                prefix + "shared_head.norm.weight": mtp["shared_norm"].weight}
     weights.update({prefix + k: v for k, v in mtp["block"].state_dict().items()})
-    report = TrainingReport(steps, time.monotonic() - t0, base_acc, mtp_acc)
+    report = TrainingReport(done, time.monotonic() - t0, base_acc, mtp_acc)
     return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in weights.items()}, report
