@@ -5,6 +5,7 @@ vLLM that logs its arguments would print it. Real child processes stand in for v
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import yaml
 
 from autotune.errors import ConfigError
 from autotune.shell.install import Entrypoint
-from autotune.shell.key_config import remove_key_config, write_key_config
+from autotune.shell.key_config import remove_key_config, remove_orphaned_key_configs, write_key_config
 from autotune.shell.server import DeploymentSpec, LogPipe, ServerProcess
 
 KEY = "at-0123456789abcdefghijklmnopqrstuv"
@@ -117,3 +118,17 @@ def test_a_key_of_the_users_own_or_an_unreadable_config_is_refused_in_one_line(
         write_key_config(KEY, options)
     assert "\n" not in str(info.value)
     assert set(Path(tempfile.gettempdir()).glob("autotune-key-*")) == before
+
+
+def test_a_key_folder_whose_process_was_killed_is_swept_by_the_next_deployment(tmp_path):
+    # A process killed before its teardown (SIGKILL) leaves its folder; the pid says whose.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = tmp_path / f"autotune-key-{dead.pid}-abc"
+    alive = tmp_path / f"autotune-key-{os.getpid()}-def"
+    stranger = tmp_path / "autotune-key-notapid"
+    for folder in (orphan, alive, stranger):
+        folder.mkdir()
+        (folder / "vllm-config.yaml").write_text("api-key: at-dead\n")
+    assert remove_orphaned_key_configs(tmp_path) == [orphan]
+    assert not orphan.exists() and alive.exists() and stranger.exists()

@@ -16,6 +16,7 @@ import yaml
 from autotune.errors import ConfigError
 
 KEY_SETTING = "api-key"
+_PREFIX = "autotune-key-"  # then the writing process's pid: a folder outliving it is swept
 _API_KEY_FLAG = re.compile(r"^--api[-_]key(=|$)")
 
 
@@ -56,7 +57,8 @@ def write_key_config(api_key: str, options: Sequence[str]) -> tuple[Path, list[s
                           "remove the flag")
     rest, user_file = _user_config(options)
     settings = _read_user_config(user_file) if user_file is not None else {}
-    folder = Path(tempfile.mkdtemp(prefix="autotune-key-"))  # mode 0700
+    remove_orphaned_key_configs()
+    folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))  # mode 0700
     path = folder / "vllm-config.yaml"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as file:
@@ -67,3 +69,21 @@ def write_key_config(api_key: str, options: Sequence[str]) -> tuple[Path, list[s
 def remove_key_config(path: Path) -> None:
     """Delete the file and its private folder; idempotent."""
     shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def remove_orphaned_key_configs(root: Path | None = None) -> list[Path]:
+    """Delete this user's key folders whose autotune process is gone (killed before its
+    teardown could run: SIGKILL, a machine's OOM killer); returns them."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        pid = folder.name[len(_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except OSError:  # gone meanwhile, or another user's process: not ours to judge
+            continue
+    return removed
