@@ -189,10 +189,9 @@ def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget:
         storage = optuna.storages.InMemoryStorage()
         prepare_study(plan, Heartbeat(), storage)
         trial_fn = Replay(table, plan.space, plan.ctx, seed)
-        engine_id = (lambda argv: engines.get(tuple(argv), "")) if engines is not None else None
         study = StudyRunner(plan, TrialSetup(model="", workdir=Path(tmp)), trial_fn=trial_fn,
                             sampler_fn=factory, storage=storage, poll_s=0.01,
-                            engine_id=engine_id).work()
+                            engine_id=engine_id_of(engines)).work()
         found = [t for t in outcomes(study) if t.state == "complete"]
     return found, plan
 
@@ -225,17 +224,29 @@ def engines_of(table: RecordedTable, model_dir: Path) -> dict[tuple[str, ...], s
     return found
 
 
+def engine_id_of(engines: Mapping[tuple[str, ...], str] | None) -> Callable[[Sequence[str]], str] | None:
+    """The runner's ``engine_id`` seam over ``engines_of``'s answer: a configuration of an
+    engine already measured is a copy, never deployed ("" where vLLM rejects it); None
+    without ``--engines`` (a configuration is its parameters)."""
+    return (lambda argv: engines.get(tuple(argv), "")) if engines is not None else None
+
+
+def key_of(engines: Mapping[tuple[str, ...], str] | None, plan: StudyPlan) -> Key:
+    """A configuration's key in the truth: its engine where ``engines`` resolves it, else its
+    parameters."""
+    def key(params: Mapping[str, Value]) -> str:
+        if engines is None:
+            return params_key(params)
+        return engines.get(tuple(to_argv(plan.space, plan.ctx, dict(params))), params_key(params))
+    return key
+
+
 def score(label: str, seed: int, table_path: str, model_dir: str, budget: int,
           engines: dict[tuple[str, ...], str] | None = None) -> dict:
     table, _ = load_table(Path(table_path))
     t0 = time.monotonic()
     found, plan = replay(table, Path(model_dir), label, seed, budget, engines)
-
-    def key(params: Mapping[str, Value]) -> str:
-        if engines is None:
-            return params_key(params)
-        return engines.get(tuple(to_argv(plan.space, plan.ctx, dict(params))), params_key(params))
-
+    key = key_of(engines, plan)
     truth = truth_of(drawable(table, plan.space, plan.ctx), plan.objectives, key)
     curve = [round(v, 4) for v in hv_curve(found, truth, key)]
     defaults = {p.name: p.default for p in plan.space.parameters}

@@ -18,6 +18,17 @@ saves the runs (JSON lines) and a plot of hypervolume against device time.
 
     python benchmarks/time_to_answer.py                 # 30 seeds, 60 trials, every variant
     python benchmarks/time_to_answer.py --summarize     # reprint the saved runs
+
+``--engines``: a configuration is the engine vLLM resolves it to (`sampler_efficiency.engines_of`,
+vLLM imported once), in the study and in the truth; a configuration of an engine already
+measured is a copy ("same engine as #N"): no device time, not a trial, as in a real study.
+``--startup-after-first RATIO``: the study's first served deployment is charged its recorded
+start-up, every later one (confirmation included) RATIO times its recorded start-up: a new
+configuration of a graph already compiled, as the CPU build without AOT compilation loads it
+from inductor's shared cache (docs/startup.md: ready in 33.6 s against 49.9 s, so 0.67, one
+start each). Failed deployments have no recorded start-up in this table either way.
+``--summarize A.jsonl B.jsonl`` prints saved runs together, and where a variant was replayed
+both as recorded and with these flags, the difference per seed (with, minus without).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -41,7 +53,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from sampler_efficiency import (  # noqa: E402
     REFERENCES,
     SPACE,
+    engine_id_of,
+    engines_of,
     hv_curve,
+    key_of,
     load_table,
     one_change_order,
     regret,
@@ -51,7 +66,7 @@ from sampler_efficiency import (  # noqa: E402
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.analysis.stored_plan import PlanRequest  # noqa: E402
 from autotune.core.analysis.table import RecordedTable  # noqa: E402
-from autotune.core.space.search_space import params_key  # noqa: E402
+from autotune.core.trial.outcome import Measurement  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.confirm import confirm  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
@@ -60,7 +75,7 @@ from autotune.study.records import outcomes, study_data  # noqa: E402
 from autotune.study.replay import DeviceClock, Replay, drawable  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402
 from autotune.study.storage import Heartbeat  # noqa: E402
-from autotune.study.trial import TrialSetup  # noqa: E402
+from autotune.study.trial import BenchPlan, TrialSetup  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval  # noqa: E402
 
 TABLE = ROOT / "benchmarks" / "data" / "cpu-table" / "table.csv"
@@ -75,6 +90,36 @@ RECORDED = ProfileOverrides(num_prompts=16, input_len=256, output_len=64, token_
 # What-if: runs of the reference study's protocol (100 requests of 512 in / 256 out) at the
 # recorded throughputs: the same configurations, benchmarks that cost what the README's do.
 REFERENCE = ProfileOverrides(num_prompts=100, input_len=512, output_len=256, token_ids=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """What a replay charges and counts beyond its variant and seed (the defaults: as recorded)."""
+
+    noise_scale: float = 1.0  # the recorded noise between runs, times this
+    protocol: ProfileOverrides = RECORDED
+    engines: Mapping[tuple[str, ...], str] | None = None  # argv -> engine; None: its parameters
+    startup_after_first: float | None = None  # later start-ups times this; None: as recorded
+
+
+class WarmStartups:
+    """``replay`` with every deployment after the first served one charged ``ratio`` times
+    its recorded start-up (the clock and the start-up it reports)."""
+
+    def __init__(self, replay: Replay, ratio: float) -> None:
+        self.replay, self.ratio, self.started = replay, ratio, False
+
+    def __call__(self, argv: Sequence[str], bench: BenchPlan, setup: TrialSetup,
+                 on_phase: Callable[[str], None]) -> Measurement:
+        m = self.replay(argv, bench, setup, on_phase)
+        if not m.startup_s:  # rejected, or failed without a recorded start-up
+            return m
+        if not self.started:
+            self.started = True
+            return m
+        saved = (1 - self.ratio) * m.startup_s
+        self.replay.clock.now -= saved
+        return dataclasses.replace(m, startup_s=m.startup_s - saved)
 
 
 def quieter(table: RecordedTable, scale: float) -> RecordedTable:
@@ -94,9 +139,9 @@ def quieter(table: RecordedTable, scale: float) -> RecordedTable:
     return dataclasses.replace(table, rows=tuple(rows))
 
 
-def one(label: str, seed: int, budget: int, model_dir: str, noise_scale: float = 1.0,
-        protocol: ProfileOverrides = RECORDED) -> dict:
+def one(label: str, seed: int, budget: int, model_dir: str, setting: Setting = Setting()) -> dict:
     sampler, grid, race = VARIANTS[label]
+    noise_scale, protocol = setting.noise_scale, setting.protocol
     table = quieter(load_table(TABLE)[0], noise_scale)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
@@ -112,27 +157,40 @@ def one(label: str, seed: int, budget: int, model_dir: str, noise_scale: float =
         prepare_study(plan, Heartbeat(), storage)
         clock = DeviceClock()
         replay = Replay(table, plan.space, plan.ctx, seed, clock)
+        trial_fn = (replay if setting.startup_after_first is None
+                    else WarmStartups(replay, setting.startup_after_first))
         setup = TrialSetup(model="", workdir=Path(tmp))
-        study = StudyRunner(plan, setup, trial_fn=replay, storage=storage, poll_s=0.01,
-                            clock=clock).work()
+        study = StudyRunner(plan, setup, trial_fn=trial_fn, storage=storage, poll_s=0.01,
+                            clock=clock, engine_id=engine_id_of(setting.engines)).work()
         found = [t for t in outcomes(study) if t.state == "complete"]
         search_s = clock.now
         elapsed = list(np.cumsum([t.trial_wall_s or 0.0 for t in found]))
-        confirm(study, plan, setup, k=3, trial_fn=replay)
-        truth = truth_of(drawable(table, plan.space, plan.ctx), plan.objectives)
+        confirm(study, plan, setup, k=3, trial_fn=trial_fn)
+        key = key_of(setting.engines, plan)
+        truth = truth_of(drawable(table, plan.space, plan.ctx), plan.objectives, key)
         data = study_data(study)
         picks = {}
         for use in ("interactive", "throughput"):
             try:
                 pick = recommend(data, use).trial
-                picks[use] = (params_key(pick.params) == truth.best_for[use], regret(pick, use, truth))
+                picks[use] = (key(pick.params) == truth.best_for[use], regret(pick, use, truth, key))
             except NoFeasibleTrial:
                 picks[use] = None
+    flags = ({"engines": True} if setting.engines is not None else {}) | (
+        {} if setting.startup_after_first is None else
+        {"startup_after_first": setting.startup_after_first})
     return {"label": label, "seed": seed, "budget": budget, "noise_scale": noise_scale,
-            "curve": [round(v, 4) for v in hv_curve(found, truth)],
+            "curve": [round(v, 4) for v in hv_curve(found, truth, key)],
             "elapsed_s": [round(float(e), 1) for e in elapsed], "search_s": round(search_s, 1),
             "total_s": round(clock.now, 1), "raced": sum(bool(t.raced) for t in found),
-            "served": sum(t.failure is None for t in found), "picks": picks}
+            "served": sum(t.failure is None for t in found), "picks": picks} | flags
+
+
+def variant(run: dict) -> str:
+    """A saved run's row: its label, and the flags it was replayed with."""
+    ratio = run.get("startup_after_first")
+    return run["label"] + (" --engines" if run.get("engines") else "") + (
+        "" if ratio is None else f" --startup-after-first {ratio:g}")
 
 
 def minutes_to(run: dict, share: float) -> float:
@@ -150,10 +208,46 @@ def cell(values: list[float]) -> str:
     return f"{m.value:.0f} [{m.low:.0f}, {hi}]"
 
 
+def capped(values: Sequence[float]) -> list[float]:
+    """Never reached (inf) as 1e9 minutes, so that medians and intervals say "> budget"."""
+    return [v if np.isfinite(v) else 1e9 for v in values]
+
+
+MEASURES: dict[str, Callable[[dict], float]] = {
+    "minutes to 95%": lambda r: minutes_to(r, 0.95),
+    "minutes to 80%": lambda r: minutes_to(r, 0.8),
+    "search + confirm minutes": lambda r: r["total_s"] / 60}
+
+
+def paired(after: list[dict], before: list[dict]) -> list[str]:
+    """Per seed replayed both ways: after minus before, median [95% interval] of the
+    differences. A side that never reached a share counts as 1e9 minutes (a difference
+    printed "budget"); a seed where neither side reached it says nothing and is left out."""
+    base = {r["seed"]: r for r in before}
+    pairs = [(r, base[r["seed"]]) for r in after if r["seed"] in base]
+
+    def minutes(v: float) -> str:
+        return "+budget" if v >= 1e8 else "-budget" if v <= -1e8 else f"{v:+.0f}"
+    lines = []
+    for name, f in MEASURES.items():
+        both = [(x, y) for x, y in zip(capped([f(x) for x, _ in pairs]),
+                                       capped([f(y) for _, y in pairs]), strict=True)
+                if min(x, y) < 1e8]
+        counts = (f"{len(both)} of {len(pairs)} seeds paired, {sum(max(x, y) < 1e8 for x, y in both)}"
+                  " reached on both sides")
+        if not both:
+            lines.append(f"{name}: not reached on either side ({len(pairs)} seeds)")
+            continue
+        d = median_interval([x - y for x, y in both])
+        lines.append(f"{name}: {minutes(d.value)} [{minutes(d.low)}, {minutes(d.high)}] "
+                     f"({d.verdict}; {counts})")
+    return lines
+
+
 def summarize(results: list[dict]) -> str:
     by: dict[str, list[dict]] = {}
     for r in results:
-        by.setdefault(r["label"], []).append(r)
+        by.setdefault(variant(r), []).append(r)
     lines = ["| variant | min to 80% | min to 95% | search min | search + confirm min | "
              "raced | interactive short of best | throughput short of best |", "|---" * 8 + "|"]
     for label, runs in by.items():
@@ -169,11 +263,8 @@ def summarize(results: list[dict]) -> str:
     if "tpe+race" in by and "tpe" in by:
         a, b = by["tpe+race"], by["tpe"]
         lines.append("")
-        for name, f in (("minutes to 95%", lambda r: minutes_to(r, 0.95)),
-                        ("minutes to 80%", lambda r: minutes_to(r, 0.8)),
-                        ("search + confirm minutes", lambda r: r["total_s"] / 60)):
-            x = [v if np.isfinite(v) else 1e9 for v in map(f, a)]
-            y = [v if np.isfinite(v) else 1e9 for v in map(f, b)]
+        for name, f in MEASURES.items():
+            x, y = capped(list(map(f, a))), capped(list(map(f, b)))
             d = median_difference(x, y)
             rel = statistics.median(x) / statistics.median(y) - 1 if statistics.median(y) < 1e8 else float("nan")
             lines.append(f"racing vs not (TPE), {name}: {d.value:+.0f} [{d.low:+.0f}, {d.high:+.0f}] "
@@ -184,6 +275,11 @@ def summarize(results: list[dict]) -> str:
             d = median_difference(x, y)
             lines.append(f"racing vs not (TPE), {use} recommendation short of best: "
                          f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}] points ({d.verdict})")
+    for name, runs in by.items():
+        before = by.get(runs[0]["label"])
+        if name != runs[0]["label"] and before:
+            lines += ["", f"{name} minus {runs[0]['label']}, paired by seed (minutes):"]
+            lines += [f"  {line}" for line in paired(runs, before)]
     return "\n".join(lines)
 
 
@@ -195,8 +291,8 @@ def plot(results: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     grid = np.linspace(0, max(max(r["elapsed_s"]) for r in results) / 60, 200)
-    for label in dict.fromkeys(r["label"] for r in results):
-        runs = [r for r in results if r["label"] == label]
+    for label in dict.fromkeys(map(variant, results)):
+        runs = [r for r in results if variant(r) == label]
         curves = np.array([[max([v for v, e in zip(r["curve"], r["elapsed_s"], strict=True) if e / 60 <= g],
                                 default=0.0) for g in grid] for r in runs])
         med = np.median(curves, axis=0) * 100
@@ -225,28 +321,49 @@ def main() -> None:
     ap.add_argument("--protocol", choices=("recorded", "reference"), default="recorded",
                     help="runs as recorded (16 x 64 tokens) or as the reference protocol costs "
                          "them (100 x 256 tokens at the recorded throughputs)")
-    ap.add_argument("--summarize", action="store_true", help="reprint the saved runs")
+    ap.add_argument("--engines", action="store_true",
+                    help="a configuration of an engine already measured is a copy: no device "
+                         "time, not a trial (imports vLLM once to resolve the table)")
+    ap.add_argument("--startup-after-first", type=float, metavar="RATIO",
+                    help="charge every deployment after the first served one RATIO x its recorded "
+                         "start-up (0.67: docs/startup.md, the CPU build without AOT)")
+    ap.add_argument("--out", type=Path, help="save the runs here (default: time-to-answer"
+                    "[-engines][-startupRATIO][-noiseS][-reference].jsonl beside the table)")
+    ap.add_argument("--summarize", type=Path, nargs="*",
+                    help="replay nothing: reprint the saved runs (default: those the other flags "
+                         "name), or of these files together")
     args = ap.parse_args()
-    tag = ("" if args.noise_scale == 1.0 else f"-noise{args.noise_scale:g}") + (
+    ratio = args.startup_after_first
+    if ratio is not None and not 0 < ratio <= 10:
+        ap.error(f"--startup-after-first: {ratio:g} is not a ratio in (0, 10]")
+    tag = ("-engines" if args.engines else "") + ("" if ratio is None else f"-startup{ratio:g}") + (
+        "" if args.noise_scale == 1.0 else f"-noise{args.noise_scale:g}") + (
         "" if args.protocol == "recorded" else "-reference")
-    out = OUT.with_name(f"time-to-answer{tag}.jsonl")
-    if not args.summarize:
+    out = args.out or OUT.with_name(f"time-to-answer{tag}.jsonl")
+    if args.summarize is None:
         model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))
         (model_dir / "config.json").write_text((TABLE.parent / "model-config.json").read_text())
+        engines = engines_of(load_table(TABLE)[0], model_dir) if args.engines else None
+        if engines is not None:
+            print(f"{len(engines)} configurations of the table resolve to "
+                  f"{len(set(engines.values()))} engines", file=sys.stderr)
         labels = args.only.split(",") if args.only else list(VARIANTS)
         results = []
         with ProcessPoolExecutor(args.jobs) as pool:
-            protocol = REFERENCE if args.protocol == "reference" else RECORDED
-            jobs = [pool.submit(one, label, seed, args.budget, str(model_dir), args.noise_scale, protocol)
+            setting = Setting(args.noise_scale, REFERENCE if args.protocol == "reference" else RECORDED,
+                              engines, ratio)
+            jobs = [pool.submit(one, label, seed, args.budget, str(model_dir), setting)
                     for seed in range(args.seeds) for label in labels]
             for i, job in enumerate(as_completed(jobs), 1):
                 results.append(job.result())
                 print(f"{i}/{len(jobs)} replays", file=sys.stderr, flush=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in results))
-    results = [json.loads(line) for line in out.read_text().splitlines()]
+    paths = args.summarize or [out]
+    results = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
     print(summarize(results))
-    plot(results, out.with_suffix(".png"))
-    print(f"saved {out} and {out.with_suffix('.png')}")
+    png = paths[0].with_suffix(".png")
+    plot(results, png)
+    print(f"saved {png}" if args.summarize else f"saved {paths[0]} and {png}")
 
 
 if __name__ == "__main__":
