@@ -27,8 +27,10 @@ start-up, every later one (confirmation included) RATIO times its recorded start
 configuration of a graph already compiled, as the CPU build without AOT compilation loads it
 from inductor's shared cache (docs/startup.md: ready in 33.6 s against 49.9 s, so 0.67, one
 start each). Failed deployments have no recorded start-up in this table either way.
-``--summarize A.jsonl B.jsonl`` prints saved runs together, and where a variant was replayed
-both as recorded and with these flags, the difference per seed (with, minus without).
+``--truth-by-engine``: every configuration deployed as before, but the front judged by
+engines as ``--engines`` judges it, so that both are measured against one truth.
+``--summarize A.jsonl B.jsonl`` prints saved runs together and, for each variant replayed more
+than one way, the difference per seed of each way minus each one listed before it.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class Setting:
     noise_scale: float = 1.0  # the recorded noise between runs, times this
     protocol: ProfileOverrides = RECORDED
     engines: Mapping[tuple[str, ...], str] | None = None  # argv -> engine; None: its parameters
+    copies: bool = False  # with engines: an engine already measured is a copy, never deployed
     startup_after_first: float | None = None  # later start-ups times this; None: as recorded
 
 
@@ -161,7 +164,7 @@ def one(label: str, seed: int, budget: int, model_dir: str, setting: Setting = S
                     else WarmStartups(replay, setting.startup_after_first))
         setup = TrialSetup(model="", workdir=Path(tmp))
         study = StudyRunner(plan, setup, trial_fn=trial_fn, storage=storage, poll_s=0.01,
-                            clock=clock, engine_id=engine_id_of(setting.engines)).work()
+                            clock=clock, engine_id=engine_id_of(setting.engines if setting.copies else None)).work()
         found = [t for t in outcomes(study) if t.state == "complete"]
         search_s = clock.now
         elapsed = list(np.cumsum([t.trial_wall_s or 0.0 for t in found]))
@@ -176,7 +179,8 @@ def one(label: str, seed: int, budget: int, model_dir: str, setting: Setting = S
                 picks[use] = (key(pick.params) == truth.best_for[use], regret(pick, use, truth, key))
             except NoFeasibleTrial:
                 picks[use] = None
-    flags = ({"engines": True} if setting.engines is not None else {}) | (
+    flags = ({} if setting.engines is None else
+             {"engines": True} if setting.copies else {"truth_by_engine": True}) | (
         {} if setting.startup_after_first is None else
         {"startup_after_first": setting.startup_after_first})
     return {"label": label, "seed": seed, "budget": budget, "noise_scale": noise_scale,
@@ -190,6 +194,7 @@ def variant(run: dict) -> str:
     """A saved run's row: its label, and the flags it was replayed with."""
     ratio = run.get("startup_after_first")
     return run["label"] + (" --engines" if run.get("engines") else "") + (
+        " --truth-by-engine" if run.get("truth_by_engine") else "") + (
         "" if ratio is None else f" --startup-after-first {ratio:g}")
 
 
@@ -275,11 +280,12 @@ def summarize(results: list[dict]) -> str:
             d = median_difference(x, y)
             lines.append(f"racing vs not (TPE), {use} recommendation short of best: "
                          f"{d.value:+.1f} [{d.low:+.1f}, {d.high:+.1f}] points ({d.verdict})")
-    for name, runs in by.items():
-        before = by.get(runs[0]["label"])
-        if name != runs[0]["label"] and before:
-            lines += ["", f"{name} minus {runs[0]['label']}, paired by seed (minutes):"]
-            lines += [f"  {line}" for line in paired(runs, before)]
+    names = list(by)
+    for i, name in enumerate(names):
+        for earlier in names[:i]:
+            if by[earlier][0]["label"] == by[name][0]["label"]:
+                lines += ["", f"{name} minus {earlier}, paired by seed (minutes):"]
+                lines += [f"  {line}" for line in paired(by[name], by[earlier])]
     return "\n".join(lines)
 
 
@@ -324,26 +330,34 @@ def main() -> None:
     ap.add_argument("--engines", action="store_true",
                     help="a configuration of an engine already measured is a copy: no device "
                          "time, not a trial (imports vLLM once to resolve the table)")
+    ap.add_argument("--truth-by-engine", action="store_true",
+                    help="deploy every configuration, but judge the front by engines as "
+                         "--engines does (the same truth for both)")
     ap.add_argument("--startup-after-first", type=float, metavar="RATIO",
                     help="charge every deployment after the first served one RATIO x its recorded "
                          "start-up (0.67: docs/startup.md, the CPU build without AOT)")
     ap.add_argument("--out", type=Path, help="save the runs here (default: time-to-answer"
-                    "[-engines][-startupRATIO][-noiseS][-reference].jsonl beside the table)")
+                    "[-engines|-truth-by-engine][-startupRATIO][-noiseS][-reference].jsonl beside the "
+                    "table)")
     ap.add_argument("--summarize", type=Path, nargs="*",
                     help="replay nothing: reprint the saved runs (default: those the other flags "
                          "name), or of these files together")
     args = ap.parse_args()
     ratio = args.startup_after_first
+    if args.engines and args.truth_by_engine:
+        ap.error("--truth-by-engine: --engines judges by engines already; give one of them")
     if ratio is not None and not 0 < ratio <= 10:
         ap.error(f"--startup-after-first: {ratio:g} is not a ratio in (0, 10]")
-    tag = ("-engines" if args.engines else "") + ("" if ratio is None else f"-startup{ratio:g}") + (
+    tag = ("-engines" if args.engines else "-truth-by-engine" if args.truth_by_engine else "") + (
+        "" if ratio is None else f"-startup{ratio:g}") + (
         "" if args.noise_scale == 1.0 else f"-noise{args.noise_scale:g}") + (
         "" if args.protocol == "recorded" else "-reference")
     out = args.out or OUT.with_name(f"time-to-answer{tag}.jsonl")
     if args.summarize is None:
         model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))
         (model_dir / "config.json").write_text((TABLE.parent / "model-config.json").read_text())
-        engines = engines_of(load_table(TABLE)[0], model_dir) if args.engines else None
+        engines = (engines_of(load_table(TABLE)[0], model_dir)
+                   if args.engines or args.truth_by_engine else None)
         if engines is not None:
             print(f"{len(engines)} configurations of the table resolve to "
                   f"{len(set(engines.values()))} engines", file=sys.stderr)
@@ -351,7 +365,7 @@ def main() -> None:
         results = []
         with ProcessPoolExecutor(args.jobs) as pool:
             setting = Setting(args.noise_scale, REFERENCE if args.protocol == "reference" else RECORDED,
-                              engines, ratio)
+                              engines, args.engines, ratio)
             jobs = [pool.submit(one, label, seed, args.budget, str(model_dir), setting)
                     for seed in range(args.seeds) for label in labels]
             for i, job in enumerate(as_completed(jobs), 1):
