@@ -163,8 +163,9 @@ def one(label: str, seed: int, budget: int, model_dir: str, setting: Setting = S
         trial_fn = (replay if setting.startup_after_first is None
                     else WarmStartups(replay, setting.startup_after_first))
         setup = TrialSetup(model="", workdir=Path(tmp))
+        engine_id = engine_id_of(setting.engines if setting.copies else None)
         study = StudyRunner(plan, setup, trial_fn=trial_fn, storage=storage, poll_s=0.01,
-                            clock=clock, engine_id=engine_id_of(setting.engines if setting.copies else None)).work()
+                            clock=clock, engine_id=engine_id).work()
         found = [t for t in outcomes(study) if t.state == "complete"]
         search_s = clock.now
         elapsed = list(np.cumsum([t.trial_wall_s or 0.0 for t in found]))
