@@ -69,7 +69,8 @@ CPU_INDUCTOR = parse_stamped((Path(__file__).parent / "data" / "startup-cpu-tp2-
 
 
 def test_a_cpu_start_without_aot_compilation_compiles_inside_its_warm_up_run():
-    # vLLM 0.32's CPU build with VLLM_USE_AOT_COMPILE=0 (autotune's default there), an empty
+    # vLLM 0.32's CPU build with VLLM_USE_AOT_COMPILE=0 (a user's choice; measured and not made
+    # autotune's default, docs/startup.md), an empty
     # cache (benchmarks/startup.py --fresh-caches): no line says "compiled"; torch.compile runs
     # between "Warming up model for the compilation" and the slower rank's "Warming up done".
     spans = phase_spans(CPU_INDUCTOR, 67.6)

@@ -65,12 +65,3 @@ def test_kernel_caches_share_one_folder_whatever_the_environment_inherited(monke
         "TRITON_CACHE_DIR": "/x/autotune/triton", "TORCHINDUCTOR_CACHE_DIR": "/x/autotune/inductor",
         "FLASHINFER_WORKSPACE_BASE": "/x/autotune/flashinfer"}
 
-
-def test_the_cpu_build_compiles_without_aot_unless_the_user_says_otherwise(monkeypatch):
-    # Without AOT, inductor's cache in the shared TORCHINDUCTOR_CACHE_DIR serves every
-    # configuration that compiles the same graph (docs/startup.md); a GPU keeps vLLM's default.
-    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
-    assert environment(Slot("cpu", (0, 1), 2), 1)["VLLM_USE_AOT_COMPILE"] == "0"
-    assert "VLLM_USE_AOT_COMPILE" not in environment(make_slots("cuda", [0], 1)[0], 1)
-    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
-    assert environment(Slot("cpu", (0, 1), 2), 1)["VLLM_USE_AOT_COMPILE"] == "1"

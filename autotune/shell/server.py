@@ -132,16 +132,14 @@ class ServerProcess:
             return ""
 
     def environment(self) -> dict[str, str]:
-        """The environment the server starts with: ours, the slot's pinning and defaults, the
-        spec's extra variables, the shared kernel caches and INFO logging. Never an API key: vLLM 0.26
+        """The environment the server starts with: ours, the slot's pinning, the spec's extra
+        variables, the shared kernel caches and INFO logging. Never an API key: vLLM 0.26
         hashes VLLM_API_KEY into its compile-cache key, so a fresh key per deployment missed
         the cache every time (docs/startup.md)."""
         env = dict(os.environ)
         env.pop("VLLM_API_KEY", None)  # an inherited key would override nothing and vary the hash
         if self.spec.slot is not None:
             env.update(self.spec.slot.env())
-            for name, value in self.spec.slot.defaults().items():
-                env.setdefault(name, value)
         env.update(dict(self.spec.extra_env))
         env.update(kernel_cache_env(env))
         env.setdefault("PYTHONUNBUFFERED", "1")

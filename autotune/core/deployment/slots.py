@@ -37,15 +37,6 @@ class Slot:
             "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}",
         }
 
-    def defaults(self) -> dict[str, str]:
-        """vLLM settings a deployment on this slot gets unless the environment sets them. The
-        CPU build compiles without AOT: vLLM 0.32's CPU build cannot load the AOT function it
-        saves ("'function' object has no attribute 'finalize_loading'"), and AOT keeps
-        inductor's cache under each configuration's hash; without it inductor's own cache
-        (the shared ``TORCHINDUCTOR_CACHE_DIR``) serves every configuration that compiles the
-        same graph (docs/startup.md: the same numbers, a new configuration ready sooner)."""
-        return {"VLLM_USE_AOT_COMPILE": "0"} if self.kind == "cpu" else {}
-
     def devices_text(self) -> str:
         label = "GPUs" if self.kind == "cuda" else "cores"
         return f"{label} {','.join(map(str, self.devices))}"

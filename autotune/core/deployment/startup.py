@@ -76,8 +76,8 @@ PHASES: tuple[StartupPhase, ...] = (
     StartupPhase("workers_s", "workers", (Mark(_ENGINE),), (Mark(_LOAD),)),
     StartupPhase("weights_s", "weights", (Mark(_LOAD),), (_WEIGHTS,)),
     # Older vLLMs announce no compile: their profiling run, which compiles, follows the weights.
-    # The CPU build without AOT compilation (autotune's default there, docs/startup.md) logs
-    # no compile line: it compiles inside its warm-up run, which then ends the compile.
+    # The CPU build without AOT compilation (VLLM_USE_AOT_COMPILE=0, docs/startup.md) logs no
+    # compile line: it compiles inside its warm-up run, which then ends the compile.
     StartupPhase("compile_s", "compile",
           (Mark(r"Warming up model for the compilation|Starting torch\.compile"), _WEIGHTS),
           (_COMPILED, _WARMED)),
