@@ -23,10 +23,10 @@ saves the runs (JSON lines) and a plot of hypervolume against device time.
 vLLM imported once), in the study and in the truth; a configuration of an engine already
 measured is a copy ("same engine as #N"): no device time, not a trial, as in a real study.
 ``--startup-after-first RATIO``: the study's first served deployment is charged its recorded
-start-up, every later one (confirmation included) RATIO times its recorded start-up: a new
-configuration of a graph already compiled, as the CPU build without AOT compilation loads it
-from inductor's shared cache (docs/startup.md: ready in 33.6 s against 49.9 s, so 0.67, one
-start each). Failed deployments have no recorded start-up in this table either way.
+start-up, every later one (confirmation included) RATIO times its recorded start-up. 0.67 is
+a new configuration of a graph already compiled on the CPU build without AOT compilation
+(docs/startup.md: ready in 33.6 s against 49.9 s with AOT, one start each), a what-if:
+autotune keeps AOT. Failed deployments have no recorded start-up in this table either way.
 ``--truth-by-engine``: every configuration deployed as before, but the front judged by
 engines as ``--engines`` judges it, so that both are measured against one truth.
 ``--summarize A.jsonl B.jsonl`` prints saved runs together and, for each variant replayed more
@@ -336,7 +336,7 @@ def main() -> None:
                          "--engines does (the same truth for both)")
     ap.add_argument("--startup-after-first", type=float, metavar="RATIO",
                     help="charge every deployment after the first served one RATIO x its recorded "
-                         "start-up (0.67: docs/startup.md, the CPU build without AOT)")
+                         "start-up (0.67: the CPU build without AOT, a what-if; docs/startup.md)")
     ap.add_argument("--out", type=Path, help="save the runs here (default: time-to-answer"
                     "[-engines|-truth-by-engine][-startupRATIO][-noiseS][-reference].jsonl beside the "
                     "table)")
