@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.deployment.startup import stamped_text  # noqa: E402
+from autotune.core.maths.stats import t_quantile  # noqa: E402
 from autotune.core.metrics.summary import server_values, to_vllm_json  # noqa: E402
 from autotune.core.workload.datasets import source_of, validate_dataset_spec  # noqa: E402
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
@@ -52,7 +53,6 @@ CLIENT_KEYS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms", "mean_ttft
 # A client's figure and the server's figure of the same quantity.
 REFEREE = {"mean_ttft_ms": "server_mean_ttft_ms", "mean_e2el_ms": "server_mean_e2el_ms",
            "mean_tpot_ms": "server_mean_tpot_ms", "mean_itl_ms": "server_mean_itl_ms"}
-T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
 async def _page(target: Target):
@@ -76,7 +76,7 @@ def paired(a: list[float], b: list[float]) -> tuple[float, float, float]:
     """Mean of log(a/b) over pairs as a percentage, with its 95% t-interval."""
     d = [math.log(x / y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
     m = statistics.fmean(d)
-    half = T975.get(len(d) - 1, 2.0) * statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.inf
+    half = t_quantile(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.inf
     return tuple(100 * (math.exp(v) - 1) for v in (m, m - half, m + half))  # type: ignore[return-value]
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -25,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_agreement import paired  # noqa: E402  (mean of log(first/second), its 95% interval)
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
@@ -36,15 +38,6 @@ from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
 from autotune.shell.workloads import load_tokenizer  # noqa: E402
 
 KEYS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
-T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-
-
-def paired(b: list[float], a: list[float]) -> tuple[float, float, float]:
-    """Mean of log(b/a) over pairs as a percentage, with its 95% t-interval."""
-    d = [math.log(x / y) for x, y in zip(b, a, strict=True) if x > 0 and y > 0]
-    m = statistics.fmean(d)
-    half = T975.get(len(d) - 1, 2.0) * statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.inf
-    return tuple(100 * (math.exp(v) - 1) for v in (m, m - half, m + half))  # type: ignore[return-value]
 
 
 def main() -> None:
