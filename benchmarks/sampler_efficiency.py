@@ -52,7 +52,6 @@ from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreac
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
 from autotune.core.space.search_space import (  # noqa: E402
-    ModelContext,
     Reference,
     ReferenceSet,
     Value,
@@ -65,7 +64,7 @@ from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noq
 from autotune.errors import ValidationError  # noqa: E402
 from autotune.shell.files import read_model_info, read_space  # noqa: E402
 from autotune.study.creation import prepare_study  # noqa: E402
-from autotune.study.plans import StudyPlan, build_plan  # noqa: E402
+from autotune.study.plans import StudyPlan, build_plan, model_context  # noqa: E402
 from autotune.study.records import outcomes  # noqa: E402
 from autotune.study.replay import Replay, drawable  # noqa: E402
 from autotune.study.runner import StudyRunner  # noqa: E402
@@ -213,7 +212,7 @@ def engines_of(table: RecordedTable, model_dir: Path) -> dict[tuple[str, ...], s
     from autotune.shell.validation import VllmValidator, engine_identity
 
     space, model = read_space(SPACE), read_model_info(str(model_dir))
-    ctx = ModelContext(model, space.deployment.max_model_len or model.native_context)
+    ctx = model_context(space, model)
     validator, found = VllmValidator(), {}
     for row in drawable(table, space, ctx).rows:
         argv = tuple(to_argv(space, ctx, row.params))

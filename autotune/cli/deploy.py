@@ -30,7 +30,7 @@ from autotune.cli.common import (
 )
 from autotune.core.metrics.registry import RUN_METRICS
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
-from autotune.core.space.search_space import ModelContext, SearchSpace, inapplicable, space_size
+from autotune.core.space.search_space import SearchSpace, inapplicable, space_size
 from autotune.errors import ConfigError
 from autotune.shell.constructed import SHAPES
 from autotune.shell.files import read_model_info, read_references, read_space
@@ -202,8 +202,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     space = read_space(args.space)
     model = read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-    max_len = args.max_model_len or space.deployment.max_model_len or model.native_context
-    ctx = ModelContext(model, max_len)
+    from autotune.study.plans import model_context
+
+    ctx = model_context(space, model, args.max_model_len)
     skip = inapplicable(space, ctx)
     print_table(lambda width: space_table(space, skip, width))
     if validator is None:
