@@ -126,7 +126,7 @@ def test_a_key_folder_whose_process_was_killed_is_swept_by_the_next_deployment(t
     dead.wait()
     orphan = tmp_path / f"autotune-key-{dead.pid}-abc"
     alive = tmp_path / f"autotune-key-{os.getpid()}-def"
-    stranger = tmp_path / "autotune-key-notapid"
+    stranger = tmp_path / "autotune-key-notapid-ghi"  # the pattern, but no pid in it
     for folder in (orphan, alive, stranger):
         folder.mkdir()
         (folder / "vllm-config.yaml").write_text("api-key: at-dead\n")

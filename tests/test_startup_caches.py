@@ -64,4 +64,3 @@ def test_kernel_caches_share_one_folder_whatever_the_environment_inherited(monke
     assert folders == {var: two[var] for var in folders} == {
         "TRITON_CACHE_DIR": "/x/autotune/triton", "TORCHINDUCTOR_CACHE_DIR": "/x/autotune/inductor",
         "FLASHINFER_WORKSPACE_BASE": "/x/autotune/flashinfer"}
-
