@@ -285,7 +285,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mtp", action="store_true", help="add one MTP layer (needs --kind moe)")
     p.add_argument("--trained", action="store_true",
                    help="train base model and MTP head on a predictable synthetic language "
-                        "(needs --kind moe --mtp; about 20 s on 2 cores)")
+                        "(needs --kind moe --mtp; seconds on 2 cores)")
     p.add_argument("--constructed", metavar="SHAPE", choices=tuple(SHAPES),
                    help="constructed weights instead of random or trained ones: a GLM-4-MoE+MTP "
                         "model that follows the synthetic language exactly and computes at full "

@@ -130,7 +130,7 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
     if describe_only:
         return modelgen.planned_model_info(path, kind="moe", mtp=True)
     say(f"no --model given and no GPU: generating a tiny MoE+MTP model in {path}, trained so "
-        "that its MTP head predicts (about 20 s)")
+        "that its MTP head predicts (seconds)")
     return modelgen.make_model(path, kind="moe", mtp=True, seed=0, trained=True)
 
 
