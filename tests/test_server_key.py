@@ -121,14 +121,19 @@ def test_a_key_of_the_users_own_or_an_unreadable_config_is_refused_in_one_line(
 
 
 def test_a_key_folder_whose_process_was_killed_is_swept_by_the_next_deployment(tmp_path):
-    # A process killed before its teardown (SIGKILL) leaves its folder; the pid says whose.
+    # A process killed before its teardown (SIGKILL) leaves its folder; the pid says whose, the
+    # age keeps a folder of a live process in another pid namespace sharing /tmp.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     orphan = tmp_path / f"autotune-key-{dead.pid}-abc"
+    recent = tmp_path / f"autotune-key-{dead.pid}-new"  # its process gone, but within the hour
     alive = tmp_path / f"autotune-key-{os.getpid()}-def"
-    stranger = tmp_path / "autotune-key-notapid-ghi"  # the pattern, but no pid in it
-    for folder in (orphan, alive, stranger):
+    old_format = tmp_path / "autotune-key-q2_lwyvw"  # before the pid was in the name
+    for folder in (orphan, recent, alive, old_format):
         folder.mkdir()
         (folder / "vllm-config.yaml").write_text("api-key: at-dead\n")
-    assert remove_orphaned_key_configs(tmp_path) == [orphan]
-    assert not orphan.exists() and alive.exists() and stranger.exists()
+    two_hours_ago = time.time() - 7200
+    for folder in (orphan, alive, old_format):
+        os.utime(folder, (two_hours_ago, two_hours_ago))
+    assert sorted(remove_orphaned_key_configs(tmp_path)) == sorted([orphan, old_format])
+    assert recent.exists() and alive.exists() and not orphan.exists() and not old_format.exists()

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from autotune.errors import ConfigError
 
 KEY_SETTING = "api-key"
 _PREFIX = "autotune-key-"  # then the writing process's pid: a folder outliving it is swept
+STALE_S = 3600.0  # a key folder younger than this is never swept
 _API_KEY_FLAG = re.compile(r"^--api[-_]key(=|$)")
 
 
@@ -71,19 +73,28 @@ def remove_key_config(path: Path) -> None:
     shutil.rmtree(path.parent, ignore_errors=True)
 
 
-def remove_orphaned_key_configs(root: Path | None = None) -> list[Path]:
-    """Delete this user's key folders whose autotune process is gone (killed before its
-    teardown could run: SIGKILL, a machine's OOM killer); returns them."""
+def remove_orphaned_key_configs(root: Path | None = None, *, now: float | None = None) -> list[Path]:
+    """Delete this user's key folders left by an autotune process killed before its teardown
+    (SIGKILL, a machine's OOM killer); returns them. A folder goes only when it is older than
+    ``STALE_S`` (a live deployment's folder is removed once its server is ready, within its
+    start-up timeout) and its name holds no pid alive here, or none at all (older versions of
+    autotune): the age keeps a live folder of a process in another pid namespace sharing this
+    temporary folder."""
+    now = time.time() if now is None else now
     removed = []
-    for folder in Path(root or tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{_PREFIX}*"):
         pid = folder.name[len(_PREFIX):].split("-", 1)[0]
         try:
-            if not pid.isdigit() or folder.stat().st_uid != os.getuid():
+            info = folder.stat()
+            if info.st_uid != os.getuid() or now - info.st_mtime < STALE_S:
                 continue
-            os.kill(int(pid), 0)
+            if pid.isdigit() and "-" in folder.name[len(_PREFIX):]:
+                os.kill(int(pid), 0)
+                continue  # its process lives
         except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+            pass
         except OSError:  # gone meanwhile, or another user's process: not ours to judge
             continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
     return removed
