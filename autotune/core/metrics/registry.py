@@ -120,6 +120,7 @@ METRICS: dict[str, Metric] = {}
 
 def _register(metric: Metric) -> None:
     assert metric.key not in METRICS, metric.key
+    assert not (metric.server_read and metric.counter_ratio), f"{metric.key}: one way to read it"
     METRICS[metric.key] = metric
 
 
