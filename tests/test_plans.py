@@ -90,6 +90,7 @@ def test_a_study_stored_in_layout_1_is_read_with_its_budget_and_time_budget():
     assert (plan.model, plan.tp, plan.trials, plan.time_budget_s, plan.seed, plan.runnable) == (
         "/m", 2, 12, 600.0, 4, True)
     assert plan.defaults == {"max_num_seqs": 8}  # read from the space's text
+    assert plan.smallest_difference == 0.05  # stored by no older layout: the default
     assert time_budget(study) == (600.0, 77.0)
     unversioned = {k: v for k, v in LAYOUT1.items() if k not in ("version", "space_yaml")}
     imported = PlanRequest.from_dict(unversioned, "study 'i'")
@@ -97,7 +98,8 @@ def test_a_study_stored_in_layout_1_is_read_with_its_budget_and_time_budget():
 
 
 def test_a_plan_round_trips_through_its_stored_layout(tmp_path):
-    request = build_plan(request_in(tmp_path, race=True, time_budget_s=90.0)).request
+    request = build_plan(request_in(tmp_path, race=True, time_budget_s=90.0,
+                                    smallest_difference=0.1)).request
     stored = json.loads(json.dumps(request.to_dict()))  # as the storage keeps it
     assert stored["version"] == VERSION and "workdir" not in stored and "storage" not in stored
     back = PlanRequest.from_dict(stored, "study 'p'")

@@ -101,3 +101,8 @@ def test_the_study_note_says_the_same_cost_of_each_tie_and_none_without_one():
     costs = [recommend(TIED, use, TieSettings("s")).tie_cost for use in USES]
     assert all(c is not None and c.text.strip() in note for c in costs)
     assert "To resolve the tie" not in study_note("s", APART)
+    # `run --smallest-difference 10%` (stored in the plan): the note states the cost at 10%.
+    wide = [recommend(TIED, use, TieSettings("s", 0.10)).tie_cost for use in USES]
+    assert all(c is not None and "10%" in c.text and c.text.strip() in study_note("s", TIED, 0.10)
+               for c in wide)
+    assert {c.rounds for c in wide if c} != {c.rounds for c in costs if c}

@@ -35,7 +35,7 @@ from autotune.cli.common import (
     storage_of_args,
     vllm_validator,
 )
-from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE, TieSettings
+from autotune.core.analysis.recommend import TieSettings
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.deployment.slots import Slot
@@ -125,6 +125,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
+        smallest_difference=parse_percent(args.smallest_difference, "--smallest-difference"),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
     )
 
@@ -167,7 +168,7 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
-def _finish(plan: StudyPlan, code: int, smallest_difference: float = SMALLEST_DIFFERENCE) -> int:
+def _finish(plan: StudyPlan, code: int) -> int:
     from autotune.cli.results import print_front_and_recommendations
     from autotune.study.records import outcomes, study_data
     from autotune.study.storage import load_existing
@@ -175,7 +176,7 @@ def _finish(plan: StudyPlan, code: int, smallest_difference: float = SMALLEST_DI
     study = load_existing(plan.study_name, plan.storage)
     print_trials(outcomes(study), study_data(study, confirmed=False))
     print_front_and_recommendations(study_data(study), plan.study_name,
-                                    TieSettings(plan.study_name, smallest_difference))
+                                    TieSettings(plan.study_name, plan.request.smallest_difference))
     return code
 
 
@@ -186,7 +187,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autotune.study.state import start_clock
     from autotune.study.storage import hostname, redact
 
-    smallest = parse_percent(args.smallest_difference, "--smallest-difference")
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
@@ -215,7 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = _work(plan, setup, slots, args, "" if created else hostname())
     if code == 0 and plan.confirm:
         _confirm(plan, setup, k=plan.confirm)
-    return _finish(plan, code, smallest)
+    return _finish(plan, code)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

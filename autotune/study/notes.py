@@ -3,7 +3,13 @@ with ``optuna_dashboard.save_note`` by the runner). Pure text from ``StudyData``
 
 from __future__ import annotations
 
-from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
+from autotune.core.analysis.recommend import (
+    SMALLEST_DIFFERENCE,
+    USES,
+    NoFeasibleTrial,
+    TieSettings,
+    recommend,
+)
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.capacity_search import boundary_text
@@ -35,7 +41,7 @@ def trial_note(t, data: StudyData) -> str:
     return "\n".join(lines)
 
 
-def study_note(study_name: str, data: StudyData) -> str:
+def study_note(study_name: str, data: StudyData, smallest_difference: float = SMALLEST_DIFFERENCE) -> str:
     """The front and the recommended flags for each use; a tie with what resolving it would
     take (``TieCost``, as `autotune recommend` says it)."""
     feasible = data.feasible
@@ -45,7 +51,7 @@ def study_note(study_name: str, data: StudyData) -> str:
              f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}.", ""]
     for use in USES:
         try:
-            rec = recommend(data, use, TieSettings(study_name))
+            rec = recommend(data, use, TieSettings(study_name, smallest_difference))
         except NoFeasibleTrial as exc:
             lines += [f"**{use}**: {exc}", ""]
             continue

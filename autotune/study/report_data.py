@@ -12,7 +12,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis.effects import Effect, SignFlip, effects, sign_flips
-from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
+from autotune.core.analysis.recommend import (
+    SMALLEST_DIFFERENCE,
+    USES,
+    NoFeasibleTrial,
+    TieSettings,
+    recommend,
+)
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import (
     LATENCY_METRIC,
@@ -148,7 +154,8 @@ def compute_report(study: optuna.Study) -> Report:
     return Report(
         study_name=study.study_name, model=stored.model if stored else "?",
         space_path=stored.space_path if stored else "?", data=data,
-        recommendations=recommendations(data, TieSettings(study.study_name)),
+        recommendations=recommendations(data, TieSettings(
+            study.study_name, stored.smallest_difference if stored else SMALLEST_DIFFERENCE)),
         importance=importances(study.get_trials(deepcopy=False), study.directions, data),
         effects=tuple(found), flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed),
         ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data))

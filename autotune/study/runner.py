@@ -325,7 +325,7 @@ class StudyRunner:
             with storage_errors("dashboard note not updated"):
                 save_note(optuna_internals.live_trial(study, frozen),
                           trial_note(outcome, data))
-                save_note(study, study_note(study.study_name, data))
+                save_note(study, study_note(study.study_name, data, self.plan.request.smallest_difference))
         except StudyError as exc:  # another worker wrote it at the same moment
             self.progress.message(str(exc))
         front = sorted(t.number for t in data.front())

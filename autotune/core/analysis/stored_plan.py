@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
 from autotune.core.space.search_space import Value
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, parse_objective
@@ -59,6 +60,8 @@ class PlanRequest:
     time_budget_s: float | None = None  # wall clock of the study's trials, confirmation included
     startup_timeout_s: float = 600.0  # a deployment not ready by then fails as startup_timeout
     cap_cuda_graphs: bool = False  # capture only up to the study's load (core.deployment.graph_cap)
+    # The difference a tie's cost is stated for (`run --smallest-difference`; note and report).
+    smallest_difference: float = SMALLEST_DIFFERENCE
     imported_from: str | None = None  # results imported from this file: no worker can run it
     workdir: Path = Path(".")  # LOCAL_FIELDS from here on
     storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
