@@ -173,3 +173,26 @@ def test_a_bad_dataset_field_names_the_profile_and_what_is_valid(tokenizer, data
     profile = parse_profiles(f"chat:\n  dataset: {dataset}\n", "p.yaml")["chat"]
     with pytest.raises(ConfigError, match=message):
         sources_for([profile], vocab_size=512, tokenizer=tokenizer, max_model_len=4096)
+
+
+def test_a_tokenizers_backend_loads_as_auto_tokenizer_would_without_importing_torch(tmp_path):
+    """`bench` and `run` load the model's tokenizer before their first request; AutoTokenizer's
+    module imports torch and transformers' generation code (15-20 s on a GPU machine). A
+    tokenizer.json backend loads as the very class AutoTokenizer resolves it to, with the same
+    ids, and torch stays unimported."""
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from autotune.shell.modelgen import write_tokenizer
+
+    write_tokenizer(tmp_path, 512)
+    ours, auto = load_tokenizer(str(tmp_path)), AutoTokenizer.from_pretrained(str(tmp_path))
+    text = " ".join(["alpha", "beta", "gamma", "delta"] * 50)
+    assert type(ours) is type(auto)
+    assert ours(text).input_ids == auto(text).input_ids and ours.vocab_size == auto.vocab_size
+    probe = ("import sys; from autotune.shell.workloads import load_tokenizer; "
+             f"load_tokenizer({str(tmp_path)!r}); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,9 +24,28 @@ def load_tokenizer(model: str) -> Tokenizer | None:
     if not (Path(model) / "tokenizer_config.json").exists() and not (
             Path(model) / "tokenizer.json").exists():
         return None
+    if _tokenizer_class(Path(model)) in _BACKEND_CLASSES and (Path(model) / "tokenizer.json").exists():
+        # The class AutoTokenizer resolves these to, without importing AutoTokenizer: its
+        # module pulls in torch and transformers' generation code (3-4 s of CPU here, 15-20 s
+        # on a GPU machine before `autotune bench` sent its first request).
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(model)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model)
+
+
+# tokenizer_config.json classes that are the tokenizers library's backend as they are.
+_BACKEND_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _tokenizer_class(folder: Path) -> str:
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    return str(config.get("tokenizer_class", "")) if isinstance(config, dict) else ""
 
 
 def with_absolute_paths(profiles: Mapping[str, WorkloadProfile], base: Path
