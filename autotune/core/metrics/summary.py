@@ -43,6 +43,7 @@ class RequestResult:
     latency_s: float = 0.0  # end-to-end: request sent to last byte
     itl_s: tuple[float, ...] = ()
     error: str = ""
+    done_s: float | None = None  # when the client saw it end and freed its slot (precision.recheck)
 
 
 @dataclass(frozen=True)

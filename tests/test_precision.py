@@ -1,0 +1,160 @@
+"""The precision stop rule on synthetic runs whose truth is known: a closed loop of C slots,
+each request's latency drawn from a known distribution, the rule replayed as the client asks
+it (``recheck``)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autotune.core.maths.stats import compare, estimate, pooled_noise
+from autotune.core.metrics.summary import RequestResult
+from autotune.core.trial.precision import (
+    CEILING,
+    PRECISE,
+    TIME_LIMIT,
+    StopRule,
+    half_width,
+    precision,
+    recheck,
+    request_from_line,
+    request_line,
+)
+
+
+def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[RequestResult]:
+    """Requests sent through ``concurrency`` slots, each the moment one frees (1 us later),
+    in send order, with the client's completion times."""
+    free = [0.0] * concurrency
+    out = []
+    for latency in latencies_s:
+        slot = int(np.argmin(free))
+        start = free[slot] + 1e-6
+        gap = latency / tokens
+        out.append(RequestResult(prompt_len=8, start_s=start, success=True, output_tokens=tokens,
+                                 ttft_s=gap, latency_s=latency, itl_s=(gap,) * (tokens - 1),
+                                 done_s=start + latency + 1e-7))
+        free[slot] = start + latency + 1e-7
+    return out
+
+
+def stop_of(latencies_s, rule, *, concurrency=2, metrics=("mean_e2el_ms",)):
+    records = closed_loop(latencies_s, concurrency)
+    return recheck(records, rule, metrics=metrics, concurrency=concurrency, ceiling=len(records))
+
+
+@pytest.mark.parametrize("concurrency, floor", [(1, 10), (2, 10), (4, 12), (8, 16)],
+                         ids=["c1", "c2", "c4-first-whole-wave-past-10", "c8-two-waves"])
+def test_a_constant_latency_stream_stops_at_the_floor(concurrency, floor):
+    stop = stop_of([0.5] * 200, StopRule(0.0125), concurrency=concurrency,
+                   metrics=("mean_e2el_ms", "output_throughput", "mean_ttft_ms"))
+    assert (stop.requests, stop.reason) == (floor, PRECISE)
+
+
+def test_a_noisy_stream_needs_about_t_sd_over_target_squared_requests():
+    cv, target = 0.2, 0.025  # lognormal latencies: sd/mean = cv
+    sigma = math.sqrt(math.log1p(cv**2))
+    expected = (1.96 * cv / target) ** 2  # 246
+    used = [stop_of(np.random.default_rng(seed).lognormal(0, sigma, 2000), StopRule(target)).requests
+            for seed in range(20)]
+    assert 0.8 * expected <= np.median(used) <= 1.2 * expected
+
+
+def test_the_rule_stops_only_at_whole_waves():
+    for seed in range(20):
+        latencies = np.random.default_rng(seed).lognormal(0, 0.3, 3000)
+        stop = stop_of(latencies, StopRule(0.03), concurrency=6)
+        assert stop.reason == PRECISE and stop.requests % 6 == 0 and stop.requests >= 12
+
+
+def test_a_run_the_target_cannot_be_reached_in_ends_at_the_ceiling():
+    stop = stop_of(np.random.default_rng(0).lognormal(0, 0.5, 100), StopRule(0.001))
+    assert (stop.requests, stop.reason) == (100, CEILING)
+
+
+def test_a_request_cut_by_the_time_limit_makes_the_reason_time_limit():
+    records = closed_loop([0.5] * 9, 2) + [RequestResult(
+        8, 5.0, False, latency_s=1.0, error="run time limit of 5 s reached", done_s=6.0)]
+    stop = recheck(records, StopRule(0.5), metrics=("mean_e2el_ms",), concurrency=2, ceiling=20)
+    assert (stop.requests, stop.reason) == (10, TIME_LIMIT)
+
+
+def test_a_p99_cannot_be_pinned_by_few_requests_but_a_median_can():
+    values = np.random.default_rng(1).lognormal(0, 0.2, 60)
+    ok = closed_loop(values, 1)
+    assert math.isinf(half_width(ok, "p99_e2el_ms")) and half_width(ok, "median_e2el_ms") < 0.1
+
+
+def test_the_median_interval_covers_the_true_median_about_95_percent_of_the_time():
+    covered = 0
+    for seed in range(400):
+        values = np.random.default_rng(seed).exponential(1.0, 200)
+        half = half_width(closed_loop(values, 1), "median_e2el_ms") * np.median(values)
+        covered += abs(np.median(values) - math.log(2)) <= half
+    assert 0.90 <= covered / 400 <= 0.99
+
+
+def test_throughput_precision_follows_the_e2el_ratio_and_matches_the_spread_of_runs():
+    """Little's law at C: throughput = C x tokens / E2EL. With constant tokens its relative
+    interval is mean E2EL's; over many runs, the spread of C x tokens / mean E2EL matches it."""
+    rng = np.random.default_rng(2)
+    halves, throughputs = [], []
+    for _ in range(300):
+        ok = closed_loop(rng.lognormal(0, 0.3, 100), 4)
+        halves.append(half_width(ok, "output_throughput"))
+        assert half_width(ok, "output_throughput") == pytest.approx(half_width(ok, "mean_e2el_ms"),
+                                                                    rel=0.02)
+        throughputs.append(4 * 16 / np.mean([r.latency_s for r in ok]))
+    spread = np.std(throughputs) / np.mean(throughputs)
+    assert np.median(halves) / 1.98 == pytest.approx(spread, rel=0.15)
+
+
+def test_a_failed_request_makes_nothing_precise_and_unknown_metrics_are_left_out():
+    ok = closed_loop([0.5] * 20, 2)
+    assert precision(ok, ("mean_e2el_ms", "server_kv_cache_usage"), 0.01).half_widths.keys() == {
+        "mean_e2el_ms"}
+    failed = [*ok, RequestResult(8, 9.0, False, error="HTTP 500")]
+    assert not precision(failed, ("mean_e2el_ms",), 0.5).precise
+
+
+def test_a_parameter_that_does_nothing_comes_out_as_no_effect():
+    """Two configurations with one latency distribution, each measured by 3 runs that stop by
+    the rule; the study's comparison of their means (each with the noise of its own repeats)
+    finds a difference in about 5% of seeds, as with runs of a fixed count, not more."""
+    rule, seeds = StopRule(0.05), 300
+    found = {"rule": 0, "fixed": 0}
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        means: dict[str, dict[str, list[float]]] = {"rule": {}, "fixed": {}}
+        for config in ("a", "b"):
+            for how in means:
+                means[how][config] = []
+            for _ in range(3):
+                records = closed_loop(rng.lognormal(0, 0.25, 400), 4)
+                stop = recheck(records, rule, metrics=("mean_e2el_ms",), concurrency=4, ceiling=400)
+                means["rule"][config].append(np.mean([r.latency_s for r in records[:stop.requests]]))
+                means["fixed"][config].append(np.mean([r.latency_s for r in records[:100]]))
+        for how, by_config in means.items():
+            a, b = (estimate(v, pooled_noise({"m": [v]}).of("m")) for v in by_config.values())
+            found[how] += compare(a, b).significant
+    assert found["rule"] / seeds <= 0.07 and found["rule"] <= found["fixed"] + 0.02 * seeds
+
+
+def test_recheck_from_a_stored_jsonl_reproduces_the_stop(tmp_path):
+    records = closed_loop(np.random.default_rng(3).lognormal(0, 0.3, 400), 3)
+    rule = StopRule(0.05)
+    stop = recheck(records, rule, metrics=("mean_e2el_ms",), concurrency=3, ceiling=400)
+    sent = records[:stop.requests]
+    path = tmp_path / "requests-p-1.jsonl"
+    path.write_text("".join(json.dumps(request_line(r, sent[0].start_s)) + "\n" for r in sent))
+    stored = [request_from_line(json.loads(line)) for line in path.read_text().splitlines()]
+    again = recheck(stored, rule, metrics=("mean_e2el_ms",), concurrency=3, ceiling=400)
+    assert stop.reason == PRECISE and again == stop
+
+
+def test_the_rule_refuses_a_target_it_cannot_mean():
+    with pytest.raises(ValueError, match="target_rel"):
+        StopRule(0.0)
