@@ -12,10 +12,14 @@ import pytest
 
 from autotune.core.maths.stats import compare, estimate, pooled_noise
 from autotune.core.metrics.summary import RequestResult
+from autotune.core.metrics.summary import summarize
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.core.trial.precision import (
     CEILING,
     PRECISE,
     TIME_LIMIT,
+    Pinned,
+    RunStop,
     StopRule,
     half_width,
     precision,
@@ -23,6 +27,10 @@ from autotune.core.trial.precision import (
     request_from_line,
     request_line,
 )
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RandomPrompts
+from autotune.shell.client import BenchmarkRun
+from autotune.study.trial import BenchPlan, TrialSetup, read_requests, run_trial
 
 
 def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[RequestResult]:
@@ -30,7 +38,7 @@ def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[Request
     in send order, with the client's completion times."""
     free = [0.0] * concurrency
     out = []
-    for latency in latencies_s:
+    for latency in map(float, latencies_s):
         slot = int(np.argmin(free))
         start = free[slot] + 1e-6
         gap = latency / tokens
@@ -158,3 +166,53 @@ def test_recheck_from_a_stored_jsonl_reproduces_the_stop(tmp_path):
 def test_the_rule_refuses_a_target_it_cannot_mean():
     with pytest.raises(ValueError, match="target_rel"):
         StopRule(0.0)
+
+
+class PrecisionBench:
+    """A stand-in for shell.client.run_profile: a closed loop of noisy latencies, stopped by
+    ``until`` exactly as the client asks it (the stop is the replayed one)."""
+
+    def __call__(self, target, profile, *, seed, source, slo=None, stop=None, until=None):
+        records = closed_loop(np.random.default_rng(seed).lognormal(-1, 0.3, profile.num_prompts),
+                              profile.max_concurrency)
+        ended = recheck(records, until.rule, metrics=until.metrics,
+                        concurrency=profile.max_concurrency, ceiling=profile.num_prompts)
+        sent = records[:ended.requests]
+        return BenchmarkRun(profile, seed, summarize(sent, max(r.done_s for r in sent)),
+                            tuple(sent), ended)
+
+
+def test_a_trial_stores_each_runs_stop_and_its_requests_from_which_recheck_recomputes_it(tmp_path):
+    from tests.test_trial import StandInDeployment  # the stand-in server of the trial's tests
+
+    profile = WorkloadProfile(name="low", num_prompts=600, max_concurrency=3)
+    pinned = Pinned(StopRule(0.04), ("mean_e2el_ms", "output_throughput"))
+    plan = BenchPlan(profiles=(profile,), sources={"low": RandomPrompts(512)}, repeats=2,
+                     pinned={"low": pinned})
+    setup = TrialSetup(model="m", workdir=tmp_path, deploy=lambda spec, on_phase:
+                       StandInDeployment(spec, on_phase), run_profile=PrecisionBench())
+    measured = run_trial(["--max-num-seqs", "8"], plan, setup)
+    stops = measured.results["low"].stops
+    assert [s.reason for s in stops] == [PRECISE, PRECISE] and all(s.requests < 600 for s in stops)
+    for repeat, stop in enumerate(stops, 1):
+        stored = read_requests(tmp_path / f"requests-low-{repeat}.jsonl")
+        assert len(stored) == stop.requests
+        assert recheck(stored, pinned.rule, metrics=pinned.metrics, concurrency=3,
+                       ceiling=600) == stop
+        bench = json.loads((tmp_path / f"bench-low-{repeat}.json").read_text())
+        assert (bench["requests"], bench["stop"]) == (stop.requests, PRECISE)
+    outcome = TrialOutcome(number=0).with_measurement(measured)
+    again = from_attrs(0, "complete", {}, json.loads(json.dumps(to_attrs(outcome))))
+    assert again.results["low"].stops == stops
+    assert again.results["low"].requests_text == f"{stops[0].requests}+{stops[1].requests} precise"
+
+
+def test_a_trial_stored_before_stops_were_recorded_reads_with_none():
+    old = from_attrs(0, "complete", {}, {"repeats": {"low": [{"mean_e2el_ms": 1.0}]}})
+    assert old.results["low"].stops == () and old.results["low"].requests_text == ""
+
+
+def test_a_run_short_of_its_profiles_concurrency_says_what_it_reached():
+    result = ProfileResult("high", ({"output_throughput": 1.0},),
+                           (RunStop(8, CEILING, reached_concurrency=8, concurrency=100),))
+    assert result.requests_text == "8 ceiling, reached 8 of 100"

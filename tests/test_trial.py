@@ -166,7 +166,9 @@ def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gon
     assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 2, "high": 2}
     assert bench.calls == ["low", "high", "low", "high"]  # one run of each before any repeat
     assert sorted(f.name for f in measured.files) == [
-        "bench-high-1.json", "bench-high-2.json", "bench-low-1.json", "bench-low-2.json"]
+        "bench-high-1.json", "bench-high-2.json", "bench-low-1.json", "bench-low-2.json",
+        "requests-high-1.jsonl", "requests-high-2.jsonl", "requests-low-1.jsonl",
+        "requests-low-2.jsonl"]
     assert made[0].teardown is not None and measured.teardown_clean
 
 
