@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from autotune.core.maths.stats import compare, estimate, pooled_noise
-from autotune.core.metrics.summary import RequestResult
-from autotune.core.metrics.summary import summarize
+from autotune.core.metrics.summary import RequestResult, summarize
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.core.trial.precision import (
     CEILING,
@@ -216,3 +215,39 @@ def test_a_run_short_of_its_profiles_concurrency_says_what_it_reached():
     result = ProfileResult("high", ({"output_throughput": 1.0},),
                            (RunStop(8, CEILING, reached_concurrency=8, concurrency=100),))
     assert result.requests_text == "8 ceiling, reached 8 of 100"
+
+
+def test_each_fixed_profile_pins_the_metrics_its_objectives_and_slos_use():
+    from autotune.core.metrics.slo import parse_slo
+    from autotune.core.trial.objectives import Objective
+    from autotune.study.plans import SHOWN, pinned_metrics
+
+    low, high = WorkloadProfile(name="low"), WorkloadProfile(name="high", max_concurrency=64)
+    idle = WorkloadProfile(name="idle")
+    objectives = (Objective("low", "mean_e2el_ms", "minimize"),
+                  Objective("high", "output_throughput", "maximize"))
+    slos = (parse_slo("high:p90_ttft_ms<=500", ["low", "high", "idle"]),)
+    pinned = pinned_metrics((low, high, idle), objectives, slos, 0.0125)
+    assert {p: v.metrics for p, v in pinned.items()} == {
+        "low": ("mean_e2el_ms",), "high": ("output_throughput", "p90_ttft_ms"), "idle": SHOWN}
+    assert {v.rule for v in pinned.values()} == {StopRule(0.0125)}
+    assert pinned_metrics((low,), objectives, (), 0.0) == {}  # --precision 0: num_prompts
+
+
+def test_the_default_precision_is_a_quarter_of_the_smallest_difference_and_is_stored():
+    from autotune.core.analysis.stored_plan import PlanRequest
+
+    request = PlanRequest(profiles=(WorkloadProfile(name="low"),), model="m", space_yaml="x")
+    assert request.precision is None and request.effective_precision == pytest.approx(0.0125)
+    stored = PlanRequest.from_dict(PlanRequest(**{**request.__dict__, "precision": 0.02}).to_dict(), "t")
+    assert stored.precision == 0.02 and stored.effective_precision == 0.02
+    older = {k: v for k, v in request.to_dict().items() if k != "precision"}
+    assert PlanRequest.from_dict(older, "t").effective_precision == pytest.approx(0.0125)
+
+
+@pytest.mark.parametrize("text, value", [("1.25%", 0.0125), ("2", 0.02), ("0", 0.0), (None, None)],
+                         ids=["percent", "bare", "off", "derived"])
+def test_the_precision_flag_reads_percentages_and_zero_as_off(text, value):
+    from autotune.cli.common import parse_precision
+
+    assert parse_precision(text) == (pytest.approx(value) if value else value)

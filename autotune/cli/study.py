@@ -16,6 +16,7 @@ from rich.table import Table
 from autotune.cli.common import (
     add_deploy_args,
     add_load_args,
+    add_precision,
     add_profile_args,
     add_profile_overrides,
     add_smallest_difference,
@@ -29,6 +30,7 @@ from autotune.cli.common import (
     out,
     parse_duration,
     parse_percent,
+    parse_precision,
     print_fitting,
     profiles_of,
     slots_of,
@@ -126,6 +128,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
         smallest_difference=parse_percent(args.smallest_difference, "--smallest-difference"),
+        precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
     )
 
@@ -359,6 +362,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
                         "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
     add_smallest_difference(p)
+    add_precision(p)
     p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
                    help=f"at the end, redeploy up to K front members and the baseline, "
                         f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")
