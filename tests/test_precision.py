@@ -251,3 +251,53 @@ def test_the_precision_flag_reads_percentages_and_zero_as_off(text, value):
     from autotune.cli.common import parse_precision
 
     assert parse_precision(text) == (pytest.approx(value) if value else value)
+
+
+def _counted_study():
+    from autotune.core.analysis.study_data import StudyData, noise_of
+    from autotune.core.trial.objectives import Objective
+
+    objectives = (Objective("low", "mean_e2el_ms", "minimize"),
+                  Objective("high", "output_throughput", "maximize"))
+
+    def results(e2el: float) -> dict:
+        return {"low": ProfileResult("low", ({"mean_e2el_ms": e2el},), (RunStop(40, PRECISE, 2, 2),)),
+                "high": ProfileResult("high", ({"output_throughput": 900.0},),
+                                      (RunStop(8, CEILING, 8, 100),))}
+
+    trials = (TrialOutcome(0, results=results(100.0), reference="base"),
+              TrialOutcome(1, params={"x": 1}, results=results(90.0)))
+    return StudyData(trials, objectives, noise_of(trials), trials[0], {"x": None})
+
+
+def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import autotune.cli.common as common
+    from autotune.cli.study import print_trials
+
+    data = _counted_study()
+    screen = io.StringIO()
+    monkeypatch.setattr(common, "out", Console(width=100, file=screen, soft_wrap=True))
+    print_trials(list(data.outcomes), data)
+    shown = screen.getvalue()
+    assert "requests" in shown and "40 / 8" in shown and "reached 8 of 100" in shown
+    assert max(map(len, shown.splitlines())) <= 100
+
+
+def test_the_trial_note_and_the_report_say_the_requests_and_the_load_reached():
+    from autotune.study.notes import trial_note
+
+    data = _counted_study()
+    note = trial_note(data.outcomes[1], data)
+    assert "Requests per run: low 40 precise; high 8 ceiling, reached 8 of 100." in note
+    assert "(reached 8 of 100)" in note
+    from autotune.study.report_data import Report
+    from autotune.study.report_render import report_sections, to_markdown
+
+    report = Report("s", "m", "space.yaml", data, (), {}, (), (), (), {}, {})
+    text = to_markdown(report_sections(report))
+    assert "requests" in text and "40 / 8" in text
+    assert "(reached 8 of 100)" in text

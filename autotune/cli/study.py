@@ -295,6 +295,9 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
     for p in capacity:
         table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
                          overflow="fold")
+    counted = any(r.stops for t in trials for r in t.results.values())
+    if counted:  # older studies recorded no request counts
+        table.add_column("requests", overflow="fold")
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
@@ -303,8 +306,10 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
             continue  # a duplicate or over-budget claim, given back before deploying
         result = (f"worker lost, retried as #{retried_as[t.number]}"
                   if t.number in retried_as and t.status == t.state else t.status)
-        values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
+        values = [fmt(t.value(o.profile, o.metric)) + (f"\n{t.reached(o.profile)}" if t.reached(
+            o.profile) else "") if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
+        values += [t.requests_cell] if counted else []
         changes = [format_params(data.differences(t)) or "-"] if changes_column else []
         table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
                       t.startup_text, *values, *changes)

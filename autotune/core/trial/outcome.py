@@ -171,6 +171,23 @@ class TrialOutcome(Measurement):
     def label(self) -> str:
         return f"#{self.number}" + (f" {self.reference}" if self.reference else "")
 
+    @property
+    def requests_cell(self) -> str:
+        """For tables: the requests each run used, '40+40 / 200' (runs joined by '+', profiles
+        by ' / ' in the order measured); '-' where no run recorded its stop."""
+        cells = ["+".join(str(s.requests) for s in r.stops) for r in self.results.values() if r.stops]
+        return " / ".join(cells) or "-"
+
+    @property
+    def requests_line(self) -> str:
+        """For notes: 'low-concurrency 40+40 precise; high-concurrency 8 ceiling, reached 8 of
+        100'; '' where no run recorded its stop."""
+        return "; ".join(f"{p} {r.requests_text}" for p, r in self.results.items() if r.stops)
+
+    def reached(self, profile: str) -> str:
+        """'reached 8 of 100' where a run of ``profile`` never had its concurrency in flight."""
+        return self.results[profile].reached_text if profile in self.results else ""
+
     def has(self, profile: str, metric: str) -> bool:
         return profile in self.results and bool(self.results[profile].values(metric))
 
