@@ -301,3 +301,18 @@ def test_the_trial_note_and_the_report_say_the_requests_and_the_load_reached():
     text = to_markdown(report_sections(report))
     assert "requests" in text and "40 / 8" in text
     assert "(reached 8 of 100)" in text
+
+
+def test_the_requests_needed_script_counts_from_the_rules_floor_and_runs_on_synthetic_records(
+        tmp_path):
+    from benchmarks.requests_needed import needed, read_records, synthetic, table
+
+    assert needed(closed_loop([0.5] * 50, 2), "mean_e2el_ms", [0.05, 0.01]) == [10, 10]
+    noisy = closed_loop(np.random.default_rng(4).lognormal(0, 0.5, 60), 2)
+    assert needed(noisy, "mean_e2el_ms", [0.001]) == [None]
+    path = tmp_path / "t" / "requests-low-concurrency-1.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(request_line(r, 0.0)) + "\n" for r in noisy))
+    assert list(read_records([tmp_path], {"low-concurrency": "fixed"})) == ["fixed"]
+    shown = table(synthetic(0, 60, 2), [0.05])
+    assert all(name in shown for name in ("fixed lengths", "ShareGPT-like", "shared prefix"))
