@@ -82,7 +82,8 @@ class StandInBench:
     ttft_s: float = 0.01
     calls: list[str] = field(default_factory=list)
 
-    def __call__(self, target, profile, *, seed, source, slo=None, stop=None) -> BenchmarkRun:
+    def __call__(self, target, profile, *, seed, source, slo=None, stop=None,
+                 until=None) -> BenchmarkRun:  # until: every request is sent (as at the ceiling)
         self.calls.append(profile.name)
         if self.error is not None:
             raise self.error

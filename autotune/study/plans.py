@@ -96,6 +96,16 @@ class StudyPlan:
         return self.request.time_budget_s
 
     @property
+    def precision_text(self) -> str:
+        """One line: where each fixed profile's runs stop (docs/precision.md)."""
+        if not self.bench.pinned:
+            return "runs send every profile's num_prompts (--precision 0)"
+        target = self.request.effective_precision
+        pins = "; ".join(f"{p} {', '.join(v.metrics)}" for p, v in self.bench.pinned.items())
+        return (f"runs stop once their 95% intervals are within {target:.3g} of the value "
+                f"(--precision {target * 100:g}%): {pins}")
+
+    @property
     def profile_names(self) -> list[str]:
         return [p.name for p in self.bench.profiles]
 
