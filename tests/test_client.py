@@ -140,6 +140,24 @@ def test_a_precise_run_sends_whole_waves_and_awaits_the_requests_in_flight():
                    ceiling=40) == run.stop
 
 
+def test_recheck_of_a_noisy_runs_requests_reproduces_the_clients_own_stop():
+    import random
+
+    draw = random.Random(0)
+
+    async def handler(request):
+        await request.read()
+        await asyncio.sleep(draw.uniform(0.01, 0.04))
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=90, max_concurrency=3)
+    until = Pinned(StopRule(0.12), ("mean_e2el_ms",))
+    run = bench(handler, profile, until=until)
+    assert run.stop is not None and run.stop.reason == PRECISE and run.stop.requests % 3 == 0
+    assert recheck(run.requests, until.rule, metrics=until.metrics, concurrency=3,
+                   ceiling=90) == run.stop
+
+
 def test_a_run_the_rule_never_finds_precise_sends_every_prompt_and_says_ceiling():
     run = bench(reply(200, GOOD), dataclasses.replace(PROFILE, num_prompts=8),
                 until=Pinned(StopRule(0.5, min_requests=4), ("p99_e2el_ms",)))

@@ -193,7 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
-    console.print(plan.precision_text)
+    if plan.precision_text:
+        console.print(plan.precision_text)
     if args.dry_run:
         refs = len(plan.references.configs) if plan.references else 0
         # A time budget without --trials decides the count as it goes: show the references and

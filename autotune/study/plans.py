@@ -97,10 +97,11 @@ class StudyPlan:
 
     @property
     def precision_text(self) -> str:
-        """One line: where each fixed profile's runs stop (docs/precision.md)."""
-        if not self.bench.pinned:
-            return "runs send every profile's num_prompts (--precision 0)"
+        """One line: where each fixed profile's runs stop (docs/precision.md); '' without a
+        fixed profile."""
         target = self.request.effective_precision
+        if not self.bench.pinned:
+            return "" if target else "runs send every profile's num_prompts (--precision 0)"
         pins = "; ".join(f"{p} {', '.join(v.metrics)}" for p, v in self.bench.pinned.items())
         return (f"runs stop once their 95% intervals are within {target:.3g} of the value "
                 f"(--precision {target * 100:g}%): {pins}")
