@@ -316,3 +316,21 @@ def test_the_requests_needed_script_counts_from_the_rules_floor_and_runs_on_synt
     assert list(read_records([tmp_path], {"low-concurrency": "fixed"})) == ["fixed"]
     shown = table(synthetic(0, 60, 2), [0.05])
     assert all(name in shown for name in ("fixed lengths", "ShareGPT-like", "shared prefix"))
+
+
+@pytest.mark.parametrize("flag, said", [
+    ([], "within 0.0125 of the value (--precision 1.25%): low-concurrency mean_e2el_ms; "
+         "high-concurrency output_throughput"),
+    (["--precision", "2%"], "within 0.02 of the value (--precision 2%)"),
+    (["--precision", "0"], "runs send every profile's num_prompts (--precision 0)"),
+], ids=["default-quarter-of-5pct", "given", "off"])
+def test_run_states_where_its_runs_stop(monkeypatch, capsys, tmp_path, flag, said):
+    from autotune.cli import main
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--dry-run", "--profile", "low-concurrency", "--profile",
+                 "high-concurrency", *flag])
+    captured = capsys.readouterr()
+    shown = " ".join((captured.out + captured.err).split())
+    assert code == 0 and said in shown
