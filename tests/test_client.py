@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from autotune.core.metrics.summary import to_vllm_json
+from autotune.core.trial.precision import CEILING, PRECISE, Pinned, RunStop, StopRule, recheck
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts, arrival_gaps_s
 from autotune.shell.client import Target, run_profile, run_profile_async, send_request
@@ -116,6 +117,56 @@ def test_a_stop_sends_no_more_requests_and_cancels_those_in_flight():
     assert all(r.success and r.output_tokens == 3 for r in run.requests)
     quick_up_to[0] = 10**6
     assert bench(slow, profile, stop=lambda done: False).summary.completed == 12
+
+
+def test_a_precise_run_sends_whole_waves_and_awaits_the_requests_in_flight():
+    """Concurrency 2, floor 4: the rule is first asked as the 3rd request completes with 4 sent
+    (two waves); constant latencies are precise at once, so nothing more is sent and the 4th
+    request, slow and in flight, is awaited and measured, never cancelled."""
+    received = []
+
+    async def handler(request):
+        received.append(await request.json())
+        await asyncio.sleep(0.4 if len(received) == PROFILE.warmups + 4 else 0.02)
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=40)
+    until = Pinned(StopRule(0.5, min_requests=4), ("mean_e2el_ms", "output_throughput"))
+    run = bench(handler, profile, until=until)
+    assert len(received) - profile.warmups == 4 == len(run.requests) == run.summary.completed
+    assert all(r.success for r in run.requests) and run.summary.duration_s >= 0.4
+    assert run.stop == RunStop(4, PRECISE, 2, 2)
+    assert recheck(run.requests, until.rule, metrics=until.metrics, concurrency=2,
+                   ceiling=40) == run.stop
+
+
+def test_recheck_of_a_noisy_runs_requests_reproduces_the_clients_own_stop():
+    import random
+
+    draw = random.Random(0)
+
+    async def handler(request):
+        await request.read()
+        await asyncio.sleep(draw.uniform(0.01, 0.04))
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=90, max_concurrency=3)
+    until = Pinned(StopRule(0.12), ("mean_e2el_ms",))
+    run = bench(handler, profile, until=until)
+    assert run.stop is not None and run.stop.reason == PRECISE and run.stop.requests % 3 == 0
+    assert recheck(run.requests, until.rule, metrics=until.metrics, concurrency=3,
+                   ceiling=90) == run.stop
+
+
+def test_a_run_the_rule_never_finds_precise_sends_every_prompt_and_says_ceiling():
+    run = bench(reply(200, GOOD), dataclasses.replace(PROFILE, num_prompts=8),
+                until=Pinned(StopRule(0.5, min_requests=4), ("p99_e2el_ms",)))
+    assert run.summary.completed == 8 and run.stop == RunStop(8, CEILING, 2, 2)
+
+
+def test_a_profile_whose_requests_cannot_fill_its_concurrency_says_what_it_reached():
+    run = bench(reply(200, GOOD), dataclasses.replace(PROFILE, num_prompts=3, max_concurrency=10))
+    assert run.stop is not None and run.stop.reached_text == "reached 3 of 10"
 
 
 def test_our_request_body_is_vllm_bench_serves_field_by_field():

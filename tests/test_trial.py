@@ -82,7 +82,8 @@ class StandInBench:
     ttft_s: float = 0.01
     calls: list[str] = field(default_factory=list)
 
-    def __call__(self, target, profile, *, seed, source, slo=None, stop=None) -> BenchmarkRun:
+    def __call__(self, target, profile, *, seed, source, slo=None, stop=None,
+                 until=None) -> BenchmarkRun:  # until: every request is sent (as at the ceiling)
         self.calls.append(profile.name)
         if self.error is not None:
             raise self.error
@@ -166,7 +167,9 @@ def test_a_served_configuration_has_every_profiles_repeats_and_the_server_is_gon
     assert {p: len(r.runs) for p, r in measured.results.items()} == {"low": 2, "high": 2}
     assert bench.calls == ["low", "high", "low", "high"]  # one run of each before any repeat
     assert sorted(f.name for f in measured.files) == [
-        "bench-high-1.json", "bench-high-2.json", "bench-low-1.json", "bench-low-2.json"]
+        "bench-high-1.json", "bench-high-2.json", "bench-low-1.json", "bench-low-2.json",
+        "requests-high-1.jsonl", "requests-high-2.jsonl", "requests-low-1.jsonl",
+        "requests-low-2.jsonl"]
     assert made[0].teardown is not None and measured.teardown_clean
 
 

@@ -197,6 +197,25 @@ def add_smallest_difference(p: argparse.ArgumentParser) -> None:
                         f"{SMALLEST_DIFFERENCE * 100:g}%%)")
 
 
+def add_precision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", metavar="PCT",
+                   help="a fixed profile's run stops once the 95%% interval of every metric the "
+                        "study uses from it is within PCT of its value, at whole waves, after at "
+                        "least 10 requests and 2 waves, at most the profile's num_prompts "
+                        "(default: a quarter of --smallest-difference; 0: every run sends "
+                        "num_prompts; docs/precision.md)")
+
+
+def parse_precision(text: str | None) -> float | None:
+    """``--precision``: ``1.25%`` or ``1.25`` as 0.0125, ``0`` as off; None (not given): derived
+    from the smallest difference. A one-line error otherwise."""
+    if text is None:
+        return None
+    if text.strip().removesuffix("%").strip() in ("0", "0.0"):
+        return 0.0
+    return parse_percent(text, "--precision")
+
+
 def storage_of_args(args: argparse.Namespace) -> str:
     """--storage, else $AUTOTUNE_STORAGE, else the workdir's SQLite file."""
     return storage_url(getattr(args, "storage", None),

@@ -16,6 +16,7 @@ from rich.table import Table
 from autotune.cli.common import (
     add_deploy_args,
     add_load_args,
+    add_precision,
     add_profile_args,
     add_profile_overrides,
     add_smallest_difference,
@@ -29,6 +30,7 @@ from autotune.cli.common import (
     out,
     parse_duration,
     parse_percent,
+    parse_precision,
     print_fitting,
     profiles_of,
     slots_of,
@@ -126,6 +128,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
         smallest_difference=parse_percent(args.smallest_difference, "--smallest-difference"),
+        precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
     )
 
@@ -190,6 +193,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
+    if plan.precision_text:
+        console.print(plan.precision_text)
     if args.dry_run:
         refs = len(plan.references.configs) if plan.references else 0
         # A time budget without --trials decides the count as it goes: show the references and
@@ -292,6 +297,9 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
     for p in capacity:
         table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
                          overflow="fold")
+    counted = any(r.stops for t in trials for r in t.results.values())
+    if counted:  # older studies recorded no request counts
+        table.add_column("requests", overflow="fold")
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
     retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
@@ -300,8 +308,10 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
             continue  # a duplicate or over-budget claim, given back before deploying
         result = (f"worker lost, retried as #{retried_as[t.number]}"
                   if t.number in retried_as and t.status == t.state else t.status)
-        values = [fmt(t.value(o.profile, o.metric)) if t.feasible else "-" for o in data.objectives]
+        values = [fmt(t.value(o.profile, o.metric)) + (f"\n{t.reached(o.profile)}" if t.reached(
+            o.profile) else "") if t.feasible else "-" for o in data.objectives]
         values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
+        values += [t.requests_cell] if counted else []
         changes = [format_params(data.differences(t)) or "-"] if changes_column else []
         table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
                       t.startup_text, *values, *changes)
@@ -359,6 +369,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
                         "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
     add_smallest_difference(p)
+    add_precision(p)
     p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
                    help=f"at the end, redeploy up to K front members and the baseline, "
                         f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,13 @@ from autotune.core.metrics.summary import (
     SloLimits,
     server_values,
     summarize,
+)
+from autotune.core.trial.precision import (
+    TIME_LIMIT_ERROR,
+    Pinned,
+    RunStop,
+    precision,
+    reason_for,
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
@@ -57,6 +65,7 @@ class BenchmarkRun:
     seed: int
     summary: BenchmarkSummary
     requests: tuple[RequestResult, ...] = ()  # the measured requests, in send order
+    stop: RunStop | None = None  # how many were sent and why the run ended
 
 
 def _payload(target: Target, prompt: list[int] | str, profile: WorkloadProfile,
@@ -157,54 +166,82 @@ async def _run_batch(
     profile: WorkloadProfile, offsets_s: Sequence[float], on_done: Callable[[], None],
     prompt_of: Callable[[Request], list[int] | str],
     stop: Callable[[Sequence[RequestResult]], bool] | None = None,
-) -> list[RequestResult]:
+    until: Pinned | None = None,
+) -> tuple[list[RequestResult], bool]:
     """Send every request at its offset from now; requests still open at the profile's time
-    limit count as failed. Once ``stop`` (asked after each completion, with the requests
-    completed so far) says yes, no request is sent any more and those in flight are cancelled
-    (vLLM aborts a request whose stream is closed) and left out: the verdict is settled, and
-    awaiting them would cost up to one more request latency, at an overloaded load the
-    longest, often as long as the rest of the run. The run is then the requests completed."""
+    limit count as failed. Returns the requests sent, in send order, and whether ``until``
+    stopped the run.
+
+    ``until`` (a fixed profile's precision rule) is asked as each request completes, when the
+    requests sent so far are a whole number of waves (the profile's concurrency) and at least
+    its floor; once it says the numbers are known, nothing more is sent and the requests in
+    flight are awaited, never cancelled: the run is then what ``vllm bench serve --num-prompts
+    n`` measures with the same first n prompts, its throughput including the drain.
+
+    ``stop`` (a capacity probe's settle rule) is asked after each completion; once it says yes,
+    no request is sent any more and those in flight are cancelled (vLLM aborts a request whose
+    stream is closed) and left out: the verdict is settled, and awaiting them would cost up to
+    one more request latency, at an overloaded load the longest, often as long as the rest of
+    the run. The run is then the requests completed."""
     sem = asyncio.Semaphore(profile.max_concurrency)
     t0 = time.perf_counter()
     deadline = t0 + profile.timeout_s
     done: list[RequestResult] = []
-    halted = asyncio.Event()
-    tasks: list[asyncio.Task[RequestResult]] = []
+    halted = asyncio.Event()  # stop said yes: cancel what is in flight
+    no_more = asyncio.Event()  # send nothing more (halted, or until said precise)
+    tasks: list[asyncio.Task[RequestResult | None]] = []
+    sent = 0
+    precise = False
 
-    async def limited(r: Request) -> RequestResult:
+    async def guarded(r: Request) -> RequestResult | None:
+        nonlocal sent
+        if no_more.is_set():
+            return None
+        sent += 1  # in the same step as send_request takes its start time: recheck counts alike
+        return await send_request(client, target, prompt_of(r), r.prompt_len, profile, r.output_len)
+
+    async def limited(r: Request) -> RequestResult | None:
+        nonlocal precise
         start = time.perf_counter()
         try:
             async with sem:
                 result = await asyncio.wait_for(
-                    send_request(client, target, prompt_of(r), r.prompt_len, profile, r.output_len),
-                    timeout=max(deadline - time.perf_counter(), 0.001),
-                )
+                    guarded(r), timeout=max(deadline - time.perf_counter(), 0.001))
         except TimeoutError:
             result = RequestResult(
                 prompt_len=r.prompt_len, start_s=start, success=False,
                 latency_s=time.perf_counter() - start,
-                error=f"run time limit of {profile.timeout_s:g} s reached",
+                error=f"{TIME_LIMIT_ERROR} of {profile.timeout_s:g} s reached",
             )
+        if result is None:
+            return None
+        result = dataclasses.replace(result, done_s=time.perf_counter())
         on_done()
         done.append(result)
         if stop is not None and not halted.is_set() and stop(done):
             halted.set()
+            no_more.set()
             for task in tasks:
                 if task is not asyncio.current_task():
                     task.cancel()  # a no-op on those already done
+        if (until is not None and not no_more.is_set()
+                and until.rule.asks(sent, profile.max_concurrency, profile.num_prompts)
+                and precision(done, until.metrics, until.rule.target_rel).precise):
+            precise = True
+            no_more.set()
         return result
 
     for request, offset in zip(requests, offsets_s, strict=True):
         wait = t0 + offset - time.perf_counter()
         if wait > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(halted.wait(), wait)
-        if halted.is_set():
+                await asyncio.wait_for(no_more.wait(), wait)
+        if no_more.is_set():
             break
         tasks.append(asyncio.create_task(limited(request)))
     if tasks:
         await asyncio.wait(tasks)
-    return [t.result() for t in tasks if not t.cancelled()]
+    return [r for t in tasks if not t.cancelled() and (r := t.result()) is not None], precise
 
 
 async def run_profile_async(
@@ -213,10 +250,13 @@ async def run_profile_async(
     on_progress: Callable[[int, int], None] = lambda done, total: None,
     text_prompt: Callable[[list[int]], str] | None = None,
     stop: Callable[[Sequence[RequestResult]], bool] | None = None,
+    until: Pinned | None = None,
 ) -> BenchmarkRun:
     """Warm up, then measure one profile with requests from ``source``. ``text_prompt`` turns
     token-id prompts into text (the chat endpoint takes only text). ``stop`` ends the measured
-    run early (see ``_run_batch``): a capacity probe whose verdict is settled."""
+    run early, cancelling what is in flight: a capacity probe whose verdict is settled;
+    ``until`` ends a fixed profile's run once its numbers are known, awaiting what is in
+    flight (see ``_run_batch``)."""
     if target.endpoint not in ENDPOINTS:
         raise BenchmarkError(f"--endpoint {target.endpoint!r}: valid: {', '.join(ENDPOINTS)}")
     if target.endpoint == "chat" and text_prompt is None:
@@ -247,8 +287,9 @@ async def run_profile_async(
         finished = asyncio.Event()
         sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
         start, cpu_start = time.perf_counter(), time.process_time()
-        results = await _run_batch(client, target, requests[warm:], profile=profile,
-                                   offsets_s=offsets, on_done=tick, prompt_of=prompt_of, stop=stop)
+        results, precise = await _run_batch(
+            client, target, requests[warm:], profile=profile, offsets_s=offsets, on_done=tick,
+            prompt_of=prompt_of, stop=stop, until=until)
         duration, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
         finished.set()
         samples = await sampler
@@ -256,7 +297,11 @@ async def run_profile_async(
     summary = summarize(results, duration, percentiles=percentiles, slo=slo,
                         server=server_values(before, after, samples), server_samples=len(samples),
                         client_cpu_s=cpu_s)
-    return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results))
+    ended = RunStop(len(results), reason_for(results, sent=len(results), ceiling=measured,
+                                             precise=precise),
+                    summary.max_concurrent_requests, profile.max_concurrency)
+    return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results),
+                        stop=ended)
 
 
 def run_profile(target: Target, profile: WorkloadProfile, **kwargs) -> BenchmarkRun:

@@ -22,6 +22,8 @@ def trial_note(t, data: StudyData) -> str:
     lines = [title, ""]
     if t.feasible or t.dominated:
         lines.append(f"Ready in {t.startup_s or 0:.0f} s.")
+        if t.requests_line:
+            lines.append(f"Requests per run: {t.requests_line}.")
     else:
         lines += [f"**Infeasible: {t.failure.name if t.failure else t.state}**", "",
                   f"> {t.failure_message[:500]}"]
@@ -31,8 +33,9 @@ def trial_note(t, data: StudyData) -> str:
             if not t.has(profile, metric):
                 continue
             versus = data.versus_baseline(t, profile, metric)
-            lines.append(f"| {profile} | {metric} | {data.estimate(t, profile, metric).text} | "
-                         f"{versus.text if versus else '-'} |")
+            reached = f" ({t.reached(profile)})" if t.reached(profile) else ""
+            lines.append(f"| {profile} | {metric} | {data.estimate(t, profile, metric).text}"
+                         f"{reached} | {versus.text if versus else '-'} |")
     for profile, search in t.capacity.items():
         lines += ["", f"Capacity ({profile}, SLOs {', '.join(search.limits)}): "
                   f"{boundary_text(search)}. The curve is drawn by `autotune report`; every "

@@ -12,6 +12,7 @@ facts, the search space, the profiles' request sources, the parsed objectives an
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
+from autotune.core.trial.precision import Pinned, StopRule, pinnable
+from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.shell.install import Entrypoint
@@ -93,6 +96,17 @@ class StudyPlan:
         return self.request.time_budget_s
 
     @property
+    def precision_text(self) -> str:
+        """One line: where each fixed profile's runs stop (docs/precision.md); '' without a
+        fixed profile."""
+        target = self.request.effective_precision
+        if not self.bench.pinned:
+            return "" if target else "runs send every profile's num_prompts (--precision 0)"
+        pins = "; ".join(f"{p} {', '.join(v.metrics)}" for p, v in self.bench.pinned.items())
+        return (f"runs stop once their 95% intervals are within {target:.3g} of the value "
+                f"(--precision {target * 100:g}%): {pins}")
+
+    @property
     def profile_names(self) -> list[str]:
         return [p.name for p in self.bench.profiles]
 
@@ -154,6 +168,9 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         raise ConfigError(f"--profile: each profile once, got {names}")
     if request.trials < 1 or request.repeats < 1 or request.confirm < 0:
         raise ConfigError("--trials and --repeats must be >= 1, --confirm >= 0")
+    if not 0 <= request.effective_precision < 1:
+        raise ConfigError(f"--precision {request.effective_precision:.4g}: a fraction in [0, 1), "
+                          "e.g. 1.25% (0: every run sends num_prompts)")
     if request.sampler not in SAMPLERS:
         raise ConfigError(f"--sampler {request.sampler!r}: valid samplers are {', '.join(SAMPLERS)}")
     if request.tp is not None and request.tp < 1:
@@ -190,7 +207,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         say(f"dry run without the model: the datasets' files, formats and fields were checked; "
             f"{WAITS_FOR_THE_MODEL} wait for the model (the first run makes it)")
     filled = dataclasses.replace(
-        request, model=model.name, space_yaml=space.text,
+        request, model=model.name, precision=request.effective_precision, space_yaml=space.text,
         tp=space.deployment.tensor_parallel_size, max_model_len=max_model_len, profiles=profiles,
         objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
         slos=tuple(slo.key for slo in slos), storage=storage,
@@ -198,7 +215,31 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     return StudyPlan(
         request=filled, model=model, space=space, objectives=objectives, references=references,
         slos=slos, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
-                                   seed=request.seed or 0, objectives=objectives))
+                                   seed=request.seed or 0, objectives=objectives,
+                                   pinned=pinned_metrics(profiles, objectives, slos,
+                                                         request.effective_precision)))
+
+
+# What a fixed profile that no objective or SLO uses pins: the numbers its tables show.
+SHOWN = ("mean_e2el_ms", "output_throughput")
+
+
+def pinned_metrics(profiles: Sequence[WorkloadProfile], objectives: Sequence[Objective],
+                   slos: Sequence[Slo], target_rel: float) -> dict[str, Pinned]:
+    """By fixed profile, the stop rule at ``target_rel`` and the metrics it must pin: those of
+    the objectives and SLOs on that profile that the requests can pin (core.trial.precision),
+    else ``SHOWN``. Nothing at ``target_rel`` 0: every run sends its num_prompts."""
+    if target_rel <= 0:
+        return {}
+    out = {}
+    for p in profiles:
+        if p.capacity is not None:
+            continue
+        used = [o.metric for o in objectives if o.profile == p.name]
+        used += [s.metric for s in slos if s.profile == p.name]
+        metrics = tuple(m for m in dict.fromkeys(used) if pinnable(m))
+        out[p.name] = Pinned(StopRule(target_rel), metrics or SHOWN)
+    return out
 
 
 def store_plan(study: optuna.Study, plan: StudyPlan) -> None:

@@ -162,14 +162,17 @@ def report_sections(report: Report) -> list[Section]:
     sections.append(sec)
 
     sec = Section("Every trial")
+    counted = any(r.stops for t in data.outcomes for r in t.results.values())
     head = ["trial", "status", "start-up", *[o.name for o in data.objectives],
-            f"differs from {data.reference_point}"]
+            *(["requests"] if counted else []), f"differs from {data.reference_point}"]
     rows = []
     for t in data.outcomes:
         cells = [t.label + (" (confirmed)" if t.number in report.confirmed else ""), t.status,
                  t.startup_text]
-        cells += [data.objective_estimate(t, o).text if t.feasible and t.has(o.profile, o.metric)
+        cells += [data.objective_estimate(t, o).text + (f" ({t.reached(o.profile)})" if t.reached(
+            o.profile) else "") if t.feasible and t.has(o.profile, o.metric)
                   else "-" for o in data.objectives]
+        cells += [t.requests_cell] if counted else []
         cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))

@@ -24,7 +24,7 @@ from autotune.core.deployment import failures
 from autotune.core.deployment.failures import FailureClass
 from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import StartupPhases
-from autotune.core.metrics.summary import flat_metrics, to_vllm_json
+from autotune.core.metrics.summary import RequestResult, flat_metrics, to_vllm_json
 from autotune.core.trial.capacity_search import (
     MONOTONE_IN_LOAD,
     Boundary,
@@ -37,6 +37,7 @@ from autotune.core.trial.capacity_search import (
 )
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import Measurement, ProfileResult
+from autotune.core.trial.precision import Pinned, RunStop, request_from_line, request_line
 from autotune.core.trial.racing import Race, beaten, run_order
 from autotune.core.trial.settle import SettleRule
 from autotune.core.workload.profiles import WorkloadProfile
@@ -67,6 +68,9 @@ class BenchPlan:
     # Where an earlier search of this configuration ended, by capacity profile: a confirmation
     # re-probes there instead of searching again.
     around: Mapping[str, Boundary] = field(default_factory=dict)
+    # By fixed profile: the metrics its runs must pin and the rule that stops them once they
+    # are (core.trial.precision); a profile not named sends its num_prompts every run.
+    pinned: Mapping[str, Pinned] = field(default_factory=dict)
 
 
 class Served(Protocol):
@@ -128,6 +132,21 @@ TrialFunction = Callable[[Sequence[str], "BenchPlan", "TrialSetup", Phase], Meas
 def _write(path: Path, payload: dict, files: list[Path]) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n")
     files.append(path)
+
+
+def write_requests(path: Path, run: BenchmarkRun, files: list[Path]) -> None:
+    """The run's per-request records, one JSON line each in send order (times from its first
+    send): the artifact from which ``precision.recheck`` recomputes its stop."""
+    if not run.requests:
+        return
+    t0 = min(r.start_s for r in run.requests)
+    path.write_text("".join(json.dumps(request_line(r, t0)) + "\n" for r in run.requests))
+    files.append(path)
+
+
+def read_requests(path: Path) -> list[RequestResult]:
+    """The per-request records of a ``requests-<profile>-<repeat>.jsonl`` artifact."""
+    return [request_from_line(json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
 def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: ProfileRunner, target: Target,
@@ -194,6 +213,7 @@ def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchPlan, workdir
     index = {p.name: i for i, p in enumerate(plan.profiles)}
     fixed = {p.name: p for p in plan.profiles if p.capacity is None}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in fixed}
+    stops: dict[str, list[RunStop]] = {name: [] for name in fixed}
     results: dict[str, ProfileResult] = {}
     raced = ""
     # Fixed profiles first (a capacity search compares them with its incumbents'), one run of
@@ -203,13 +223,23 @@ def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchPlan, workdir
         on_phase(f"benchmarking {name}" + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
         # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
         seed = plan.seed * 1000 + index[name] * 100 + r
-        run = run_profile(target, profile, seed=seed, source=plan.sources[name])
+        pinned = plan.pinned.get(name)
+        run = run_profile(target, profile, seed=seed, source=plan.sources[name],
+                          **({"until": pinned} if pinned is not None else {}))
+        ended = run.stop.to_dict() if run.stop is not None else {}
         _write(workdir / f"bench-{name}-{r + 1}.json",
-               {"profile": name, "seed": seed, "repeat": r + 1, **to_vllm_json(run.summary)}, files)
+               {"profile": name, "seed": seed, "repeat": r + 1, **ended,
+                **to_vllm_json(run.summary)}, files)
+        write_requests(workdir / f"requests-{name}-{r + 1}.jsonl", run, files)
+        if run.stop is not None:
+            stops[name].append(run.stop)
+            on_phase(f"{name}: {run.stop.requests} requests ({run.stop.reason})"
+                     + (f", {run.stop.reached_text}" if run.stop.short_of_load else ""))
         if not run.summary.valid:
             raise _InvalidRun(f"{name}: {run.summary.invalid_reason}")
         runs[name].append(flat_metrics(run.summary))
-        results = {n: ProfileResult(n, tuple(v)) for n, v in runs.items() if v}
+        results = {n: ProfileResult(n, tuple(v), tuple(stops[n]) if len(stops[n]) == len(v) else ())
+                   for n, v in runs.items() if v}
         raced = beaten(plan.race, results) if plan.race is not None else ""
         if raced:
             on_phase(f"stopped: {raced}")

@@ -62,6 +62,10 @@ class PlanRequest:
     cap_cuda_graphs: bool = False  # capture only up to the study's load (core.deployment.graph_cap)
     # The difference a tie's cost is stated for (`run --smallest-difference`; note and report).
     smallest_difference: float = SMALLEST_DIFFERENCE
+    # The precision a fixed profile's run stops at (core.trial.precision: its 95% interval's
+    # half-width relative to the value; 0: every run sends num_prompts). None: a quarter of
+    # the smallest difference; the plan built from the request stores the effective target.
+    precision: float | None = None
     imported_from: str | None = None  # results imported from this file: no worker can run it
     workdir: Path = Path(".")  # LOCAL_FIELDS from here on
     storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
@@ -71,6 +75,12 @@ class PlanRequest:
     @property
     def runnable(self) -> bool:
         return self.imported_from is None and self.space_yaml is not None
+
+    @property
+    def effective_precision(self) -> float:
+        """The precision target runs stop at: the one given, else a quarter of the smallest
+        difference (5% -> 1.25%), so that noise within a run is small beside what is compared."""
+        return self.precision if self.precision is not None else self.smallest_difference / 4
 
     @property
     def defaults(self) -> dict[str, Value]:

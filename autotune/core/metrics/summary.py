@@ -43,6 +43,7 @@ class RequestResult:
     latency_s: float = 0.0  # end-to-end: request sent to last byte
     itl_s: tuple[float, ...] = ()
     error: str = ""
+    done_s: float | None = None  # when the client saw it end and freed its slot (precision.recheck)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ def summarize(
         e2el=LatencyStats.of([r.latency_s for r in ok], percentiles),
         goodput_req_s=goodput,
         errors=tuple(dict.fromkeys(r.error for r in failed)),
-        delivery_bursts=sum(burst_delivered(r) for r in ok),
+        delivery_bursts=int(sum(burst_delivered(r) for r in ok)),
         ttft_by_prompt_len=ttft_by_prompt_len(ok),
         server=dict(server or {}),
         server_samples=server_samples,

@@ -25,14 +25,35 @@ from autotune.core.maths.stats import Estimate, Noise, estimate
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.space.search_space import Value, params_key
 from autotune.core.trial.capacity_search import CapacitySearch
+from autotune.core.trial.precision import RunStop
 
 
 @dataclass(frozen=True)
 class ProfileResult:
-    """All repeats of one profile on one deployment: flat vLLM-keyed metrics per repeat."""
+    """All repeats of one profile on one deployment: flat vLLM-keyed metrics per repeat, and
+    how each run ended (``stops``, in the same order; empty where older autotune stored none)."""
 
     profile: str
     runs: tuple[Mapping[str, float], ...]
+    stops: tuple[RunStop, ...] = ()
+
+    @property
+    def requests_text(self) -> str:
+        """'40 precise', '100+100 ceiling', '8 ceiling, reached 8 of 100': the requests each run
+        used and why the runs stopped (one reason when all agree); '' without stops stored."""
+        if not self.stops:
+            return ""
+        reasons = list(dict.fromkeys(s.reason for s in self.stops))
+        text = "+".join(str(s.requests) for s in self.stops) + " " + "/".join(reasons)
+        reached = self.reached_text
+        return text + (f", {reached}" if reached else "")
+
+    @property
+    def reached_text(self) -> str:
+        """'reached 8 of 100' where a run never had the profile's concurrency in flight (the
+        fewest reached over the runs); '' otherwise."""
+        short = [s for s in self.stops if s.short_of_load]
+        return min(short, key=lambda s: s.reached_concurrency).reached_text if short else ""
 
     def values(self, metric: str) -> list[float]:
         return [float(r[metric]) for r in self.runs if metric in r]
@@ -150,6 +171,23 @@ class TrialOutcome(Measurement):
     def label(self) -> str:
         return f"#{self.number}" + (f" {self.reference}" if self.reference else "")
 
+    @property
+    def requests_cell(self) -> str:
+        """For tables: the requests each run used, '40+40 / 200' (runs joined by '+', profiles
+        by ' / ' in the order measured); '-' where no run recorded its stop."""
+        cells = ["+".join(str(s.requests) for s in r.stops) for r in self.results.values() if r.stops]
+        return " / ".join(cells) or "-"
+
+    @property
+    def requests_line(self) -> str:
+        """For notes: 'low-concurrency 40+40 precise; high-concurrency 8 ceiling, reached 8 of
+        100'; '' where no run recorded its stop."""
+        return "; ".join(f"{p} {r.requests_text}" for p, r in self.results.items() if r.stops)
+
+    def reached(self, profile: str) -> str:
+        """'reached 8 of 100' where a run of ``profile`` never had its concurrency in flight."""
+        return self.results[profile].reached_text if profile in self.results else ""
+
     def has(self, profile: str, metric: str) -> bool:
         return profile in self.results and bool(self.results[profile].values(metric))
 
@@ -219,8 +257,9 @@ _NOT_STORED = (*_FROM_OPTUNA, "files")  # files: uploaded as the trial's artifac
 
 def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
     """The outcome as user attributes: every field that differs from its default, under its
-    own name (``failure`` as ``failure_class``, ``results`` as ``repeats``), plus per-profile
-    ``metrics`` (means) and ``spread`` for people reading the dashboard."""
+    own name (``failure`` as ``failure_class``, ``results`` as ``repeats`` and, where runs
+    recorded how they ended, ``stops``), plus per-profile ``metrics`` (means) and ``spread``
+    for people reading the dashboard."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(TrialOutcome):
         value = getattr(outcome, f.name)
@@ -231,6 +270,9 @@ def to_attrs(outcome: TrialOutcome) -> dict[str, Any]:
             out["metrics"] = {p: res.means() for p, res in value.items()}
             out["spread"] = {p: {m: round(res.spread(m), 4) for m in SUMMARY_METRICS
                                  if res.values(m)} for p, res in value.items()}
+            stops = {p: [s.to_dict() for s in res.stops] for p, res in value.items() if res.stops}
+            if stops:
+                out["stops"] = stops
         elif f.name == "failure":
             out["failure_class"] = value.name
         elif f.name == "capacity":
@@ -263,7 +305,9 @@ def from_attrs(number: int, state: str, params: Mapping[str, Value],
         if k in kwargs:
             kwargs[k] = tuple(kwargs[k])
     if "repeats" in attrs:
-        kwargs["results"] = {p: ProfileResult(p, tuple(runs)) for p, runs in attrs["repeats"].items()}
+        stops = attrs.get("stops", {})
+        kwargs["results"] = {p: ProfileResult(p, tuple(runs), tuple(
+            RunStop.from_dict(s) for s in stops.get(p, ()))) for p, runs in attrs["repeats"].items()}
     elif "metrics" in attrs:
         kwargs["results"] = {p: ProfileResult(p, (m,)) for p, m in attrs["metrics"].items()}
     if "capacity" in attrs:

@@ -1,0 +1,262 @@
+"""When a fixed profile's run knows its numbers: the precision stop rule. Pure: the client asks
+it, it sends nothing.
+
+A run stops once the 95% interval of every metric the study uses from that profile is within
+``target_rel`` of its value (the interval's half-width relative to the value). How each metric's
+interval is formed, from the requests completed so far (successful ones):
+
+- a per-request mean (mean TTFT, TPOT, E2EL): Student's t on the per-request values;
+- mean ITL, which vLLM averages over every token gap of every request: the ratio of the
+  requests' gap sums to their gap counts (delta method);
+- a throughput: by Little's law at a fixed concurrency C, output throughput is
+  C x mean output tokens / mean E2EL (total token throughput with prompt tokens added, request
+  throughput with 1 token per request), so its relative interval is the ratio estimator's of
+  those two per-request means (delta method), whatever C is;
+- a percentile (``median_``/``pNN_`` of TTFT, TPOT, ITL, E2EL): the distribution-free
+  order-statistic interval (the ranks that bracket the quantile with 95% binomial chance).
+
+A metric the requests cannot pin (a server metric, goodput) is left out of the rule.
+
+The rule is asked only when a request completes and the requests sent so far are a whole
+number of waves (the profile's concurrency) and at least ``StopRule.floor``; once it says stop,
+nothing more is sent and the requests in flight are awaited (``shell.client``). ``recheck``
+replays a stored run's per-request records through the same function and recomputes its stop.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.core.maths.stats import t_quantile
+from autotune.core.metrics.summary import RequestResult, max_concurrency, tpot_s
+
+PRECISE, CEILING, TIME_LIMIT = "precise", "ceiling", "time limit"
+STOP_REASONS = (PRECISE, CEILING, TIME_LIMIT)
+TIME_LIMIT_ERROR = "run time limit"  # how the client words a request cut by the profile's timeout_s
+
+_MEAN = re.compile(r"^mean_(ttft|tpot|e2el)_ms$")
+_PERCENTILE = re.compile(r"^(?:p(\d+(?:\.\d+)?)|median)_(ttft|tpot|itl|e2el)_ms$")
+_THROUGHPUT = ("output_throughput", "total_token_throughput", "request_throughput")
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """A fixed profile's run stops once every pinned metric's 95% interval is within
+    ``target_rel`` (0.0125: +-1.25%) of its value, after at least ``min_requests`` requests and
+    ``min_waves`` whole waves; its ceiling is the profile's ``num_prompts``."""
+
+    target_rel: float
+    min_requests: int = 10
+    min_waves: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.target_rel > 0 or self.min_requests < 2 or self.min_waves < 1:
+            raise ValueError(f"StopRule: target_rel {self.target_rel} must be > 0, min_requests "
+                             f"{self.min_requests} >= 2 and min_waves {self.min_waves} >= 1")
+
+    def floor(self, concurrency: int) -> int:
+        """The fewest requests sent before the rule is asked."""
+        return max(self.min_requests, self.min_waves * concurrency)
+
+    def asks(self, sent: int, concurrency: int, ceiling: int) -> bool:
+        """Whether the rule is asked with ``sent`` requests sent: a whole number of waves, at
+        least the floor, and below the ceiling (at the ceiling there is nothing left to spare)."""
+        return sent % max(concurrency, 1) == 0 and self.floor(concurrency) <= sent < ceiling
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """What one fixed profile's run must pin, and by which rule: the metrics the study uses
+    from that profile (its objectives and SLOs)."""
+
+    rule: StopRule
+    metrics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Each pinned metric's interval half-width relative to its value (inf: not yet known), and
+    whether they are all within the target."""
+
+    precise: bool
+    half_widths: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunStop:
+    """How one run ended: ``requests`` sent (and measured), why it stopped (``STOP_REASONS``),
+    and the most requests it had in flight at once against the profile's ``concurrency``."""
+
+    requests: int
+    reason: str
+    reached_concurrency: int = 0
+    concurrency: int = 0
+
+    @property
+    def short_of_load(self) -> bool:
+        return 0 < self.reached_concurrency < self.concurrency
+
+    @property
+    def reached_text(self) -> str:
+        """'reached 8 of 100' where the run never had the profile's concurrency in flight."""
+        return (f"reached {self.reached_concurrency} of {self.concurrency}"
+                if self.short_of_load else "")
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"requests": self.requests, "stop": self.reason,
+                "reached_concurrency": self.reached_concurrency, "concurrency": self.concurrency}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> RunStop:
+        return cls(int(data.get("requests", 0) or 0), str(data.get("stop", "") or ""),  # type: ignore[call-overload]
+                   int(data.get("reached_concurrency", 0) or 0),  # type: ignore[call-overload]
+                   int(data.get("concurrency", 0) or 0))  # type: ignore[call-overload]
+
+
+def pinnable(metric: str) -> bool:
+    """Whether the requests of a run can pin ``metric`` (the rule ignores the others)."""
+    return bool(_MEAN.match(metric) or _PERCENTILE.match(metric)) or metric in (
+        *_THROUGHPUT, "mean_itl_ms")
+
+
+def _mean_half(values: np.ndarray) -> float:
+    n = values.size
+    mean = float(values.mean()) if n else 0.0
+    if n < 2 or mean <= 0:
+        return math.inf
+    return t_quantile(n - 1) * float(values.std(ddof=1)) / math.sqrt(n) / mean
+
+
+def _ratio_half(num: np.ndarray, den: np.ndarray) -> float:
+    """Relative half-width of mean(num) / mean(den) over paired per-request values (delta
+    method: var(R)/R^2 = (s_x^2/x^2 + s_y^2/y^2 - 2 s_xy/(x y)) / n)."""
+    n = num.size
+    if n < 2:
+        return math.inf
+    x, y = float(num.mean()), float(den.mean())
+    if x <= 0 or y <= 0:
+        return math.inf
+    cov = np.cov(num, den, ddof=1)
+    rel_var = (cov[0, 0] / x**2 + cov[1, 1] / y**2 - 2 * cov[0, 1] / (x * y)) / n
+    return t_quantile(n - 1) * math.sqrt(max(float(rel_var), 0.0))
+
+
+def _percentile_half(values: np.ndarray, q: float) -> float:
+    """Half the distribution-free 95% interval of the q-quantile (order statistics at the
+    normal approximation of the binomial ranks), relative to the sample quantile."""
+    n = values.size
+    if n < 2:
+        return math.inf
+    z = t_quantile(math.inf)
+    spread = z * math.sqrt(n * q * (1 - q))
+    low, high = math.floor(n * q - spread), math.ceil(n * q + spread) + 1  # 1-based ranks
+    if low < 1 or high > n:
+        return math.inf
+    ordered = np.sort(values)
+    point = float(np.percentile(ordered, q * 100))
+    if point <= 0:
+        return math.inf
+    return (float(ordered[high - 1]) - float(ordered[low - 1])) / 2 / point
+
+
+def _latencies(ok: Sequence[RequestResult], which: str) -> np.ndarray:
+    if which == "itl":
+        return np.asarray([g for r in ok for g in r.itl_s], dtype=float)
+    if which == "tpot":
+        return np.asarray([t for t in map(tpot_s, ok) if t is not None], dtype=float)
+    return np.asarray([r.ttft_s if which == "ttft" else r.latency_s for r in ok], dtype=float)
+
+
+def half_width(ok: Sequence[RequestResult], metric: str) -> float:
+    """``metric``'s 95% interval half-width relative to its value, from the successful
+    requests ``ok`` (inf where they cannot tell yet); ValueError for a metric not ``pinnable``."""
+    if (m := _MEAN.match(metric)) is not None:
+        return _mean_half(_latencies(ok, m.group(1)))
+    if (m := _PERCENTILE.match(metric)) is not None:
+        q = float(m.group(1)) / 100.0 if m.group(1) else 0.5
+        return _percentile_half(_latencies(ok, m.group(2)), q)
+    if metric == "mean_itl_ms":
+        many = [r for r in ok if r.itl_s]
+        return _ratio_half(np.asarray([sum(r.itl_s) for r in many], dtype=float),
+                           np.asarray([len(r.itl_s) for r in many], dtype=float))
+    if metric in _THROUGHPUT:
+        tokens = np.asarray([1.0 if metric == "request_throughput" else
+                             r.output_tokens + (r.prompt_len if metric.startswith("total") else 0)
+                             for r in ok], dtype=float)
+        return _ratio_half(tokens, np.asarray([r.latency_s for r in ok], dtype=float))
+    raise ValueError(f"{metric!r} cannot be pinned from per-request records")
+
+
+def precision(results: Sequence[RequestResult], metrics: Sequence[str], target_rel: float
+              ) -> Precision:
+    """Whether ``results`` (the requests completed so far) pin every pinnable metric of
+    ``metrics`` within ``target_rel``, with each one's relative half-width. Under Little's law
+    at a fixed concurrency the throughputs' relative intervals do not depend on it. A failed
+    request makes nothing precise (the run is invalid whatever comes next); no pinnable metric
+    leaves nothing to wait for."""
+    ok = [r for r in results if r.success]
+    halves = {m: half_width(ok, m) for m in dict.fromkeys(metrics) if pinnable(m)}
+    failed = len(ok) < len(results)
+    return Precision(not failed and all(h <= target_rel for h in halves.values()), halves)
+
+
+def reason_for(results: Sequence[RequestResult], *, sent: int, ceiling: int, precise: bool) -> str:
+    """Why a run that sent ``sent`` of ``ceiling`` requests ended: ``time limit`` where a
+    request was cut by the profile's time limit, else ``precise`` when the rule said so, else
+    ``ceiling``."""
+    if any(TIME_LIMIT_ERROR in r.error for r in results if not r.success):
+        return TIME_LIMIT
+    return PRECISE if precise and sent < ceiling else CEILING
+
+
+def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequence[str],
+            concurrency: int, ceiling: int) -> RunStop:
+    """The stop a run's per-request ``records`` (every request it sent) lead to under ``rule``:
+    the client's own decision replayed. The rule is asked as each request completes (at its
+    ``done_s``, when the client saw it end; its send time plus its latency for records without
+    one), counting as sent the requests sent before that moment; the first precise answer
+    stops the run with that many sent."""
+    ends = [r.done_s if r.done_s is not None else r.start_s + r.latency_s for r in records]
+    starts = sorted(r.start_s for r in records)
+    done: list[RequestResult] = []
+    for i in sorted(range(len(records)), key=lambda k: ends[k]):
+        done.append(records[i])
+        sent = int(np.searchsorted(starts, ends[i], side="left"))
+        if rule.asks(sent, concurrency, ceiling) and precision(done, metrics, rule.target_rel).precise:
+            return RunStop(sent, PRECISE, max_concurrency(records), concurrency)
+    return RunStop(len(records), reason_for(records, sent=len(records), ceiling=ceiling,
+                                            precise=False), max_concurrency(records), concurrency)
+
+
+def request_line(r: RequestResult, t0_s: float) -> dict[str, object]:
+    """One request as a line of the ``requests-<profile>-<repeat>.jsonl`` artifact: its send
+    and completion times in seconds from ``t0_s`` (the run's first send), its latencies in ms
+    (every token gap, so that any metric can be recomputed), its tokens, success and error."""
+    # Times unrounded: recheck counts the requests sent before each completion, to the tick.
+    return {"send_s": r.start_s - t0_s,
+            "done_s": None if r.done_s is None else r.done_s - t0_s,
+            "ttft_ms": round(r.ttft_s * 1000, 4), "e2el_ms": round(r.latency_s * 1000, 4),
+            "output_tokens": r.output_tokens, "prompt_len": r.prompt_len,
+            "success": r.success, "error": r.error,
+            "itl_ms": [round(g * 1000, 4) for g in r.itl_s]}
+
+
+def request_from_line(line: Mapping[str, object]) -> RequestResult:
+    """The request a ``request_line`` describes (times in seconds from the run's first send)."""
+    done = line.get("done_s")
+    return RequestResult(
+        prompt_len=int(line.get("prompt_len", 0)),  # type: ignore[call-overload]
+        start_s=float(line["send_s"]),  # type: ignore[arg-type]
+        success=bool(line.get("success", True)),
+        output_tokens=int(line.get("output_tokens", 0)),  # type: ignore[call-overload]
+        ttft_s=float(line.get("ttft_ms", 0.0)) / 1000,  # type: ignore[arg-type]
+        latency_s=float(line.get("e2el_ms", 0.0)) / 1000,  # type: ignore[arg-type]
+        itl_s=tuple(float(g) / 1000 for g in line.get("itl_ms", ()) or ()),  # type: ignore[union-attr]
+        error=str(line.get("error", "") or ""),
+        done_s=None if done is None else float(done),  # type: ignore[arg-type]
+    )
