@@ -109,11 +109,11 @@ def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome]
     """The confirmation rounds after which every rival would be separated from ``pick`` with
     chance ``POWER`` were it ``settings.smallest_difference`` apart on any of ``objectives``:
     the most that any pair and objective needs."""
-    def runs(t: TrialOutcome, o: Objective) -> int:
-        return len(t.results[o.profile].values(o.metric)) if t.number in data.confirmed else 0
+    def runs(t: TrialOutcome, o: Objective) -> int:  # deployments: the noise is of one's mean
+        return len(t.results[o.profile].deployment_means(o.metric))
 
     need = {o: max(rounds_to_separate(settings.smallest_difference, data.noise.of(o.name),
-                                      runs_per_round=data.repeats,
+                                      runs_per_round=1,
                                       runs_now=(runs(pick, o), runs(t, o))) for t in rivals)
             for o in objectives}
     worst = max(objectives, key=lambda o: need[o])
