@@ -338,3 +338,18 @@ def test_the_cli_reports_a_malformed_space_in_one_line_with_exit_code_2(tmp_path
     assert result.stderr.strip().splitlines() == [
         f"autotune: error: {bad}: parameter 'mtp': choices must be a non-empty list"]
     assert not workdir.exists()  # nothing launched, nothing written
+
+
+def test_validate_shows_expert_parallel_as_not_applying_on_cpu(space, moe_mtp_info):
+    from rich.console import Console
+
+    from autotune.cli.deploy import space_table
+
+    def shown(platform: str) -> str:
+        console = Console(record=True, width=250)
+        skip = inapplicable(space, ModelContext(moe_mtp_info, 81920, platform))
+        console.print(space_table(space, skip, 250))
+        return next(line for line in console.export_text().splitlines() if "expert_parallel" in line)
+
+    assert 'only with platform "gpu"' in shown("cpu")
+    assert "only with" not in shown("gpu") and shown("gpu").rstrip(" │|").endswith("yes")
