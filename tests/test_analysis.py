@@ -235,7 +235,8 @@ def test_confirmed_runs_are_stored_one_group_per_deployment_and_the_old_flat_lay
     run = lambda v: {"mean_e2el_ms": v}  # noqa: E731
     study.set_user_attr("confirmed", {"3": {"p": [run(1.0), run(2.0), run(3.0)]}})  # before #35
     assert read_confirmed(study)[3]["p"].deployment_sizes == (3,)  # unknown grouping: one deployment
-    add_confirmed(study, {3: {"p": ProfileResult("p", (run(4.0), run(5.0)))}, 5: {"p": ProfileResult("p", (run(6.0),))}})
+    add_confirmed(study, {3: {"p": ProfileResult("p", (run(4.0), run(5.0)))},  # one deployment each
+                          5: {"p": ProfileResult("p", (run(6.0),))}})
     add_confirmed(study, {5: {"p": ProfileResult("p", (run(7.0),))}})
     stored = read_confirmed(study)
     assert stored[3]["p"].deployment_sizes == (3, 2) and stored[3]["p"].deployment_means("mean_e2el_ms") == [2.0, 4.5]
