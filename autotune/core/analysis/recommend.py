@@ -28,9 +28,8 @@ SMALLEST_DIFFERENCE = 0.05  # the relative difference worth caring about, unless
 class TieSettings:
     """What a tie's cost is worked out from, beside the study's data: the study (named in the
     command) and the smallest relative difference worth caring about. The data says the rest:
-    the runs a confirmation round adds to each trial (``StudyData.repeats``) and which trials'
-    numbers are confirmed ones (``StudyData.confirmed``): their runs count, while a trial not
-    yet confirmed starts from none (confirmed runs replace the search's)."""
+    the noise of one deployment's mean, and each trial's deployments so far (its search's and
+    its confirmation's); a confirmation round adds one deployment to each trial."""
 
     study: str
     smallest_difference: float = SMALLEST_DIFFERENCE
