@@ -29,6 +29,9 @@ from autotune.core.workload.profiles import get_profile
 
 OBJECTIVES = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
 DEFAULTS = {"mtp": False, "level": 2, "noop": "a"}
+# Trials below are searched once each (one deployment): their intervals rest on the GPU's assumed
+# spread between deployments (3%), which the effects of this world (15-50%) exceed.
+PLATFORM = "gpu"
 
 
 def make(n: int, params: dict, truth: dict, *, rng: np.random.Generator, sd: float = 0.05,
@@ -53,7 +56,7 @@ def world(params: dict) -> dict:
 
 def study_of(trials: list[TrialOutcome], baseline: int | None = 0) -> StudyData:
     base = next((t for t in trials if t.number == baseline), None)
-    return StudyData(tuple(trials), OBJECTIVES, noise_of(trials), base, DEFAULTS)
+    return StudyData(tuple(trials), OBJECTIVES, noise_of(trials, PLATFORM), base, DEFAULTS)
 
 
 def full_factorial(rng: np.random.Generator, sd: float = 0.05) -> list[TrialOutcome]:
@@ -119,8 +122,8 @@ def test_uses_are_named_by_the_profiles_concurrency_not_by_the_order_of_the_obje
     rng = np.random.default_rng(4)
     trials = full_factorial(rng, sd=0.01)
     loads = {"low-concurrency": 2.0, "high-concurrency": 100.0}
-    given = StudyData(tuple(trials), OBJECTIVES, noise_of(trials), None, DEFAULTS, loads)
-    flipped = StudyData(tuple(trials), OBJECTIVES[::-1], noise_of(trials), None, DEFAULTS, loads)
+    given = StudyData(tuple(trials), OBJECTIVES, noise_of(trials, PLATFORM), None, DEFAULTS, loads)
+    flipped = StudyData(tuple(trials), OBJECTIVES[::-1], noise_of(trials, PLATFORM), None, DEFAULTS, loads)
     for use in ("interactive", "throughput"):
         assert given.objective_for(use) == flipped.objective_for(use)
         assert recommend(given, use).trial.number == recommend(flipped, use).trial.number
@@ -191,3 +194,54 @@ def test_finalists_are_spread_along_the_front_and_include_the_baseline():
     assert chosen[-1].number == 6
 
 
+
+
+# Trials searched once (the default --repeats 1): each a single deployment whose level differs from
+# the configuration's truth by the CPU's spread between deployments, as the assumed prior says.
+def searched_once(rng: np.random.Generator, between: float) -> list[TrialOutcome]:
+    grid = itertools.product([False, True], [0, 2], ["a", "b", "c"])
+    trials = []
+    for i, values in enumerate(grid):
+        params = dict(zip(("mtp", "level", "noop"), values, strict=True))
+        trials.append(make(i, params, world(params), rng=rng, sd=between, repeats=1))
+    return trials
+
+
+def test_a_parameter_that_does_nothing_comes_out_as_no_effect_at_the_expected_rate_from_single_deployments():
+    rng = np.random.default_rng(11)
+    seeds, false, found, total = 200, 0, 0, 0
+    between = 0.20  # the CPU build's assumed spread between deployments, here the truth
+    for _ in range(seeds):
+        trials = searched_once(rng, between)
+        data = StudyData(tuple(trials), OBJECTIVES, noise_of(trials, "cpu"), None, DEFAULTS)
+        assert data.noise.of("low-concurrency:output_throughput").assumed
+        for e in effects(data, "output_throughput"):
+            if e.param == "noop" and e.profile == "low-concurrency":
+                total += 1
+                false += e.change is not None and e.change.significant
+            if e.param == "level" and e.profile == "low-concurrency":
+                found += e.change is not None and e.change.significant and e.change.sign < 0
+    assert false / total <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / total)
+    assert found / seeds >= 0.9  # level 0 halves throughput: found, with its sign
+
+
+def test_confirmed_runs_are_stored_one_group_per_deployment_and_the_old_flat_layout_reads_as_one():
+    import optuna
+
+    from autotune.study.records import with_confirmed
+    from autotune.study.state import add_confirmed, read_confirmed
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    run = lambda v: {"mean_e2el_ms": v}  # noqa: E731
+    study.set_user_attr("confirmed", {"3": {"p": [run(1.0), run(2.0), run(3.0)]}})  # before #35
+    assert read_confirmed(study)[3]["p"].deployment_sizes == (3,)  # unknown grouping: one deployment
+    add_confirmed(study, {3: {"p": ProfileResult("p", (run(4.0), run(5.0)))},  # one deployment each
+                          5: {"p": ProfileResult("p", (run(6.0),))}})
+    add_confirmed(study, {5: {"p": ProfileResult("p", (run(7.0),))}})
+    stored = read_confirmed(study)
+    assert stored[3]["p"].deployment_sizes == (3, 2) and stored[3]["p"].deployment_means("mean_e2el_ms") == [2.0, 4.5]
+    assert stored[5]["p"].deployment_means("mean_e2el_ms") == [6.0, 7.0]
+    # The search deployment is one more deployment of the trial, first.
+    merged = with_confirmed({"p": ProfileResult("p", (run(10.0), run(12.0)))}, stored[5])
+    assert merged["p"].deployment_means("mean_e2el_ms") == [11.0, 6.0, 7.0]
+    assert merged["p"].mean("mean_e2el_ms") == pytest.approx(8.0)  # the mean over deployments

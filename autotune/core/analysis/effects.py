@@ -129,7 +129,7 @@ def _model_changes(pool: Sequence[TrialOutcome], profile: str, metric: str, scal
         return {c: why for c in columns}
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     rss = float(np.sum((y - x @ coef) ** 2))
-    n_mean = float(np.mean([len(t.results[profile].values(metric)) for t in pool]))
+    n_mean = float(np.mean([len(t.results[profile].deployment_means(metric)) for t in pool]))
     resid_var, noise_var = rss / df, scale.noise_sd ** 2 / n_mean
     var, dof = (resid_var, float(df)) if resid_var >= noise_var else (noise_var, scale.noise_df)
     cov = var * np.linalg.inv(x.T @ x)
@@ -157,7 +157,7 @@ def effects(data: StudyData, metric: str) -> list[Effect]:
                 base = _base_value(data, param, sorted(values[param]))
                 levels[param] = (base, sorted(values[param] - {base}))
         model: dict[tuple[str, str], Change | Difference | str] | None = None
-        n_each = float(np.mean([len(t.results[profile].values(metric)) for t in pool]))
+        n_each = float(np.mean([len(t.results[profile].deployment_means(metric)) for t in pool]))
         why = f" ({scale.why})" if scale.why else ""
         for param, (base, others) in levels.items():
             for value in others:

@@ -28,9 +28,8 @@ SMALLEST_DIFFERENCE = 0.05  # the relative difference worth caring about, unless
 class TieSettings:
     """What a tie's cost is worked out from, beside the study's data: the study (named in the
     command) and the smallest relative difference worth caring about. The data says the rest:
-    the runs a confirmation round adds to each trial (``StudyData.repeats``) and which trials'
-    numbers are confirmed ones (``StudyData.confirmed``): their runs count, while a trial not
-    yet confirmed starts from none (confirmed runs replace the search's)."""
+    the noise of one deployment's mean, and each trial's deployments so far (its search's and
+    its confirmation's); a confirmation round adds one deployment to each trial."""
 
     study: str
     smallest_difference: float = SMALLEST_DIFFERENCE
@@ -109,11 +108,11 @@ def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome]
     """The confirmation rounds after which every rival would be separated from ``pick`` with
     chance ``POWER`` were it ``settings.smallest_difference`` apart on any of ``objectives``:
     the most that any pair and objective needs."""
-    def runs(t: TrialOutcome, o: Objective) -> int:
-        return len(t.results[o.profile].values(o.metric)) if t.number in data.confirmed else 0
+    def runs(t: TrialOutcome, o: Objective) -> int:  # deployments: the noise is of one's mean
+        return len(t.results[o.profile].deployment_means(o.metric))
 
     need = {o: max(rounds_to_separate(settings.smallest_difference, data.noise.of(o.name),
-                                      runs_per_round=data.repeats,
+                                      runs_per_round=1,
                                       runs_now=(runs(pick, o), runs(t, o))) for t in rivals)
             for o in objectives}
     worst = max(objectives, key=lambda o: need[o])

@@ -24,6 +24,7 @@ from autotune.core.workload.profiles import WorkloadProfile, profile_from_dict
 from autotune.errors import ConfigError, StudyError
 
 VERSION = 2
+OLD_REPEATS = 2  # the default --repeats before #35: a stored plan without the field had it
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 # What must agree between `run`s that join one study (the budget and seed may change).
 SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives",
@@ -46,7 +47,9 @@ class PlanRequest:
     space_path: str = DEFAULT_SPACE
     space_yaml: str | None = None  # the space's text; given, space_path is not read
     trials: int = 10  # the study-wide budget of finished trials that workers run to
-    repeats: int = 2  # runs per profile per deployment: 2 measure the noise
+    # Runs per profile per deployment. 1: repeats on one deployment do not see the spread
+    # between deployments that a trial's interval needs (docs/noise.md); a stored plan keeps its own.
+    repeats: int = 1
     seed: int | None = None
     sampler: str = "tpe"
     objectives: tuple[str, ...] = ()  # PROFILE:METRIC[:min|max]; empty: the default pair
@@ -121,6 +124,7 @@ class PlanRequest:
             data = _from_layout1(data, beside or {})
         try:
             given = {k: _checked(k, v) for k, v in data.items() if k in _STORED}
+            given.setdefault("repeats", OLD_REPEATS)
             profiles = tuple(profile_from_dict(p["name"], p, where) for p in data["profiles"])
             return cls(**{**given, "model": str(data["model"]), "profiles": profiles})
         except (ConfigError, KeyError, TypeError, ValueError) as exc:

@@ -11,7 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autotune.core.maths.pareto import pareto_front
-from autotune.core.maths.stats import Change, Estimate, NoiseModel, compare, pooled_noise
+from autotune.core.maths.stats import (
+    Change,
+    Estimate,
+    Noise,
+    NoiseModel,
+    compare,
+    deployment_noise,
+    redeployment_prior,
+)
 from autotune.core.metrics.registry import THROUGHPUT_METRIC
 from autotune.core.space.search_space import Value
 from autotune.core.trial.capacity_search import Incumbent, by_load
@@ -101,23 +109,35 @@ def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
         for t in data.feasible if profile in t.capacity)
 
 
-def noise_of(outcomes: Sequence[TrialOutcome]) -> NoiseModel:
-    """Pooled noise per ``profile:metric`` from the repeats of every feasible trial; for a
-    capacity profile, from the runs at every load its search measured more than once."""
-    groups: dict[str, list[list[float]]] = defaultdict(list)
+def noise_of(outcomes: Sequence[TrialOutcome], platform: str = "") -> NoiseModel:
+    """The noise of one deployment's mean per ``profile:metric`` (``stats.deployment_noise``):
+    between the deployments of every feasible trial deployed more than once, never below the
+    repeats within its deployments (for a capacity profile: the runs at every load its search
+    measured more than once); before any redeployment, ``platform``'s assumed spread."""
+    within: dict[str, list[list[float]]] = defaultdict(list)
+    between: dict[str, list[list[float]]] = defaultdict(list)
     for t in outcomes:
         if not t.feasible:
             continue
         for profile, result in t.results.items():
-            if profile in t.capacity:
-                continue  # below: every load a search measured more than once
-            for metric in (result.runs[0] if result.runs else {}):
-                groups[f"{profile}:{metric}"].append(result.values(metric))
+            for metric in dict.fromkeys(k for r in result.runs for k in r):
+                key = f"{profile}:{metric}"
+                means = result.deployment_means(metric)
+                if len(means) > 1:
+                    between[key].append(means)
+                if profile not in t.capacity:  # below: every load a search measured more than once
+                    within[key].extend(result.by_deployment(metric))
         for profile, found in t.capacity.items():
             for runs in by_load(found.probes).values():
                 for metric in runs[0]:
-                    groups[f"{profile}:{metric}"].append([r[metric] for r in runs if metric in r])
-    return pooled_noise(groups)
+                    within[f"{profile}:{metric}"].append([r[metric] for r in runs if metric in r])
+    out: dict[str, Noise] = {}
+    for key in {**within, **between}:
+        noise = deployment_noise(within.get(key, []), between.get(key, []),
+                                 redeployment_prior(key, platform))
+        if noise is not None:
+            out[key] = noise
+    return NoiseModel(out, platform)
 
 
 def differing_params(t: TrialOutcome, baseline: TrialOutcome | None) -> dict[str, Value]:

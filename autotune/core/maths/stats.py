@@ -1,10 +1,14 @@
 """Uncertainty of measured numbers: intervals, pooled noise, relative changes. Pure.
 
 Run-to-run noise on shared machines is multiplicative (a busy core slows a whole run by a
-share), so everything is done on the log scale: a metric's noise is the standard deviation of
-log(value) between repeats of one configuration on one deployment, pooled over every trial of a
-study that has repeats. A trial measured once borrows that pooled noise; a study without any
-repeat falls back to an assumed noise, and says so ("assumed").
+share), so everything is done on the log scale. A trial's number is the mean over its
+deployments, and a metric's noise is that of one deployment's mean (``deployment_noise``): the
+standard deviation of log(deployment mean) between deployments of one configuration, pooled over
+the study's trials deployed more than once, never below what the repeats within a deployment
+allow (their pooled standard deviation over the square root of the runs per deployment); before
+any redeployment, the platform's measured spread between deployments (``REDEPLOYMENT_LOG_SD``,
+docs/noise.md), said to be "assumed". How the parts combine: docs/noise.md, "How a trial's
+interval is formed".
 
 An ``Estimate`` is a mean with the noise behind it; a ``Change`` is the relative difference of
 two estimates (or an effect) with its interval; a ``Difference`` is an absolute one, for the
@@ -50,14 +54,39 @@ class Noise:
         return math.isinf(self.df)
 
 
+# The spread (log-sd) of one configuration's deployment means from one deployment to the next,
+# as measured per platform (docs/noise.md, "How a trial's interval is formed"): on vLLM's CPU
+# build on 2 cores 6% to about 30% between deployments of the README's main job; on a GPU with
+# the 25 GB model 0.8% and 1.0% (two deployments each, H100 and H200), taken as 3%. A study of
+# unknown platform (imported numbers) keeps the registry's assumed noise of the metric (8%).
+REDEPLOYMENT_LOG_SD = {"cpu": 0.20, "gpu": 0.03}
+
+
+def redeployment_prior(key: str, platform: str = "") -> Noise:
+    """The assumed noise of one deployment's mean of ``key`` ('profile:metric' or a metric)
+    before any redeployment: the platform's measured spread between deployments, scaled up for
+    a metric that the registry assumes noisier than latencies and throughputs (TTFT); on an
+    unknown platform the registry's assumed noise of the metric."""
+    metric = key.rsplit(":", 1)[-1]
+    if platform not in REDEPLOYMENT_LOG_SD:
+        return Noise(assumed_log_sd(metric), math.inf, "assumed")  # platform unknown
+    base = REDEPLOYMENT_LOG_SD[platform]
+    scale = max(1.0, assumed_log_sd(metric) / ASSUMED_LOG_SD)
+    return Noise(base * scale, math.inf,
+                 f"assumed: {base:.0%} between deployments on {platform.upper()}, docs/noise.md"
+                 + (f", x{scale:.3g} for this metric" if scale > 1 else ""))
+
+
 @dataclass(frozen=True)
 class NoiseModel:
-    """Per-metric noise of a study; metrics without repeats get the assumed noise."""
+    """Per-metric noise of one deployment's mean in a study; metrics without a measurement get
+    the platform's assumed spread between deployments (``redeployment_prior``)."""
 
     by_metric: Mapping[str, Noise]
+    platform: str = ""  # cpu | gpu | "" unknown: which assumed spread a metric without data gets
 
     def of(self, metric: str) -> Noise:
-        return self.by_metric.get(metric) or Noise(assumed_log_sd(metric), math.inf, "assumed")
+        return self.by_metric.get(metric) or redeployment_prior(metric, self.platform)
 
 
 def _logs(values: Sequence[float]) -> np.ndarray | None:
@@ -92,6 +121,40 @@ def pooled_noise(groups: Mapping[str, Iterable[Sequence[float]]]) -> NoiseModel:
             out[metric] = Noise(sd, float(df),
                                 f"pooled from {df + trials} repeats of {trials} measurement(s)")
     return NoiseModel(out)
+
+
+def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequence[float]],
+                     prior: Noise) -> Noise | None:
+    """The noise of one deployment's mean of a metric, from its positive values:
+
+    - ``within``: the runs of each deployment (one group per deployment; repeats);
+    - ``between``: each configuration deployed more than once, as its deployment means.
+
+    The spread between deployment means pooled over configurations, never below the repeats'
+    pooled spread over the square root of the runs per deployment (a deployment's mean cannot
+    be surer than its runs); without a redeployment, ``prior`` held to that same floor. None
+    when the metric has no positive value at all."""
+    logs_w = [x for x in map(_logs, within) if x is not None]
+    logs_b = [x for x in map(_logs, between) if x is not None]
+    if not logs_w and not logs_b:
+        return None
+    floor, floor_df, floor_src = 0.0, math.inf, ""
+    found_w = pooled_sd(logs_w)
+    if found_w is not None:
+        sd, df, groups = found_w
+        per = float(np.mean([len(g) for g in logs_w if len(g) > 1]))
+        floor, floor_df = sd / math.sqrt(per), float(df)
+        floor_src = f"repeats: {sd:.1%} pooled from {df + groups} runs on {groups} deployment(s)"
+    found_b = pooled_sd(logs_b)
+    if found_b is not None:
+        sd, df, trials = found_b
+        if sd >= floor:
+            return Noise(sd, float(df), f"between deployments: pooled from {df + trials} "
+                                        f"deployments of {trials} configuration(s)")
+        return Noise(floor, floor_df, f"{floor_src} (more than between deployments, {sd:.1%})")
+    if floor > prior.log_sd:
+        return Noise(floor, floor_df, f"{floor_src} (more than the {prior.source})")
+    return prior
 
 
 def _t_interval(d: float, se: float, df: float) -> tuple[float, float, float]:
@@ -167,7 +230,8 @@ class Difference(_Interval):
 
 @dataclass(frozen=True)
 class Estimate:
-    """A metric's mean over ``n`` repeats with the noise behind its interval."""
+    """A metric's mean over ``n`` deployments (or runs) with the noise of one behind its
+    interval."""
 
     mean: float
     n: int
@@ -192,7 +256,8 @@ class Estimate:
 
 
 def estimate(values: Sequence[float], noise: Noise) -> Estimate:
-    """The mean of the repeats, with the study's noise for its interval."""
+    """The mean of ``values`` (deployment means, or runs), with ``noise`` (of one value) for its
+    interval."""
     return Estimate(float(np.mean(values)), len(values), noise)
 
 

@@ -4,8 +4,8 @@ which parameters apply, sampling, completing, resolving references, the grid. Pu
 A space (``search_spaces/*.yaml``, parsed by ``core.space.space_yaml``) holds fixed ``deployment``
 settings and an ordered list of ``parameters``. Each parameter has a type, a domain, a default,
 exactly one vLLM mapping (``flag`` or ``json``), and optional conditions (``when`` on earlier
-parameters or on a ``FACTS`` entry: a deployment setting or a model fact; ``applies_to`` on the
-model). ``params_key`` is a configuration's one identity.
+parameters or on a ``FACTS`` entry: a deployment setting, a model fact or the ``platform`` the
+installed vLLM runs on; ``applies_to`` on the model). ``params_key`` is a configuration's one identity.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ APPLIES_TO = {
     "long_context": "max_model_len does not exceed the model's native context",
 }
 DERIVED = ("native_context", "max_model_len", "yarn_factor", "rope_parameters")
+PLATFORM = "platform"  # the fact ``when: {platform: gpu}`` names: what the installed vLLM runs on
+PLATFORMS = ("cpu", "gpu")  # vLLM's CPU build | the GPU build
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class ModelContext:
 
     model: ModelInfo
     max_model_len: int
+    platform: str = ""  # one of PLATFORMS, told by the shell; "" unknown (a condition on it holds)
 
     def derived(self) -> dict[str, Any]:
         """Values a mapping can refer to as ``${name}``."""
@@ -221,6 +224,8 @@ FACTS = {f.name: f for f in (
     Fact("model.is_moe", lambda d, m: m.is_moe, "the model is a mixture of experts"),
     Fact("model.num_experts", lambda d, m: m.num_experts, "the model's routed experts"),
     Fact("model.has_mtp", lambda d, m: m.has_mtp, "the model has MTP layers"),
+    Fact(PLATFORM, lambda d, m: None,  # not the space's nor the model's: ModelContext.platform
+         f"what the installed vLLM runs on: {' or '.join(PLATFORMS)}"),
 )}
 
 
@@ -228,8 +233,12 @@ def facts(space: SearchSpace, ctx: ModelContext | None) -> dict[str, Value]:
     """The values of ``FACTS`` for this space and model; without a model, only the
     deployment's (a condition on an unknown model fact holds)."""
     model = ctx.model if ctx is not None else None
-    return {f.name: f.read(space.deployment, model) for f in FACTS.values()
-            if model is not None or f.name.startswith("deployment.")}
+    known = {f.name: f.read(space.deployment, model) for f in FACTS.values()
+             if model is not None or f.name.startswith("deployment.")}
+    known.pop(PLATFORM, None)
+    if ctx is not None and ctx.platform:
+        known[PLATFORM] = ctx.platform
+    return known
 
 
 @dataclass(frozen=True)

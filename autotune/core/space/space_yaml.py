@@ -13,6 +13,8 @@ from autotune.core.space.search_space import (
     APPLIES_TO,
     DERIVED,
     FACTS,
+    PLATFORM,
+    PLATFORMS,
     TYPES,
     Condition,
     Deployment,
@@ -82,6 +84,10 @@ def _parse_condition(path: str, where: str, other: str, raw: Any,
         raise _fail(path, where, f"condition names unknown parameter {other!r} (conditions may "
                     "only refer to parameters listed before this one, or to facts: "
                     f"{', '.join(FACTS)})")
+    if other == PLATFORM and (isinstance(raw, dict) or not raw or any(
+            v not in PLATFORMS for v in (raw if isinstance(raw, list) else [raw]))):
+        raise _fail(path, where, f"when: platform {raw!r} is unknown; valid: "
+                    f"{', '.join(PLATFORMS)} (or a list of them)")
     if isinstance(raw, dict):
         if set(raw) != {"min"}:
             raise _fail(path, where, f"condition on {other!r}: a mapping must be {{min: N}}, "

@@ -30,12 +30,14 @@ from autotune.core.trial.precision import RunStop
 
 @dataclass(frozen=True)
 class ProfileResult:
-    """All repeats of one profile on one deployment: flat vLLM-keyed metrics per repeat, and
-    how each run ended (``stops``, in the same order; empty where older autotune stored none)."""
+    """All repeats of one profile: flat vLLM-keyed metrics per repeat, on one deployment, or
+    (``deployment_sizes``: how many consecutive runs each deployment gave) on several; and how
+    each run ended (``stops``, in the same order; empty where older autotune stored none)."""
 
     profile: str
     runs: tuple[Mapping[str, float], ...]
     stops: tuple[RunStop, ...] = ()
+    deployment_sizes: tuple[int, ...] = ()  # () : every run on one deployment
 
     @property
     def requests_text(self) -> str:
@@ -58,8 +60,20 @@ class ProfileResult:
     def values(self, metric: str) -> list[float]:
         return [float(r[metric]) for r in self.runs if metric in r]
 
+    def by_deployment(self, metric: str) -> list[list[float]]:
+        """The values of ``metric`` per deployment (deployments without it left out)."""
+        sizes = self.deployment_sizes or (len(self.runs),)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        groups = [[float(r[metric]) for r in self.runs[a:a + n] if metric in r]
+                  for a, n in zip(starts, sizes, strict=True)]
+        return [g for g in groups if g]
+
+    def deployment_means(self, metric: str) -> list[float]:
+        return [statistics.fmean(g) for g in self.by_deployment(metric)]
+
     def mean(self, metric: str) -> float:
-        return statistics.fmean(self.values(metric))
+        """The mean over deployments of each deployment's mean (the runs' mean on one)."""
+        return statistics.fmean(self.deployment_means(metric))
 
     def spread(self, metric: str) -> float:
         """(max - min) / mean over repeats."""
@@ -195,7 +209,8 @@ class TrialOutcome(Measurement):
         return self.results[profile].mean(metric)
 
     def estimate(self, profile: str, metric: str, noise: Noise) -> Estimate:
-        return estimate(self.results[profile].values(metric), noise)
+        """The mean over deployments; ``noise`` is that of one deployment's mean."""
+        return estimate(self.results[profile].deployment_means(metric), noise)
 
     def with_measurement(self, m: Measurement) -> TrialOutcome:
         """This trial with what its deployment measured, as stored: seconds to the ms, the

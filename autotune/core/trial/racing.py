@@ -55,7 +55,8 @@ def beaten(race: Race, results: Mapping[str, ProfileResult]) -> str:
         values = results[o.profile].values(o.metric) if o.profile in results else []
         if not values:
             return ""
-        mine.append(estimate(values, race.noise.of(o.name)))
+        # One deployment so far: its mean, with the noise of one deployment's mean.
+        mine.append(estimate([sum(values) / len(values)], race.noise.of(o.name)))
     for member in race.front:
         if all(_better(o, _pessimistic(o, theirs), _optimistic(o, own))
                for o, own, theirs in zip(race.objectives, mine, member.estimates, strict=True)):
