@@ -544,3 +544,107 @@ def study_data_of(found):
 
     objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
     return StudyData(tuple(found), objectives, noise_of(found))
+
+
+OPT_LEVEL_SPACE = """
+name: opt-level
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [2, 3], default: 2, flag: --optimization-level}
+"""
+
+
+class Said(SilentProgress):
+    """The runner's messages, kept."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_a_one_engine_space_costs_one_deployment_and_shows_one_trial(tmp_path):
+    from autotune.core.analysis.recommend import USES, recommend
+
+    plan = make_plan(tmp_path, trials=10, space=OPT_LEVEL_SPACE,
+                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
+                          "  - {name: o3, params: {optimization_level: 3}}\n")
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    stand_in, said = StandIn(), Said()
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                        engine_id=o3_is_o2, progress=said, poll_s=0.1).work()
+    assert len(stand_in.calls) == 1  # -O3 is -O2's engine: a copy, and nothing else to draw
+    assert said.lines[-1] == "search stops: all 1 distinct engine(s) of the space are measured"
+    data = study_data(study)
+    assert [t.number for t in data.outcomes] == [0] and [t.number for t in data.front()] == [0]
+    assert all(recommend(data, use).tied == () for use in USES)
+
+
+WIDE_SPACE = """
+name: wide
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
+  - {name: max_num_seqs, type: int, low: 1, high: 1000, default: 8, flag: --max-num-seqs}
+"""
+
+
+def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_second_deployment(
+        tmp_path):
+    from autotune.study.runner import MAX_RESAMPLES
+
+    # 2000 configurations that vLLM resolves to one engine (a stand-in for its resolution):
+    # the space is not exhausted, but every draw after the first is the engine measured.
+    plan = make_plan(tmp_path, trials=50, references=False, space=WIDE_SPACE)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    stand_in, said = StandIn(), Said()
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                        engine_id=lambda argv: "the one engine", progress=said, poll_s=0.1).work()
+    assert len(stand_in.calls) == 1
+    copies = [t for t in map(read_outcome, study.trials) if t.same_engine_as == 0]
+    assert len(copies) == MAX_RESAMPLES and len(study_data(study).outcomes) == 1
+    assert said.lines[-1] == (f"search stops: the sampler drew only measured engines "
+                              f"{MAX_RESAMPLES} times in a row: the search has converged")
+
+
+def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path):
+    """Every deployment costs 100 s of a fake clock. The first trial starts with no estimate;
+    after it, the search keeps the confirmation's reserve (1 finalist x 2 rounds x 100 s) and
+    stops; the confirmation is shrunk to what is left, or skipped, and says so."""
+    from autotune.study.state import start_clock
+
+    clock = Clock(trial_s=100.0)
+    stand_in = StandIn()
+
+    def costly(argv, bench, setup, on_phase):
+        clock.now += clock.trial_s
+        return stand_in(argv, bench, setup, on_phase)
+
+    for budget, confirmed, line in (
+            (250.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
+                       "(1 trial(s) x 2 round(s)) would take 0:03:20 at ~0:01:40 a deployment; "
+                       "0:02:30 of the time budget is left"),
+            (150.0, 0, "confirmation skipped: the full confirmation (1 trial(s) x 2 round(s)) "
+                       "would take 0:03:20 at ~0:01:40 a deployment; 0:00:50 of the time budget "
+                       "is left"),
+            # Room for both rounds; the second is not needed: with one trial no answer is open.
+            (550.0, 1, "confirmation: 1 trial(s) x 2 round(s), about 0:03:20 of 0:04:10 left")):
+        where = tmp_path / f"b{int(budget)}"
+        where.mkdir()
+        plan = make_plan(where, trials=100, references=False, confirm=1, time_budget_s=budget)
+        plan.workdir.mkdir(parents=True)
+        study, _, _ = prepare_study(plan, Heartbeat())
+        start = clock.now
+        start_clock(study, start)
+        setup = TrialSetup(model="", workdir=plan.workdir)
+        StudyRunner(plan, setup, trial_fn=costly, clock=clock).work()
+        searched = clock.now - start
+        said: list[str] = []
+        confirm(study, plan, setup, k=1, trial_fn=costly, say=said.append,
+                budget_end=start + budget, clock=clock)
+        assert clock.now - start <= budget, budget
+        assert clock.now - start - searched == 100.0 * confirmed, budget
+        assert said[0] == line

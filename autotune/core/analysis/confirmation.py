@@ -94,7 +94,7 @@ def plan_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | Non
                                              f"{fit} round(s): {would}")
     if room >= 1:
         return ConfirmationPlan(trials[:room], 1, (
-            f"confirmation shrunk to {room} trial(s) x 1 round "
+            f"confirmation shrunk to {room} trial(s) x 1 round(s) "
             f"({', '.join(f'#{n}' for n in trials[:room])}): {would}"))
     return ConfirmationPlan((), 0, f"confirmation skipped: {would}")
 
