@@ -554,16 +554,6 @@ parameters:
 """
 
 
-class Said(SilentProgress):
-    """The runner's messages, kept."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def message(self, text: str) -> None:
-        self.lines.append(text)
-
-
 def test_a_one_engine_space_costs_one_deployment_and_shows_one_trial(tmp_path):
     from autotune.core.analysis.recommend import USES, recommend
 
@@ -576,7 +566,7 @@ def test_a_one_engine_space_costs_one_deployment_and_shows_one_trial(tmp_path):
     study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
                         engine_id=o3_is_o2, progress=said, poll_s=0.1).work()
     assert len(stand_in.calls) == 1  # -O3 is -O2's engine: a copy, and nothing else to draw
-    assert said.lines[-1] == "search stops: all 1 distinct engine(s) of the space are measured"
+    assert said.said[-1] == "search stops: all 1 distinct engine(s) of the space are measured"
     data = study_data(study)
     assert [t.number for t in data.outcomes] == [0] and [t.number for t in data.front()] == [0]
     assert all(recommend(data, use).tied == () for use in USES)
@@ -606,7 +596,7 @@ def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_s
     assert len(stand_in.calls) == 1
     copies = [t for t in map(read_outcome, study.trials) if t.same_engine_as == 0]
     assert len(copies) == MAX_RESAMPLES and len(study_data(study).outcomes) == 1
-    assert said.lines[-1] == (f"search stops: the sampler drew only measured engines "
+    assert said.said[-1] == (f"search stops: the sampler drew only measured engines "
                               f"{MAX_RESAMPLES} times in a row: the search has converged")
 
 
