@@ -18,7 +18,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.maths.stats import compare
 from autotune.core.trial.objectives import Objective
@@ -125,6 +124,9 @@ def open_finalists(data: StudyData, finalists: Sequence[int],
     included): for each use, the pick and each tied rival whose difference is not yet ruled
     out at ``smallest_difference``, when both are finalists (a rival that is not one is not
     redeployed, and the pick is then redeployed alone against it)."""
+    # Imported here: recommend may price ties with this module's ``deployment_cost_s``.
+    from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+
     wanted = set(finalists)
     open_: set[int] = set()
     ties = 0
