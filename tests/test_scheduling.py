@@ -355,3 +355,13 @@ def test_the_cost_of_a_deployment_is_the_mean_wall_of_the_served_trials():
               TrialOutcome(3, results=served, trial_wall_s=30.0, raced="beaten")]  # cut short
     assert deployment_cost_s(trials) == 100.0
     assert deployment_cost_s(trials[2:3]) is None
+
+
+def test_before_any_deployment_is_measured_the_first_trial_starts_and_says_its_cost_is_unknown():
+    from autotune.core.analysis.scheduling import TimeLeft
+
+    first = TimeLeft(used_s=5.0, budget_s=60.0, trial_s=None, reserve_s=0.0)
+    assert first.fits and "no deployment measured yet, so the next trial's cost is unknown" in first.text
+    after = TimeLeft(used_s=40.0, budget_s=60.0, trial_s=33.0, reserve_s=0.0)
+    assert not after.fits  # its expected end, 73 s, passes the 60 s budget
+    assert not TimeLeft(used_s=10.0, budget_s=60.0, trial_s=20.0, reserve_s=40.0).fits
