@@ -638,3 +638,40 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
         assert clock.now - start <= budget, budget
         assert clock.now - start - searched == 100.0 * confirmed, budget
         assert said[0] == line
+
+
+@pytest.mark.parametrize("budget_s", [1800.0, 3600.0])
+def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmation_included(
+        tmp_path, budget_s):
+    """The recorded CPU table replayed (``study.replay``: a stand-in that charges a device
+    clock the recorded start-up, runs and teardown of each deployment), with --confirm 2.
+    A budget is kept in expectation only: at 900 s this replay's first served trial costs
+    406 s and its confirmation deployment, drawing slower recorded runs, 591 s, ending at
+    1009 s; at 300 s the first served trial alone, which nothing predicts, passes it."""
+    from autotune.core.workload.profiles import ProfileOverrides
+    from autotune.study.replay import DeviceClock, Replay
+    from autotune.study.state import start_clock
+    from tests.conftest import SPACES
+    from tests.test_replay import DATA, TABLE
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((DATA / "model-config.json").read_text())
+    plan = build_plan(PlanRequest(
+        workdir=tmp_path, profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
+                                         for p in TABLE.profiles),
+        model=str(model), space_path=str(SPACES / "reference.yaml"), trials=10_000, repeats=2,
+        seed=1, study_name="replay", storage=f"sqlite:///{tmp_path}/replay.db", confirm=2,
+        time_budget_s=budget_s))
+    storage = optuna.storages.InMemoryStorage()
+    study, _, _ = prepare_study(plan, Heartbeat(), storage)
+    clock = DeviceClock()
+    start_clock(study, clock.now)
+    replay = Replay(TABLE, plan.space, plan.ctx, 1, clock)
+    setup = TrialSetup(model="", workdir=plan.workdir)
+    StudyRunner(plan, setup, trial_fn=replay, storage=storage, poll_s=0.01, clock=clock).work()
+    said: list[str] = []
+    confirm(study, plan, setup, k=2, trial_fn=replay, say=said.append, budget_end=budget_s,
+            clock=clock)
+    assert clock.now <= budget_s
+    assert said[0].startswith(("confirmation: ", "confirmation shrunk", "confirmation skipped"))
