@@ -9,7 +9,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.study.confirm import confirm
 from autotune.study.records import outcomes, study_data
-from autotune.study.state import read_confirmed
+from autotune.study.state import read_confirmation, read_confirmed
 from autotune.study.trial import TrialSetup
 from tests.test_runner import StandIn, make_plan, run
 
@@ -28,16 +28,20 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
     first, second = StandIn(seed=1), StandIn(seed=2)
     confirm(study, plan, setup, trials=[a, b], rounds=1, trial_fn=first)
     after_one = read_confirmed(study)
-    confirm(study, plan, setup, trials=[b, a], rounds=2, trial_fn=second)
+    said: list[str] = []
+    confirm(study, plan, setup, trials=[b, a], rounds=2, trial_fn=second, say=said.append)
     stored = read_confirmed(study)
-    assert (len(first.calls), len(second.calls)) == (2, 4)  # each trial once per round
+    # -O0 halves everything: after the second confirmation's first round nothing is open, so
+    # its second round deploys nobody.
+    assert (len(first.calls), len(second.calls)) == (2, 2)  # each trial once per round
+    assert said[-1].startswith("confirmation stops: every use")
     assert set(stored) == {a, b}
     # The study's data knows which numbers are confirmed and what a round adds (repeats 2).
     assert (study_data(study).confirmed, study_data(study).repeats) == ({a, b}, 2)
     assert study_data(study, confirmed=False).confirmed == frozenset()
     for n in (a, b):
-        for profile, result in stored[n].items():  # 2 runs per round (repeats 2): 1 round, then 3
-            assert len(after_one[n][profile].runs) == 2 and len(result.runs) == 6
+        for profile, result in stored[n].items():  # 2 runs per round (repeats 2): 1 round, then 2
+            assert len(after_one[n][profile].runs) == 2 and len(result.runs) == 4
             assert result.runs[:2] == after_one[n][profile].runs  # the earlier rounds are kept
 
 
@@ -74,3 +78,127 @@ def test_trials_that_are_not_numbers_are_one_line(tmp_path):
 
     with pytest.raises(ConfigError, match="--trials '3,x': expected trial numbers separated by commas"):
         trial_numbers("3,x")
+
+
+TIED_REFS = """
+baseline: base
+configs:
+  - {name: base, params: {optimization_level: 2}}
+  - {name: mtp, base: base, params: {mtp: true}}
+  - {name: o0, base: base, params: {optimization_level: 0}}
+"""
+
+
+class MtpDoesNothing(StandIn):
+    """``StandIn`` where MTP changes nothing: -O2 with and without MTP are tied, -O0 is
+    decided (half as fast). Counts its deployments per flag set."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed=seed)
+        self.deployed: list[tuple[str, ...]] = []
+
+    def __call__(self, argv, bench, setup, on_phase):
+        self.deployed.append(tuple(argv))
+        i = argv.index("--speculative-config") if "--speculative-config" in argv else None
+        same = tuple(argv) if i is None else tuple(argv[:i]) + tuple(argv[i + 2:])
+        return super().__call__(same, bench, setup, on_phase)
+
+
+def tied_study(tmp_path, smallest_difference: float):
+    plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=smallest_difference)
+    study = run(plan, MtpDoesNothing())
+    base, mtp, o0 = (t.number for t in outcomes(study))
+    return plan, study, (base, mtp, o0)
+
+
+def test_rounds_after_the_first_redeploy_only_the_finalists_still_tied(tmp_path):
+    plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.01)
+    stand_in, said = MtpDoesNothing(seed=3), []
+    confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
+            rounds=3, trial_fn=stand_in, say=said.append)
+    times = {n: sum(argv == study_data(study).outcomes[n].argv for argv in stand_in.deployed)
+             for n in (base, mtp, o0)}
+    assert times == {base: 3, mtp: 3, o0: 1}  # -O0 is decided after the first round
+    assert f"confirm round 2/3: still open at 1%: #{base}, #{mtp}" in said
+    assert read_confirmation(study)["done"][-1] in ([2, base], [2, mtp])
+
+
+def test_a_confirmation_stops_when_the_smallest_difference_is_ruled_out_for_every_tie(tmp_path):
+    plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.5)
+    stand_in, said = MtpDoesNothing(seed=3), []
+    confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
+            rounds=3, trial_fn=stand_in, say=said.append)
+    assert len(stand_in.deployed) == 3  # the first round only: a 50% difference is ruled out
+    assert said[-1] == ("confirmation stops: a difference of 50% is ruled out for every tie "
+                        "(the tie is the answer)")
+
+
+class Interrupted(StandIn):
+    """``StandIn`` that is interrupted (Ctrl-C) at its deployment number ``at``."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(seed=7)
+        self.at = at
+
+    def __call__(self, argv, bench, setup, on_phase):
+        if len(self.calls) + 1 == self.at:
+            self.calls.append(tuple(argv))
+            raise KeyboardInterrupt
+        return super().__call__(argv, bench, setup, on_phase)
+
+
+def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_continues_it(tmp_path):
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "cut").mkdir()
+    whole_plan = make_plan(tmp_path / "whole", trials=6)
+    whole = run(whole_plan, StandIn())
+    plan = make_plan(tmp_path / "cut", trials=6)
+    study = run(plan, StandIn())  # the same study: same seed, same stand-in
+    setup = TrialSetup(model="", workdir=plan.workdir)
+    uninterrupted = StandIn(seed=7)
+    confirm(whole, whole_plan, TrialSetup(model="", workdir=whole_plan.workdir), k=2, rounds=1,
+            trial_fn=uninterrupted)
+    assert len(uninterrupted.calls) >= 2
+    cut = Interrupted(at=2)
+    with pytest.raises(KeyboardInterrupt):
+        confirm(study, plan, setup, k=2, rounds=1, trial_fn=cut)
+    kept = read_confirmed(study)
+    assert len(read_confirmation(study)["done"]) == len(kept) == 1  # the one torn down
+    assert all(len(r.runs) == 2 for by in kept.values() for r in by.values())  # repeats 2
+    said: list[str] = []
+    again = StandIn(seed=8)
+    confirm(study, plan, setup, k=2, rounds=1, trial_fn=again, say=said.append)
+    assert said[0].startswith("continuing the confirmation stored in the study: 1 of up to")
+    assert 1 + len(again.calls) == len(uninterrupted.calls)
+    assert {n: {p: len(r.runs) for p, r in by.items()} for n, by in read_confirmed(study).items()} \
+        == {n: {p: len(r.runs) for p, r in by.items()} for n, by in read_confirmed(whole).items()}
+    assert read_confirmation(study)["finished"]
+
+
+def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the_budget(tmp_path):
+    from autotune.study.creation import prepare_study
+    from autotune.study.runner import StudyRunner
+    from autotune.study.storage import Heartbeat
+
+    plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=0.01)
+    plan.workdir.mkdir(parents=True)
+    prepare_study(plan, Heartbeat())
+    now, cost, stand_in = [0.0], [100.0], MtpDoesNothing(seed=3)
+
+    def timed(argv, bench, setup, on_phase):  # the search's deployments take 100 s
+        now[0] += cost[0]
+        return stand_in(argv, bench, setup, on_phase)
+
+    setup = TrialSetup(model="", workdir=plan.workdir)
+    study = StudyRunner(plan, setup, trial_fn=timed, clock=lambda: now[0]).work()
+    base, mtp, o0 = (t.number for t in outcomes(study))
+    cost[0], start, said = 250.0, now[0], []  # the confirmation's take 250 s
+    confirm(study, plan, setup, trials=[base, mtp, o0], rounds=1, trial_fn=timed,
+            say=said.append, budget_end=start + 400.0, clock=lambda: now[0])
+    # Planned at 100 s: 3 deployments in 400 s; after the first took 250 s, the next would
+    # end at 500 s: it does not start.
+    assert len(stand_in.deployed) == 3 + 1 and now[0] - start == 250.0
+    assert said[0] == "confirmation: 3 trial(s) x 1 round(s), about 0:05:00 of 0:06:40 left"
+    assert said[-1].startswith("confirmation stops: the time budget ends (0:02:30 left, a "
+                               "deployment takes ~0:04:10)")
+    assert not read_confirmation(study)["finished"]  # `confirm` continues it

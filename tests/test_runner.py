@@ -361,12 +361,12 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     plan = make_plan(tmp_path, trials=5)
     study = run(plan, StandIn())
     stand_in = StandIn(seed=5)
-    confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=2,
+    confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
                         trial_fn=stand_in)
     front = study_data(study, confirmed=False).front()
     assert set(confirmed) >= {front[0].number, front[-1].number, 0}  # ends of the front, baseline
-    assert len(stand_in.calls) == 2 * len(confirmed)
-    assert read_confirmed(study) and all(len(r.runs) == 4 for by in read_confirmed(study).values()
+    assert len(stand_in.calls) == len(confirmed)
+    assert read_confirmed(study) and all(len(r.runs) == 2 for by in read_confirmed(study).values()
                                          for r in by.values())
     data, search = study_data(study), study_data(study, confirmed=False)
     assert [t.number for t in data.outcomes] == [t.number for t in search.outcomes]  # none dropped
@@ -434,9 +434,9 @@ def test_a_confirmation_reprobes_a_capacity_trials_boundary_instead_of_searching
     found = base.capacity["capacity"]
     again = CapacityStandIn()
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base.number],
-            rounds=2, trial_fn=again)
+            rounds=1, trial_fn=again)
     bounds = {found.boundary.load, found.boundary.fail_load}
-    assert len(again.searches) == 2 and len(found.probes) > 2
+    assert len(again.searches) == 1 and len(found.probes) > 2
     for s in again.searches:
         assert {p.load for p in s.probes} == bounds and s.boundary == dataclasses.replace(
             found.boundary, probes=len(s.probes), reason=s.boundary.reason)
@@ -545,3 +545,134 @@ def study_data_of(found):
 
     objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
     return StudyData(tuple(found), objectives, noise_of(found))
+
+
+OPT_LEVEL_SPACE = """
+name: opt-level
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [2, 3], default: 2, flag: --optimization-level}
+"""
+
+
+def test_a_one_engine_space_costs_one_deployment_and_shows_one_trial(tmp_path):
+    from autotune.core.analysis.recommend import USES, recommend
+
+    plan = make_plan(tmp_path, trials=10, space=OPT_LEVEL_SPACE,
+                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
+                          "  - {name: o3, params: {optimization_level: 3}}\n")
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    stand_in, said = StandIn(), Said()
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                        engine_id=o3_is_o2, progress=said, poll_s=0.1).work()
+    assert len(stand_in.calls) == 1  # -O3 is -O2's engine: a copy, and nothing else to draw
+    assert said.said[-1] == "search stops: all 1 distinct engine(s) of the space are measured"
+    data = study_data(study)
+    assert [t.number for t in data.outcomes] == [0] and [t.number for t in data.front()] == [0]
+    assert all(recommend(data, use).tied == () for use in USES)
+
+
+WIDE_SPACE = """
+name: wide
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
+  - {name: max_num_seqs, type: int, low: 1, high: 1000, default: 8, flag: --max-num-seqs}
+"""
+
+
+def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_second_deployment(
+        tmp_path):
+    from autotune.study.runner import MAX_RESAMPLES
+
+    # 2000 configurations that vLLM resolves to one engine (a stand-in for its resolution):
+    # the space is not exhausted, but every draw after the first is the engine measured.
+    plan = make_plan(tmp_path, trials=50, references=False, space=WIDE_SPACE)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    stand_in, said = StandIn(), Said()
+    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                        engine_id=lambda argv: "the one engine", progress=said, poll_s=0.1).work()
+    assert len(stand_in.calls) == 1
+    copies = [t for t in map(read_outcome, study.trials) if t.same_engine_as == 0]
+    assert len(copies) == MAX_RESAMPLES and len(study_data(study).outcomes) == 1
+    assert said.said[-1] == (f"search stops: the sampler drew only measured engines "
+                              f"{MAX_RESAMPLES} times in a row: the search has converged")
+
+
+def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path):
+    """Every deployment costs 100 s of a fake clock. The first trial starts with no estimate;
+    after it, the search keeps the confirmation's reserve (1 finalist x 2 rounds x 100 s) and
+    stops; the confirmation is shrunk to what is left, or skipped, and says so."""
+    from autotune.study.state import start_clock
+
+    clock = Clock(trial_s=100.0)
+    stand_in = StandIn()
+
+    def costly(argv, bench, setup, on_phase):
+        clock.now += clock.trial_s
+        return stand_in(argv, bench, setup, on_phase)
+
+    for budget, confirmed, line in (
+            (250.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
+                       "(1 trial(s) x 2 round(s)) would take 0:03:20 at ~0:01:40 a deployment; "
+                       "0:02:30 of the time budget is left"),
+            (150.0, 0, "confirmation skipped: the full confirmation (1 trial(s) x 2 round(s)) "
+                       "would take 0:03:20 at ~0:01:40 a deployment; 0:00:50 of the time budget "
+                       "is left"),
+            # Room for both rounds; the second is not needed: with one trial no answer is open.
+            (550.0, 1, "confirmation: 1 trial(s) x 2 round(s), about 0:03:20 of 0:04:10 left")):
+        where = tmp_path / f"b{int(budget)}"
+        where.mkdir()
+        plan = make_plan(where, trials=100, references=False, confirm=1, time_budget_s=budget)
+        plan.workdir.mkdir(parents=True)
+        study, _, _ = prepare_study(plan, Heartbeat())
+        start = clock.now
+        start_clock(study, start)
+        setup = TrialSetup(model="", workdir=plan.workdir)
+        StudyRunner(plan, setup, trial_fn=costly, clock=clock).work()
+        searched = clock.now - start
+        said: list[str] = []
+        confirm(study, plan, setup, k=1, trial_fn=costly, say=said.append,
+                budget_end=start + budget, clock=clock)
+        assert clock.now - start <= budget, budget
+        assert clock.now - start - searched == 100.0 * confirmed, budget
+        assert said[0] == line
+
+
+@pytest.mark.parametrize("budget_s", [1800.0, 3600.0])
+def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmation_included(
+        tmp_path, budget_s):
+    """The recorded CPU table replayed (``study.replay``: a stand-in that charges a device
+    clock the recorded start-up, runs and teardown of each deployment), with --confirm 2.
+    A budget is kept in expectation only: at 900 s this replay's first served trial costs
+    406 s and its confirmation deployment, drawing slower recorded runs, 591 s, ending at
+    1009 s; at 300 s the first served trial alone, which nothing predicts, passes it."""
+    from autotune.core.workload.profiles import ProfileOverrides
+    from autotune.study.replay import DeviceClock, Replay
+    from autotune.study.state import start_clock
+    from tests.conftest import SPACES
+    from tests.test_replay import DATA, TABLE
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((DATA / "model-config.json").read_text())
+    plan = build_plan(PlanRequest(
+        workdir=tmp_path, profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
+                                         for p in TABLE.profiles),
+        model=str(model), space_path=str(SPACES / "reference.yaml"), trials=10_000, repeats=2,
+        seed=1, study_name="replay", storage=f"sqlite:///{tmp_path}/replay.db", confirm=2,
+        time_budget_s=budget_s))
+    storage = optuna.storages.InMemoryStorage()
+    study, _, _ = prepare_study(plan, Heartbeat(), storage)
+    clock = DeviceClock()
+    start_clock(study, clock.now)
+    replay = Replay(TABLE, plan.space, plan.ctx, 1, clock)
+    setup = TrialSetup(model="", workdir=plan.workdir)
+    StudyRunner(plan, setup, trial_fn=replay, storage=storage, poll_s=0.01, clock=clock).work()
+    said: list[str] = []
+    confirm(study, plan, setup, k=2, trial_fn=replay, say=said.append, budget_end=budget_s,
+            clock=clock)
+    assert clock.now <= budget_s
+    assert said[0].startswith(("confirmation: ", "confirmation shrunk", "confirmation skipped"))

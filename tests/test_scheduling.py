@@ -297,3 +297,71 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
     relay.drop()
     with pytest.raises(StudyError, match="lost the study storage"):
         riding_out_outages(lambda: count_trials(study), said.append, retries=2, retry_s=0.1)
+
+
+# The confirmation inside the time left (core.analysis.confirmation): pure.
+
+def test_a_confirmation_that_fits_is_planned_as_asked():
+    from autotune.core.analysis.confirmation import plan_confirmation
+
+    p = plan_confirmation([4, 9, 0], 2, left_s=700.0, deployment_s=100.0)
+    assert (p.trials, p.rounds, p.deployments) == ((4, 9, 0), 2, 6)
+    assert p.message == "confirmation: 3 trial(s) x 2 round(s), about 0:10:00 of 0:11:40 left"
+
+
+@pytest.mark.parametrize("left_s, trials, rounds, opening", [
+    (350.0, (4, 9, 0), 1, "confirmation shrunk to 3 trial(s) x 1 round(s): "),
+    (250.0, (4, 9), 1, "confirmation shrunk to 2 trial(s) x 1 round(s) (#4, #9): "),
+    (99.0, (), 0, "confirmation skipped: "),
+], ids=["fewer-rounds", "fewer-finalists", "skipped"])
+def test_a_confirmation_that_does_not_fit_is_cut_rounds_first_then_finalists_and_says_so(
+        left_s, trials, rounds, opening):
+    from autotune.core.analysis.confirmation import hms, plan_confirmation
+
+    p = plan_confirmation([4, 9, 0], 2, left_s=left_s, deployment_s=100.0)
+    assert (p.trials, p.rounds) == (trials, rounds)
+    assert p.deployments * 100.0 <= left_s  # what is planned fits
+    assert p.message == (f"{opening}the full confirmation (3 trial(s) x 2 round(s)) would take "
+                         f"0:10:00 at ~0:01:40 a deployment; {hms(left_s)} of the time budget "
+                         "is left")
+
+
+def test_without_a_budget_or_a_measured_cost_the_asked_confirmation_is_planned():
+    from autotune.core.analysis.confirmation import plan_confirmation
+
+    assert plan_confirmation([1, 2], 3, left_s=None, deployment_s=50.0).deployments == 6
+    unmeasured = plan_confirmation([1, 2], 3, left_s=60.0, deployment_s=None)
+    assert unmeasured.deployments == 6 and "no served trial measured the cost" in unmeasured.message
+
+
+def test_a_shrunk_confirmation_keeps_the_fronts_ends_and_the_baseline_first():
+    from autotune.core.analysis.confirmation import by_priority
+
+    # finalists() lists the front along it, then the baseline.
+    assert by_priority([3, 5, 8, 12, 0], baseline=0) == [3, 12, 0, 5, 8]
+    assert by_priority([3], baseline=None) == [3]
+    assert by_priority([3, 0], baseline=0) == [3, 0]  # the baseline on the front: itself
+
+
+def test_the_cost_of_a_deployment_is_the_mean_wall_of_the_served_trials():
+    from autotune.core.analysis.confirmation import deployment_cost_s
+    from autotune.core.deployment import failures
+    from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+
+    served = {"p": ProfileResult("p", ({"output_throughput": 1.0},))}
+    trials = [TrialOutcome(0, results=served, trial_wall_s=120.0),
+              TrialOutcome(1, results=served, trial_wall_s=80.0),
+              TrialOutcome(2, failure=failures.ENGINE_DIED, trial_wall_s=5.0),  # not served
+              TrialOutcome(3, results=served, trial_wall_s=30.0, raced="beaten")]  # cut short
+    assert deployment_cost_s(trials) == 100.0
+    assert deployment_cost_s(trials[2:3]) is None
+
+
+def test_before_any_deployment_is_measured_the_first_trial_starts_and_says_its_cost_is_unknown():
+    from autotune.core.analysis.scheduling import TimeLeft
+
+    first = TimeLeft(used_s=5.0, budget_s=60.0, trial_s=None, reserve_s=0.0)
+    assert first.fits and "no deployment measured yet, so the next trial's cost is unknown" in first.text
+    after = TimeLeft(used_s=40.0, budget_s=60.0, trial_s=33.0, reserve_s=0.0)
+    assert not after.fits  # its expected end, 73 s, passes the 60 s budget
+    assert not TimeLeft(used_s=10.0, budget_s=60.0, trial_s=20.0, reserve_s=40.0).fits

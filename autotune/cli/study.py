@@ -160,14 +160,24 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
 
 
 def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | None = None,
-             rounds: int = CONFIRM_ROUNDS) -> None:
+             rounds: int = CONFIRM_ROUNDS, budget_s: float | None = None,
+             study_budget: bool = False) -> None:
+    """Confirm the finalists (or ``trials``) inside ``budget_s`` seconds from now (`confirm
+    --time-budget`), or with ``study_budget`` (`run`) inside what is left of the study's time
+    budget, if it has one."""
     from autotune.study.confirm import confirm
+    from autotune.study.state import time_budget
     from autotune.study.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     progress = ConsoleProgress()
-    confirmed = confirm(study, plan, setup, k=k, trials=trials, rounds=rounds, say=progress.message)
-    progress.message(f"confirmed {len(confirmed)} trial(s) in {rounds} more round(s): "
+    end: float | None = None if budget_s is None else time.time() + budget_s
+    if study_budget:
+        seconds, started = time_budget(study)
+        end = None if seconds is None else started + seconds
+    confirmed = confirm(study, plan, setup, k=k, trials=trials, rounds=rounds,
+                        say=progress.message, budget_end=end)
+    progress.message(f"confirmed {len(confirmed)} trial(s): "
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
@@ -219,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The `run` that created the study samples with --seed itself; one that joins varies it.
     code = _work(plan, setup, slots, args, "" if created else hostname())
     if code == 0 and plan.confirm:
-        _confirm(plan, setup, k=plan.confirm)
+        _confirm(plan, setup, k=plan.confirm, study_budget=True)
     return _finish(plan, code)
 
 
@@ -255,6 +265,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")
     check_rounds(args.rounds)  # before the study is read: bad input costs nothing
+    budget = (parse_duration(args.time_budget, "--time-budget")
+              if args.time_budget is not None else None)
     trials = trial_numbers(args.trials) if args.trials is not None else None
     storage = storage_of_args(args)
     study = load_existing(args.study, storage)
@@ -262,7 +274,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                                      model=args.model, trials=None))
     slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]
     plan, setup = _for_this_vllm(plan, args, slot)
-    _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds)
+    _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
     return _finish(plan, 0)
 
 
@@ -340,9 +352,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
                         "--time-budget alone, the time decides)")
     p.add_argument("--time-budget", metavar="DURATION",
-                   help="wall clock for the study, e.g. 20m or 2h: no trial starts whose expected "
-                        "cost (from the trials so far) would overrun it; the confirmation's cost "
-                        "is kept in reserve")
+                   help="wall clock for the study, confirmation included, e.g. 20m or 2h: no "
+                        "deployment starts whose expected end (at the measured cost of a "
+                        "deployment) passes it; the confirmation's cost is kept in reserve, and "
+                        "the confirmation is shrunk or skipped where it no longer fits")
     p.add_argument("--race", action="store_true",
                    help="stop measuring a trial once the front beats it beyond the noise (off by "
                         "default: docs/samplers.md says when it pays)")
@@ -371,7 +384,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_smallest_difference(p)
     add_precision(p)
     p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
-                   help=f"at the end, redeploy up to K front members and the baseline, "
+                   help=f"at the end, redeploy up to K front members and the baseline, up to "
                         f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")
     p.add_argument("--max-model-len", type=int, help="override the space's deployment setting")
     p.add_argument("--tp", type=int, help="override the space's tensor parallel size")
@@ -402,7 +415,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", metavar="A,B", help="confirm these trials instead of the finalists "
                    "(as a tie's cost names them)")
     p.add_argument("--rounds", type=int, default=CONFIRM_ROUNDS,
-                   help=f"interleaved rounds, added to those already stored (default {CONFIRM_ROUNDS})")
+                   help=f"at most this many interleaved rounds, added to those already stored; "
+                        f"after the first, a round redeploys only trials still tied (default "
+                        f"{CONFIRM_ROUNDS}); an unfinished confirmation stored in the study is "
+                        "continued instead")
+    p.add_argument("--time-budget", metavar="DURATION",
+                   help="wall time the confirmation may take (e.g. 30m): it is shrunk to fit at "
+                        "the study's measured cost of a deployment, and no deployment starts "
+                        "that would end past it")
     p.add_argument("--model", help="this node's path of the model (default: the study's)")
     add_deploy_args(p, startup_timeout=False)  # the study's, from its plan
     p.set_defaults(handler=cmd_confirm)

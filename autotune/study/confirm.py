@@ -2,26 +2,39 @@
 deployed again and measured in interleaved rounds (A, B, base, then B, base, A, ...), so that
 drift of the machine hits every finalist alike. A capacity profile is not searched again:
 each redeployment re-probes the boundary the trial's search found (``BenchPlan.around``).
-The confirmed runs are stored apart from the search's and added to those of earlier
-confirmations (``state.add_confirmed``); they are what recommendations, exports and reports
-use."""
+
+It is planned inside the time budget (``core.analysis.confirmation.plan_confirmation``), and
+after the first round a round redeploys only the finalists whose answer is still open
+(``open_finalists``). Each deployment's runs are stored the moment it is torn down
+(``state.add_confirmed``, one call per deployment), and the confirmation's plan with the
+deployments it finished (``state.write_confirmation``): an interrupted confirmation keeps them,
+and `confirm` run again continues it. The confirmed runs are what recommendations, exports and
+reports use."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 
 import optuna
 
+from autotune.core.analysis.confirmation import (
+    by_priority,
+    deployment_cost_s,
+    hms,
+    open_finalists,
+    plan_confirmation,
+)
 from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.plans import StudyPlan
 from autotune.study.records import study_data
-from autotune.study.state import add_confirmed
+from autotune.study.state import add_confirmed, read_confirmation, write_confirmation
 from autotune.study.trial import TrialFunction, TrialSetup, run_trial
 
-CONFIRM_ROUNDS = 2  # rounds of a confirmation: every finalist deployed once per round
+CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
 
 
 def check_rounds(rounds: int) -> None:
@@ -41,36 +54,109 @@ def chosen_trials(data: StudyData, numbers: Sequence[int]) -> list[TrialOutcome]
     return [served[n] for n in dict.fromkeys(numbers)]
 
 
+def _unfinished(stored: dict, trials: Sequence[int] | None) -> bool:
+    """A stored confirmation that did not finish, and that this call asks for again (the
+    finalists, or the same trials)."""
+    return bool(stored.get("trials")) and not stored.get("finished") and (
+        trials is None or set(trials) == set(stored["trials"]))
+
+
 def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int = 0,
             trials: Sequence[int] | None = None, rounds: int = CONFIRM_ROUNDS,
             trial_fn: TrialFunction = run_trial,
-            say: Callable[[str], None] = lambda text: None) -> dict[int, dict[str, ProfileResult]]:
-    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) ``rounds`` times,
-    rotating the order every round; add the runs of every profile per trial to those stored,
-    and return this confirmation's. A trial that fails a redeployment keeps the runs of the
-    rounds it served, and the failure is said."""
+            say: Callable[[str], None] = lambda text: None,
+            budget_end: float | None = None,
+            clock: Callable[[], float] = time.time) -> dict[int, dict[str, ProfileResult]]:
+    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) for up to ``rounds``
+    rounds, rotating the order every round; from the second round on, only the finalists
+    whose answer is still open. With ``budget_end`` (epoch seconds) the confirmation is
+    planned to fit and no deployment starts whose expected end passes it. An unfinished
+    confirmation stored in the study is continued instead of starting a new one. Returns the
+    runs this call added; a trial that fails a redeployment keeps the runs of the rounds it
+    served, and the failure is said."""
     check_rounds(rounds)
     data = study_data(study, confirmed=False)
-    chosen = finalists(data, k) if trials is None else chosen_trials(data, trials)
-    base = plan.workdir / "trials" / plan.study_name
-    earlier = {t.number: len(list(base.glob(f"confirm-{t.number:04d}-*"))) for t in chosen}
+    served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
+    stored = read_confirmation(study)
+    cost = deployment_cost_s(data.outcomes)
+    if _unfinished(stored, trials):
+        state = stored
+        say(f"continuing the confirmation stored in the study: {len(state['done'])} of up to "
+            f"{len(state['trials']) * state['rounds']} deployment(s) done")
+    else:
+        if trials is None:
+            base = data.baseline.number if data.baseline is not None else None
+            numbers = by_priority([t.number for t in finalists(data, k)], base)
+        else:
+            numbers = [t.number for t in chosen_trials(data, trials)]
+        left = None if budget_end is None else max(budget_end - clock(), 0.0)
+        planned = plan_confirmation(numbers, rounds, left_s=left, deployment_s=cost)
+        say(planned.message)
+        state = {"trials": list(planned.trials), "rounds": planned.rounds, "done": [],
+                 "round_trials": {}, "deployed": stored.get("deployed", {}),
+                 "finished": not planned.trials}
+        write_confirmation(study, state)
+    chosen = [served[n] for n in state["trials"] if n in served]
+    if not chosen:
+        return {}
+    done = {(r, n) for r, n in state["done"]}
+    deployed: dict[str, int] = dict(state.get("deployed", {}))
+    walls: list[float] = []
     runs: dict[int, dict[str, list]] = {t.number: {} for t in chosen}
-    for r in range(rounds):
-        order = chosen[r % len(chosen):] + chosen[:r % len(chosen)] if chosen else []
+    folder = plan.workdir / "trials" / plan.study_name
+    total = state["rounds"]
+    stop, budget_ended = "", False
+    for r in range(total):
+        members = state["round_trials"].get(str(r))
+        if members is None:
+            members = [t.number for t in chosen]
+            if r > 0:
+                decision = open_finalists(study_data(study), members, plan.request.smallest_difference)
+                if not decision.open:
+                    stop = decision.reason
+                    break
+                say(f"confirm round {r + 1}/{total}: {decision.reason}")
+                members = list(decision.open)
+            state["round_trials"][str(r)] = members
+            write_confirmation(study, state)
+        these = [served[n] for n in members if n in served]
+        order = these[r % len(these):] + these[:r % len(these)] if these else []
         for i, t in enumerate(order):
-            tag = f"confirm round {r + 1}/{rounds}, {i + 1}/{len(order)}: trial {t.label}"
-            here = dataclasses.replace(
-                setup, model=plan.model.name,
-                workdir=base / f"confirm-{t.number:04d}-{earlier[t.number] + r + 1}")
+            if (r, t.number) in done:
+                continue
+            each = sum(walls) / len(walls) if walls else cost
+            now = clock()
+            if budget_end is not None and (now >= budget_end or (
+                    each is not None and now + each > budget_end)):
+                stop = (f"confirmation stops: the time budget ends ({hms(max(budget_end - now, 0))} "
+                        f"left, a deployment takes ~{hms(each or 0)}); `autotune confirm --study "
+                        f"{plan.study_name}` continues it")
+                budget_ended = True
+                break
+            tag = f"confirm round {r + 1}/{total}, {i + 1}/{len(order)}: trial {t.label}"
+            count = deployed.get(str(t.number), 0) + 1
+            while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
+                count += 1
+            here = dataclasses.replace(setup, model=plan.model.name,
+                                       workdir=folder / f"confirm-{t.number:04d}-{count}")
             bench = dataclasses.replace(plan.bench, around={
                 p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
             m = trial_fn(t.argv, bench, here, lambda ph, tag=tag: say(f"{tag}: {ph}"))
+            walls.append(clock() - now)
             if m.failure is not None:
                 say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
-                continue
-            for profile, result in m.results.items():
-                runs[t.number].setdefault(profile, []).extend(result.runs)
-    confirmed = {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
-                 for n, by_profile in runs.items() if by_profile}
-    add_confirmed(study, confirmed)
-    return confirmed
+            elif m.results:
+                add_confirmed(study, {t.number: dict(m.results)})  # this deployment, stored now
+                for profile, result in m.results.items():
+                    runs[t.number].setdefault(profile, []).extend(result.runs)
+            deployed[str(t.number)] = count
+            state["done"].append([r, t.number])
+            state["deployed"] = deployed
+            write_confirmation(study, state)
+        if stop:
+            break
+    state["finished"] = not budget_ended  # one the budget cut short is continued by `confirm`
+    write_confirmation(study, state)
+    say(stop or f"confirmation done: {len(state['done'])} deployment(s) in {total} round(s)")
+    return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
+            for n, by_profile in runs.items() if by_profile}

@@ -13,7 +13,10 @@ or ours) is run once more, and a second such failure stops the study (``StudyErr
 configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
 running trial's engine is resampled (the skipped trial is stored as FAIL with ``skipped``); one
 of a measured trial's engine is a copy, never deployed: COMPLETE with that trial's values for
-the sampler, marked ``same_engine_as``, out of the budget and of every analysis. vLLM's
+the sampler, marked ``same_engine_as``, out of the budget and of every analysis. A measured
+engine is never deployed again: the search stops once every configuration the space can draw
+is measured, or once the sampler drew only measured engines ``MAX_RESAMPLES`` times in a row
+(it has converged), and the rest of the budget goes to the confirmation. vLLM's
 verdict on the flags, reached while resolving the engine, goes to the trial with its setup
 (``TrialSetup.validated``): vLLM checks each configuration once. SIGINT tears
 the server down and marks the trial FAIL (interrupted). Printing is left to the caller through
@@ -38,12 +41,12 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
+from autotune.core.analysis.confirmation import deployment_cost_s
 from autotune.core.analysis.scheduling import (
     Claim,
     Step,
     TimeLeft,
     duplicate_of,
-    expected_trial_s,
     next_step,
     over_budget,
     position,
@@ -52,11 +55,11 @@ from autotune.core.analysis.scheduling import (
 from autotune.core.analysis.study_data import StudyData, finalists, incumbents
 from autotune.core.deployment import failures
 from autotune.core.deployment.flags import to_argv
-from autotune.core.space.search_space import params_key, sample
+from autotune.core.space.search_space import drawable_points, params_key, sample
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.verdict import judge
-from autotune.errors import StudyError
+from autotune.errors import SpaceError, StudyError
 from autotune.shell.validation import engine_identity
 from autotune.study import optuna_internals
 from autotune.study.confirm import CONFIRM_ROUNDS
@@ -79,7 +82,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-MAX_RESAMPLES = 10  # consecutive duplicate samples before a duplicate is measured again
+MAX_RESAMPLES = 10  # consecutive samples of measured engines after which the search stops
 
 
 class Progress(Protocol):
@@ -140,6 +143,8 @@ class StudyRunner:
     # argv -> the engine it resolves to; None: vLLM's resolution through setup.validator
     engine_id: Callable[[Sequence[str]], str] | None = None
     _resamples: int = 0
+    _drawable: frozenset[str] | None = None  # params keys the space can draw (None: not listable)
+    _drawable_known: bool = False
 
     def work(self) -> optuna.Study:
         plan = self.plan
@@ -176,6 +181,10 @@ class StudyRunner:
                 time.sleep(self.poll_s)
                 continue
             waiting_said = False
+            done = self._search_done(study)
+            if done:
+                self.progress.message(f"search stops: {done}")
+                return study
             left = time_left(study, plan, now=self.clock())
             if left is not None and not left.fits:
                 self.progress.message(f"time budget: no new trial starts ({left.text})")
@@ -184,6 +193,30 @@ class StudyRunner:
                 self.progress.message(left.text)
                 time_said = now.finished
             self._one_trial(study, storage, store)
+
+    def _search_done(self, study: optuna.Study) -> str:
+        """Why the search has nothing left to measure ("" while it has): every configuration
+        the space can draw is held by a finished trial, or the sampler drew only measured
+        engines ``MAX_RESAMPLES`` times in a row."""
+        if self._resamples >= MAX_RESAMPLES:
+            return (f"the sampler drew only measured engines {self._resamples} times in a row: "
+                    "the search has converged")
+        if not self._drawable_known:
+            self._drawable_known = True
+            try:
+                self._drawable = frozenset(params_key(p) for p in
+                                           drawable_points(self.plan.space, self.plan.ctx))
+            except SpaceError:  # a continuous parameter: the space cannot be listed
+                self._drawable = None
+        if not self._drawable:
+            return ""
+        held = [read_outcome(t) for t in study.get_trials(deepcopy=False,
+                                                          states=(TrialState.COMPLETE,))]
+        keys = {o.key for o in held}
+        if not self._drawable <= keys:
+            return ""
+        engines = {o.engine or o.key for o in held if o.key in self._drawable}
+        return f"all {len(engines)} distinct engine(s) of the space are measured"
 
     def _one_trial(self, study: optuna.Study, storage: BaseStorage,
                    store: FileSystemArtifactStore) -> None:
@@ -234,7 +267,7 @@ class StudyRunner:
         same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
         frozen = optuna_internals.stored_trial(study, trial)
         enqueued = optuna_internals.was_enqueued(frozen)
-        again = same is not None and not same.failed and self._resamples < MAX_RESAMPLES
+        again = same is not None and not same.failed
         if again and same.running and not enqueued:
             self._resamples += 1
             self._skip(study, trial, f"same engine as #{same.number}; resampled")
@@ -397,15 +430,14 @@ def run_seconds(data: StudyData) -> dict[str, float]:
 
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
-    of a trial from the finished ones, and the confirmation's cost kept in reserve (each
-    finalist and the baseline deployed once per round, at a served trial's cost)."""
+    of a deployment, measured on the served trials (``deployment_cost_s``; None before the
+    first), and the confirmation's cost kept in reserve (each finalist and the baseline
+    deployed once per round, at that cost)."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False)
-    walls = [t.trial_wall_s for t in data.outcomes if t.trial_wall_s and not t.skipped]
-    served = [t.trial_wall_s for t in data.outcomes if t.trial_wall_s and t.results and not t.raced]
+    cost = deployment_cost_s(data.outcomes)
     deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
-    reserve = deployed * CONFIRM_ROUNDS * statistics.fmean(served) if plan.confirm and served else 0.0
-    return TimeLeft(used_s=now - started, budget_s=seconds,
-                    trial_s=expected_trial_s(walls), reserve_s=reserve)
+    reserve = deployed * CONFIRM_ROUNDS * cost if plan.confirm and cost else 0.0
+    return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)

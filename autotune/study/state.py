@@ -106,3 +106,18 @@ def add_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, Profil
             if res.runs:
                 mine.setdefault(p, []).append([dict(r) for r in res.runs])
     study.set_user_attr(_CONFIRMED, stored)
+
+
+_CONFIRMATION = "confirmation"  # the last confirmation's plan and the deployments it finished
+
+
+def read_confirmation(study: optuna.Study) -> dict:
+    """The stored plan of the study's last confirmation: ``trials`` (numbers, by priority),
+    ``rounds``, ``done`` ([round, trial] per deployment finished, failed ones included) and
+    ``deployed`` (trial number -> confirmation deployments of it so far, every confirmation's);
+    {} before any."""
+    return dict(study.user_attrs.get(_CONFIRMATION, {}))
+
+
+def write_confirmation(study: optuna.Study, confirmation: Mapping) -> None:
+    study.set_user_attr(_CONFIRMATION, dict(confirmation))

@@ -82,7 +82,7 @@ class TimeLeft:
 
     used_s: float
     budget_s: float
-    trial_s: float | None  # expected cost of one more trial (None: nothing measured yet)
+    trial_s: float | None  # expected cost of one more trial: a deployment's (None: none measured)
     reserve_s: float  # kept for the confirmation at the end
 
     @property
@@ -110,12 +110,7 @@ class TimeLeft:
             return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
         more = (f"about {self.trials_to_come} more trial(s) of ~{hms(self.trial_s)}"
-                if self.trial_s else "no trial measured yet")
+                if self.trial_s else "no deployment measured yet, so the next trial's cost is "
+                "unknown: it starts while time is left")
         return (f"time used {hms(self.used_s)} of {hms(self.budget_s)}, {hms(self.left_s)} left: "
                 f"{more}, {hms(self.reserve_s)} kept for confirmation")
-
-
-def expected_trial_s(walls: Sequence[float]) -> float | None:
-    """The expected wall seconds of the next trial: the mean of the finished ones (cheap
-    rejections included, as the next one may be one)."""
-    return sum(walls) / len(walls) if walls else None
