@@ -12,6 +12,7 @@ facts, the search space, the profiles' request sources, the parsed objectives an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,12 @@ def model_context(space: SearchSpace, model: ModelInfo, max_model_len: int | Non
 
 
 def default_study_name(model: str, space: str, profiles: list[str]) -> str:
-    base = Path(model.rstrip("/")).name or model.replace("/", "-")
-    return f"{base}-{space}-{'+'.join(profiles)}"
+    """A new study's default name, short enough to type: the model's folder name (up to 24
+    characters) and 6 hex digits of the study's shape (model, space, profiles), distinct for
+    each shape. Only new studies get it: a stored study keeps its name."""
+    base = (Path(model.rstrip("/")).name or model.replace("/", "-"))[:24]
+    shape = hashlib.sha256("\0".join([model, space, *profiles]).encode()).hexdigest()[:6]
+    return f"{base}-{shape}"
 
 
 def build_plan(request: PlanRequest, say: Any = lambda text: None, *,

@@ -7,6 +7,7 @@ them); the study's own attributes are ``study.state``'s.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -56,4 +57,11 @@ def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
                      defaults=plan.defaults if plan else {},
                      loads={p.name: p.load for p in plan.profiles} if plan else {},
                      repeats=plan.repeats if plan else 1,
-                     confirmed=frozenset(t.number for t in found if t.number in again))
+                     confirmed=frozenset(t.number for t in found if t.number in again),
+                     deployment_s=deployment_seconds(found))
+
+
+def deployment_seconds(found: list[TrialOutcome]) -> float | None:
+    """One deployment's measured cost: the median whole-trial wall time of served trials."""
+    walls = [t.trial_wall_s for t in found if t.results and t.trial_wall_s]
+    return statistics.median(walls) if walls else None
