@@ -237,5 +237,5 @@ def test_a_new_studys_default_name_is_short_and_distinct_per_shape():
     model = "/models/Qwen3-30B-A3B-Instruct-2507-FP8-dynamic"
     a = default_study_name(model, "default", ["low-concurrency", "high-concurrency"])
     b = default_study_name(model, "default", ["low-concurrency"])
-    assert a != b and len(a) <= 31 and a.startswith("Qwen3-30B-A3B-Instruct-2")
+    assert a != b and len(a) <= 39 and a.startswith("Qwen3-30B-A3B-Instruct-2507-FP8-")
     assert a == default_study_name(model, "default", ["low-concurrency", "high-concurrency"])

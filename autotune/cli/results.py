@@ -69,7 +69,7 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True,
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
     for t in data.front():
-        cells = [breakable(t.label, width)]
+        cells = [breakable(t.label + (" (confirmed)" if t.number in data.confirmed else ""), width)]
         for o in data.objectives:
             cells.append(data.objective_estimate(t, o).text)
             if data.baseline is not None:
@@ -123,8 +123,8 @@ def print_front_and_recommendations(data: StudyData, title: str,
                                     tie: TieSettings | None = None) -> None:
     if print_front(data, title):
         print_recommendations(data, tie.study if tie else title, tie, uses_of(data))
-        out.print("the full explanation of each: autotune recommend --explain --study "
-                  f"{shlex.quote(tie.study if tie else title)} --for USE", soft_wrap=True,
+        out.print("why, in full: autotune recommend --explain --study "
+                  f"{shlex.quote(tie.study if tie else title)}", soft_wrap=True,
                   markup=False, highlight=False)
 
 

@@ -15,8 +15,10 @@ from autotune.core.analysis.recommend import (
     SMALLEST_DIFFERENCE,
     USES,
     NoFeasibleTrial,
+    Recommendation,
     TieSettings,
     recommend,
+    table,
 )
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
@@ -59,13 +61,20 @@ def study_note(study_name: str, data: StudyData, smallest_difference: float = SM
              f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}"
              + (f" (confirmed: {', '.join(f'#{n}' for n in sorted(data.confirmed))})."
                 if data.confirmed else "."), ""]
+    recs: list[Recommendation | str] = []
     for use in USES:
         try:
-            rec = recommend(data, use, TieSettings(study_name, smallest_difference))
+            recs.append(recommend(data, use, TieSettings(study_name, smallest_difference)))
         except NoFeasibleTrial as exc:
-            lines += [f"**{use}**: {exc}", ""]
+            recs.append(f"**{use}**: {exc}")
+    if any(not isinstance(r, str) for r in recs):
+        lines += ["```", *table(data, [r for r in recs if not isinstance(r, str)], study_name),
+                  "```", ""]
+    for rec in recs:
+        if isinstance(rec, str):
+            lines += [rec, ""]
             continue
-        lines += [f"**{use}**: {rec.reason}", "", "```",
+        lines += [f"**{rec.use}**: {rec.reason}", "", "```",
                   launch_command(rec.trial.model, rec.trial.argv), "```", ""]
     return "\n".join(lines)
 

@@ -142,11 +142,13 @@ def model_context(space: SearchSpace, model: ModelInfo, max_model_len: int | Non
 
 
 def default_study_name(model: str, space: str, profiles: list[str]) -> str:
-    """A new study's default name, short enough to type: the model's folder name (up to 24
-    characters) and 6 hex digits of the study's shape (model, space, profiles), distinct for
-    each shape. Only new studies get it: a stored study keeps its name."""
-    base = (Path(model.rstrip("/")).name or model.replace("/", "-"))[:24]
-    shape = hashlib.sha256("\0".join([model, space, *profiles]).encode()).hexdigest()[:6]
+    """A new study's default name, short enough to type: the model's folder name (up to 32
+    characters) and 6 hex digits of the study's shape (that name, space, profiles), distinct
+    for each shape and the same on every machine. Only new studies get it: a stored study
+    keeps its name (`autotune studies` lists them)."""
+    full = Path(model.rstrip("/")).name or model.replace("/", "-")
+    shape = hashlib.sha256("\0".join([full, space, *profiles]).encode()).hexdigest()[:6]
+    base = full[:32]
     return f"{base}-{shape}"
 
 
