@@ -74,6 +74,8 @@ def test_a_price_beyond_any_sensible_budget_says_so_and_what_lowers_it():
     assert "--precision" in cost.time_text and "--smallest-difference" in cost.time_text
     cheap = TieCost((1, 2), "x", 5.0, 0.8, 1, (), "n", "c", deployment_s=60.0, study_s=420.0)
     assert not cheap.beyond_budget and "beyond" not in cheap.time_text
+    short_study = TieCost((1, 2), "x", 5.0, 0.8, 2, (), "n", "c", deployment_s=60.0, study_s=5.0)
+    assert not short_study.beyond_budget  # 4 min: never beyond, however short the study
     unknown = TieCost((1, 2), "x", 5.0, 0.8, 3, (), "n", "c")
     assert unknown.seconds is None and unknown.price == "3 round(s)"
 

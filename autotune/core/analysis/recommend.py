@@ -26,6 +26,7 @@ USES = ("interactive", "throughput", "balanced")
 SMALLEST_DIFFERENCE = 0.05  # the relative difference worth caring about, unless a study says
 BEYOND_BUDGET_S = 8 * 3600  # a tie's price past this (or 10 times the study's own time) is said
 BEYOND_STUDY_FACTOR = 10
+BEYOND_FLOOR_S = 600  # never beyond a sensible budget below this, however short the study
 TABLE_WIDTH = 80
 
 
@@ -80,10 +81,12 @@ class TieCost:
 
     @property
     def beyond_budget(self) -> bool:
-        """Past any sensible budget: more than 8 h, or 10 times the study's own time."""
+        """Past any sensible budget: more than 8 h, or 10 times the study's own time (and more
+        than 10 minutes)."""
         s = self.seconds
         return s is not None and (s > BEYOND_BUDGET_S or (
-            bool(self.study_s) and s > BEYOND_STUDY_FACTOR * (self.study_s or 0.0)))
+            bool(self.study_s) and s > max(BEYOND_STUDY_FACTOR * (self.study_s or 0.0),
+                                           BEYOND_FLOOR_S)))
 
     @property
     def price(self) -> str:
@@ -95,17 +98,19 @@ class TieCost:
 
     @property
     def time_text(self) -> str:
-        """The price in time with what lowers it when it is beyond any sensible budget."""
+        """The price in time, as sentences, with what lowers it when it is beyond any sensible
+        budget."""
         s = self.seconds
         if s is None:
-            return " (no deployment measured yet: no price in time)"
-        text = (f" ({self.deployments} deployment(s) of about {duration_text(self.deployment_s or 0)}"
-                f": about {duration_text(s)} of deployments)")
+            return " No deployment of this study is measured yet: no price in time."
+        text = (f" That is {self.deployments} deployment(s) of about "
+                f"{duration_text(self.deployment_s or 0)}: about {duration_text(s)} of "
+                "deployments.")
         if self.beyond_budget:
-            text += (f". That is beyond any sensible budget (more than 8 h, or more than 10 times "
+            text += (f" That is beyond any sensible budget (more than 8 h, or more than 10 times "
                      f"this study's {duration_text(self.study_s or 0)}); it falls with more "
                      f"requests per run (a smaller `--precision` target) or a larger "
-                     f"`--smallest-difference` than {self.smallest_difference_pct:g}%")
+                     f"`--smallest-difference` than {self.smallest_difference_pct:g}%.")
         return text
 
     @property
@@ -122,8 +127,8 @@ class TieCost:
         return (f" To resolve the tie: {self.rounds} more confirmation round(s) of trials "
                 f"{', '.join(f'#{n}' for n in self.trials)} (each deploys every one of them "
                 f"once) would separate a true difference of {d} on {self.objective} "
-                f"{self.power:.0%} of the time (two-sided 5%; noise {self.noise})"
-                f"{self.time_text}: `{self.command}`. Observed: {seen}.")
+                f"{self.power:.0%} of the time (two-sided 5%; noise {self.noise}): "
+                f"`{self.command}`.{self.time_text} Observed: {seen}.")
 
 
 @dataclass(frozen=True)
