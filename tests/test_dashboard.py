@@ -58,9 +58,10 @@ def study_detail(app, name: str) -> dict:
 def test_the_dashboard_serves_metric_names_notes_attributes_and_feasibility(app):
     detail = study_detail(app, "s4")
     assert detail["objective_names"] == METRICS
-    assert "**interactive**" in detail["note"]["body"] and "vllm serve MODEL" in detail["note"]["body"]
+    assert "**interactive**" in detail["note"]["body"] and "vllm serve /" in detail["note"]["body"]
     good, crashed = detail["trials"][0], detail["trials"][1]
     assert good["constraints"] == [0.0] and crashed["constraints"] == [1.0]
+    assert "inf" not in crashed["values"]  # told finite: the plot's axis never reads "inf"
     assert "## Trial 0: reference `o0`" in good["note"]["body"]
     assert "**Infeasible: engine_died**" in crashed["note"]["body"]
     attrs = {a["key"]: a["value"] for a in good["user_attrs"]}

@@ -172,7 +172,7 @@ def test_recommend_prints_the_cost_of_a_tie_with_the_command_that_resolves_it(tm
                  "--study", "published"]) == 0
     capsys.readouterr()
     # The published table has one run per configuration: the assumed noise (log-sd 0.08).
-    assert main(["recommend", "--study", "published", "--for", "interactive",
+    assert main(["recommend", "--study", "published", "--for", "interactive", "--explain",
                  "--smallest-difference", "3%"]) == 0
     rounds = rounds_to_separate(0.03, Noise(0.08, math.inf, "assumed"), runs_per_round=1,
                                 runs_now=(1, 1))  # the search deployed each once

@@ -223,7 +223,8 @@ def storage_of_args(args: argparse.Namespace) -> str:
 
 
 def add_study_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--study", required=required)
+    p.add_argument("--study", required=required,
+                   help="the study's name in the storage (`autotune studies` lists them)")
     p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
                    "sqlite:///<workdir>/autotune.db)")
 

@@ -4,6 +4,8 @@ study. All but import-results only read: they never create a file, folder or dat
 from __future__ import annotations
 
 import argparse
+import datetime
+import shlex
 from pathlib import Path
 
 from rich.table import Table
@@ -22,7 +24,14 @@ from autotune.cli.common import (
     print_fitting,
     storage_of_args,
 )
-from autotune.core.analysis.recommend import USES, NoFeasibleTrial, TieSettings, recommend
+from autotune.core.analysis.recommend import (
+    USES,
+    NoFeasibleTrial,
+    Recommendation,
+    TieSettings,
+    recommend,
+)
+from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.metrics.registry import SUMMARY_METRICS
@@ -31,6 +40,8 @@ from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.study.plans import DEFAULT_REFERENCES
+
+_EPOCH = datetime.datetime(1970, 1, 1)
 
 
 def _data(args: argparse.Namespace):
@@ -58,7 +69,7 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True,
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
     for t in data.front():
-        cells = [breakable(t.label, width)]
+        cells = [breakable(t.label + (" (confirmed)" if t.number in data.confirmed else ""), width)]
         for o in data.objectives:
             cells.append(data.objective_estimate(t, o).text)
             if data.baseline is not None:
@@ -85,11 +96,36 @@ def print_front(data: StudyData, title: str) -> bool:
     return True
 
 
+def uses_of(data: StudyData) -> tuple[str, ...]:
+    return USES if len(data.objectives) > 1 else ("throughput",)  # one objective: the best
+
+
+def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
+                          uses: tuple[str, ...], *, explain: bool = False) -> None:
+    """One compact table (a row per use, 80 columns, export commands under it); with
+    ``explain``, every use's full text instead."""
+    recs: list[Recommendation | str] = []
+    for use in uses:
+        try:
+            recs.append(recommend(data, use, tie))
+        except NoFeasibleTrial as exc:
+            recs.append(f"{use}: {exc}")
+    if explain:
+        for r in recs:
+            out.print(r if isinstance(r, str) else f"[bold]{r.use}[/bold]: {r.reason}",
+                      soft_wrap=True)
+        return
+    for line in recommendation_table(data, recs, study):
+        out.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
 def print_front_and_recommendations(data: StudyData, title: str,
                                     tie: TieSettings | None = None) -> None:
     if print_front(data, title):
-        for use in USES if len(data.objectives) > 1 else ("throughput",):  # one objective: the best
-            out.print(f"[bold]{use}[/bold]: {recommend(data, use, tie).reason}", soft_wrap=True)
+        print_recommendations(data, tie.study if tie else title, tie, uses_of(data))
+        out.print("why, in full: autotune recommend --explain --study "
+                  f"{shlex.quote(tie.study if tie else title)}", soft_wrap=True,
+                  markup=False, highlight=False)
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
@@ -103,11 +139,41 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     smallest = parse_percent(args.smallest_difference, "--smallest-difference")
     study = load_existing(args.study, storage_of_args(args))
-    try:
-        rec = recommend(study_data(study), args.use, TieSettings(study.study_name, smallest))
-    except NoFeasibleTrial as exc:
-        raise ConfigError(f"--study {args.study}: {exc}") from None
-    out.print(rec.reason, soft_wrap=True)
+    data = study_data(study)
+    if not data.feasible:
+        raise ConfigError(f"--study {args.study}: no feasible trial in the study yet: "
+                          "run more trials first")
+    uses = (args.use,) if args.use else uses_of(data)
+    print_recommendations(data, study.study_name, TieSettings(study.study_name, smallest), uses,
+                          explain=args.explain)
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    """Every study in the storage: name, trials, finished, front size, created. Reads only: a
+    storage that does not exist is an error, never created."""
+    import optuna
+
+    from autotune.study.records import study_data
+    from autotune.study.storage import open_existing, redact
+
+    storage = storage_of_args(args)
+    rdb = open_existing(storage)
+    summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
+    if not summaries:
+        out.print(f"no study in {redact(storage)}", soft_wrap=True)
+        return 0
+    table = Table(title=f"studies in {redact(storage)}")
+    for col in ("study", "trials", "finished", "front", "created"):
+        table.add_column(col, justify="left" if col in ("study", "created") else "right",
+                         overflow="fold")
+    for s in sorted(summaries, key=lambda s: s.datetime_start or _EPOCH):
+        study = optuna.load_study(study_name=s.study_name, storage=rdb)
+        data = study_data(study)
+        created = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else "-"
+        table.add_row(s.study_name, str(s.n_trials), str(len(data.outcomes)),
+                      str(len(data.front())) if data.objectives else "-", created)
+    out.print(table)
     return 0
 
 
@@ -229,18 +295,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_study_args(p)
     p.set_defaults(handler=cmd_pareto)
 
-    p = sub.add_parser("recommend", help="pick a trial for a use and say why, ties included")
+    p = sub.add_parser("recommend", help="pick a trial for each use: one compact table (--explain: "
+                       "the full reasoning), ties with their price in device time")
     add_study_args(p)
-    p.add_argument("--for", dest="use", choices=USES, required=True)
+    p.add_argument("--for", dest="use", choices=USES,
+                   help="the use to recommend for: interactive (best on the lowest-concurrency "
+                        "profile's objective), throughput (the highest's), balanced (the knee of "
+                        "the front) (default: every use)")
+    p.add_argument("--explain", action="store_true",
+                   help="the full text of each recommendation: why, ties, what resolving them takes")
     add_smallest_difference(p)
     p.set_defaults(handler=cmd_recommend)
+
+    p = sub.add_parser("studies", help="the studies in a storage: name, trials, finished, front "
+                       "size, created (reads only)")
+    p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
+                   "sqlite:///<workdir>/autotune.db)")
+    p.set_defaults(handler=cmd_studies)
 
     p = sub.add_parser("export", help="launch flags of a trial: shell command, vllm serve --config YAML, JSON")
     add_study_args(p)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--trial", type=int)
-    g.add_argument("--for", dest="use", choices=USES)
-    p.add_argument("--format", choices=("shell", "yaml", "json"), default="shell")
+    g.add_argument("--trial", type=int, metavar="N",
+                   help="the trial numbered N (as `pareto` and `recommend` show it, #N)")
+    g.add_argument("--for", dest="use", choices=USES,
+                   help="the trial `recommend --for USE` picks (default: balanced, the knee of "
+                        "the front, when neither --trial nor --for is given)")
+    p.add_argument("--format", choices=("shell", "yaml", "json"), default="shell",
+                   help="shell: a `vllm serve` command line; yaml: a `vllm serve --config` file; "
+                        "json: model, argv and config (default shell)")
     p.add_argument("--output", help="write to this file instead of stdout")
     p.add_argument("--verify", action="store_true",
                    help="relaunch the exported configuration, re-benchmark it, print the difference")

@@ -28,7 +28,8 @@ from autotune.core.analysis.confirmation import (
 )
 from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, StudyError
+from autotune.study.notes import write_notes
 from autotune.study.plans import StudyPlan
 from autotune.study.records import study_data
 from autotune.study.state import add_confirmed, read_confirmation, write_confirmation
@@ -158,5 +159,9 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     state["finished"] = not budget_ended  # one the budget cut short is continued by `confirm`
     write_confirmation(study, state)
     say(stop or f"confirmation done: {len(state['done'])} deployment(s) in {total} round(s)")
+    try:  # the dashboard's notes tell the confirmed numbers, as `pareto` does
+        write_notes(study, plan)
+    except StudyError as exc:
+        say(str(exc))
     return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
             for n, by_profile in runs.items() if by_profile}

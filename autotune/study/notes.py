@@ -1,14 +1,24 @@
-"""What optuna-dashboard shows of a study: trial notes and the study note, as Markdown (saved
-with ``optuna_dashboard.save_note`` by the runner). Pure text from ``StudyData``."""
+"""What optuna-dashboard shows of a study: trial notes and the study note, as Markdown from
+``StudyData`` (``trial_note``, ``study_note``: pure text). The runner saves them as each trial
+ends, from the search's numbers; ``write_notes`` rewrites them all from the confirmed numbers
+(``study_data(confirmed=True)``, what `pareto` and `recommend` read) after a confirmation, so
+that the dashboard tells the same story. Launch commands are shell-quoted: they survive a paste.
+"""
 
 from __future__ import annotations
+
+import shlex
+
+import optuna
 
 from autotune.core.analysis.recommend import (
     SMALLEST_DIFFERENCE,
     USES,
     NoFeasibleTrial,
+    Recommendation,
     TieSettings,
     recommend,
+    table,
 )
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
@@ -40,7 +50,7 @@ def trial_note(t, data: StudyData) -> str:
         lines += ["", f"Capacity ({profile}, SLOs {', '.join(search.limits)}): "
                   f"{boundary_text(search)}. The curve is drawn by `autotune report`; every "
                   f"probe is in the trial's artifact `capacity-{profile}.json`."]
-    lines += ["", "Launch flags:", "", "```", "vllm serve MODEL " + " ".join(t.argv), "```"]
+    lines += ["", "Launch flags:", "", "```", launch_command(t.model, t.argv), "```"]
     return "\n".join(lines)
 
 
@@ -51,13 +61,49 @@ def study_note(study_name: str, data: StudyData, smallest_difference: float = SM
     lines = [f"## {study_name}", "",
              f"{len(data.outcomes)} finished trials, {len(feasible)} feasible. Objectives: "
              + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ".",
-             f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}.", ""]
+             f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}"
+             + (f" (confirmed: {', '.join(f'#{n}' for n in sorted(data.confirmed))})."
+                if data.confirmed else "."), ""]
+    recs: list[Recommendation | str] = []
     for use in USES:
         try:
-            rec = recommend(data, use, TieSettings(study_name, smallest_difference))
+            recs.append(recommend(data, use, TieSettings(study_name, smallest_difference)))
         except NoFeasibleTrial as exc:
-            lines += [f"**{use}**: {exc}", ""]
+            recs.append(f"**{use}**: {exc}")
+    if any(not isinstance(r, str) for r in recs):
+        lines += ["```", *table(data, [r for r in recs if not isinstance(r, str)], study_name),
+                  "```", ""]
+    for rec in recs:
+        if isinstance(rec, str):
+            lines += [rec, ""]
             continue
-        lines += [f"**{use}**: {rec.reason}", "", "```",
-                  "vllm serve MODEL " + " ".join(rec.trial.argv), "```", ""]
+        lines += [f"**{rec.use}**: {rec.reason}", "", "```",
+                  launch_command(rec.trial.model, rec.trial.argv), "```", ""]
     return "\n".join(lines)
+
+
+def launch_command(model: str, argv) -> str:
+    """``vllm serve MODEL FLAGS`` quoted as a shell needs (``--hf-overrides '{...}'``)."""
+    return shlex.join(["vllm", "serve", model or "MODEL", *argv])
+
+
+def write_notes(study: optuna.Study, plan=None) -> None:
+    """Rewrite the study note and every finished trial's note from the study's numbers,
+    confirmed ones included (``study_data(confirmed=True)``, as `pareto` reads them): call it
+    when a confirmation ends. The smallest difference is the ``plan``'s (a ``StudyPlan``),
+    else the stored plan's. A storage error becomes a StudyError."""
+    from optuna_dashboard import save_note
+
+    from autotune.study import optuna_internals
+    from autotune.study.records import study_data
+    from autotune.study.state import read_plan
+    from autotune.study.storage import storage_errors
+
+    stored = plan.request if plan is not None else read_plan(study)
+    smallest_difference = stored.smallest_difference if stored else SMALLEST_DIFFERENCE
+    data = study_data(study, confirmed=True)
+    frozen = {t.number: t for t in study.get_trials(deepcopy=False)}
+    with storage_errors("dashboard notes not rewritten"):
+        for t in data.outcomes:
+            save_note(optuna_internals.live_trial(study, frozen[t.number]), trial_note(t, data))
+        save_note(study, study_note(study.study_name, data, smallest_difference))

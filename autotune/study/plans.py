@@ -12,6 +12,7 @@ facts, the search space, the profiles' request sources, the parsed objectives an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,8 +164,14 @@ def model_context(space: SearchSpace, model: ModelInfo, max_model_len: int | Non
 
 
 def default_study_name(model: str, space: str, profiles: list[str]) -> str:
-    base = Path(model.rstrip("/")).name or model.replace("/", "-")
-    return f"{base}-{space}-{'+'.join(profiles)}"
+    """A new study's default name, short enough to type: the model's folder name (up to 32
+    characters) and 6 hex digits of the study's shape (that name, space, profiles), distinct
+    for each shape and the same on every machine. Only new studies get it: a stored study
+    keeps its name (`autotune studies` lists them)."""
+    full = Path(model.rstrip("/")).name or model.replace("/", "-")
+    shape = hashlib.sha256("\0".join([full, space, *profiles]).encode()).hexdigest()[:6]
+    base = full[:32]
+    return f"{base}-{shape}"
 
 
 def build_plan(request: PlanRequest, say: Any = lambda text: None, *,

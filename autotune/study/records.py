@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core.analysis.confirmation import deployment_cost_s
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.study import optuna_internals
@@ -57,7 +58,8 @@ def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
                      defaults=plan.defaults if plan else {},
                      loads={p.name: p.load for p in plan.profiles} if plan else {},
                      repeats=plan.repeats if plan else 1,
-                     confirmed=frozenset(t.number for t in found if t.number in again))
+                     confirmed=frozenset(t.number for t in found if t.number in again),
+                     deployment_s=deployment_cost_s(found))
 
 
 def with_confirmed(search: Mapping[str, ProfileResult], confirmed: Mapping[str, ProfileResult]

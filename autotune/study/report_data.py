@@ -16,9 +16,11 @@ from autotune.core.analysis.recommend import (
     SMALLEST_DIFFERENCE,
     USES,
     NoFeasibleTrial,
+    Recommendation,
     TieSettings,
     recommend,
 )
+from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import (
     LATENCY_METRIC,
@@ -53,6 +55,7 @@ class Report:
     unconfirmed_flips: tuple[str, ...]
     ttft_buckets: Mapping[str, tuple[str, ...]]  # profile -> prompt-length bucket metrics shown
     capacity_curves: Mapping[str, Mapping[str, CapacitySearch]]  # profile -> trial label -> search
+    table: tuple[str, ...] = ()  # the recommendations' compact table, as `recommend` prints it
 
     @property
     def confirmed(self) -> frozenset[int]:
@@ -67,14 +70,24 @@ class Report:
 
 def recommendations(data: StudyData, tie: TieSettings) -> tuple[tuple[str, str], ...]:
     """(use, reason) per use: the recommendation, a tie with what resolving it would take
-    (``TieCost``, as `autotune recommend` says it); or why there is none yet."""
-    found = []
+    (``TieCost``, as `autotune recommend --explain` says it); or why there is none yet."""
+    return tuple((use, r if isinstance(r, str) else r.reason)
+                 for use, r in zip(USES, _recommend_all(data, tie), strict=True))
+
+
+def recommendations_table(data: StudyData, tie: TieSettings) -> tuple[str, ...]:
+    """The compact table of every use, as `autotune recommend` prints it."""
+    return tuple(recommendation_table(data, _recommend_all(data, tie), tie.study))
+
+
+def _recommend_all(data: StudyData, tie: TieSettings) -> list[Recommendation | str]:
+    found: list[Recommendation | str] = []
     for use in USES:
         try:
-            found.append((use, recommend(data, use, tie).reason))
+            found.append(recommend(data, use, tie))
         except NoFeasibleTrial as exc:
-            found.append((use, str(exc)))
-    return tuple(found)
+            found.append(f"{use}: {exc}")
+    return found
 
 
 def ttft_buckets(data: StudyData) -> dict[str, tuple[str, ...]]:
@@ -149,13 +162,14 @@ def compute_report(study: optuna.Study) -> Report:
     if not data.outcomes:
         raise ConfigError(f"study {study.study_name!r} has no finished trial yet")
     stored = read_plan(study)
+    tie = TieSettings(study.study_name,
+                      stored.smallest_difference if stored else SMALLEST_DIFFERENCE)
     found = [e for metric in effect_metrics(data) for e in effects(data, metric)]
     flips, unconfirmed = sign_flips(found)
     return Report(
         study_name=study.study_name, model=stored.model if stored else "?",
         space_path=stored.space_path if stored else "?", data=data,
-        recommendations=recommendations(data, TieSettings(
-            study.study_name, stored.smallest_difference if stored else SMALLEST_DIFFERENCE)),
+        recommendations=recommendations(data, tie), table=recommendations_table(data, tie),
         importance=importances(study.get_trials(deepcopy=False), study.directions, data),
         effects=tuple(found), flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed),
         ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data))

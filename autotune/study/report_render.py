@@ -28,6 +28,7 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
     images: list[tuple[str, str]] = field(default_factory=list)  # (file name, alt text)
+    blocks: list[str] = field(default_factory=list)  # preformatted text, before the paragraphs
 
 
 def _fmt(v: float | None, digits: int = 1) -> str:
@@ -100,6 +101,10 @@ def report_sections(report: Report) -> list[Section]:
     sections = [s]
 
     rec = Section("Recommendations")
+    if report.table:
+        rec.blocks.append("\n".join(report.table))
+        rec.paragraphs.append("Each recommendation in full (as `autotune recommend --explain` "
+                              "says it):")
     rec.paragraphs += [f"**{use}**: {reason}" for use, reason in report.recommendations]
     sections.append(rec)
 
@@ -199,6 +204,8 @@ def to_markdown(sections: list[Section]) -> str:
     lines: list[str] = []
     for i, sec in enumerate(sections):
         lines += [("# " if i == 0 else "## ") + sec.title, ""]
+        for block in sec.blocks:
+            lines += ["```", block, "```", ""]
         for p in sec.paragraphs:
             lines += [p, ""]
         for head, rows in sec.tables:
@@ -225,6 +232,7 @@ def to_html(sections: list[Section]) -> str:
     for i, sec in enumerate(sections):
         tag = "h1" if i == 0 else "h2"
         body.append(f"<{tag}>{html.escape(sec.title)}</{tag}>")
+        body += [f"<pre>{html.escape(b)}</pre>" for b in sec.blocks]
         body += [f"<p>{inline(p)}</p>" for p in sec.paragraphs]
         for head, rows in sec.tables:
             if not rows:

@@ -49,6 +49,11 @@ def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> T
         if number not in found:
             raise ConfigError(f"{flag}: no such finished trial in the study")
         t = found[number]
+        if not (t.feasible or t.dominated):
+            why = (f"{t.failure.name}: {_first_line(t.failure_message)}" if t.failure
+                   else t.status)
+            raise ConfigError(f"{flag}: trial {t.label} is failed or infeasible ({why}); "
+                              "export a feasible trial (`autotune pareto` lists the front)")
     else:
         try:
             t = recommend(study_data(study), use or "balanced").trial
@@ -65,3 +70,7 @@ def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> T
 
 def export_of(t: TrialOutcome) -> Export:
     return Export(trial=t.number, model=t.model, argv=list(t.argv))
+
+
+def _first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0][:120]

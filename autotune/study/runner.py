@@ -58,7 +58,7 @@ from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import drawable_points, params_key, sample
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
-from autotune.core.trial.verdict import judge
+from autotune.core.trial.verdict import finite_values, judge
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.validation import engine_identity
 from autotune.study import optuna_internals
@@ -347,7 +347,11 @@ class StudyRunner:
         for name, value in verdict.constraints.items():
             trial.set_constraint(name, value)
         optuna_internals.mirror_constraints(trial, list(verdict.constraints.values()))
-        return verdict.values
+        if verdict.values is None:
+            return None
+        told = [t.values for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.values and all(c <= 0 for c in t.constraints.values())]
+        return finite_values(verdict.values, plan.objectives, told)  # never +inf: see verdict
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
         # The search's own numbers: a confirmation comes after the search.

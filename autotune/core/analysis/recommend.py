@@ -4,12 +4,14 @@ why, with intervals. Pure.
 A difference whose interval contains zero is a tie: ``recommend`` lists the tied trials and
 prefers the one that changes fewest flags from vLLM's defaults; a trial without a rival is
 never called best "beyond the noise". A tie comes with its cost (``TieCost``): the confirmation
-rounds that would separate the smallest difference worth caring about, and the command that
-runs them.
+rounds that would separate the smallest difference worth caring about, what they cost in
+device time (rounds x the tied trials x the study's measured cost of one deployment), and the
+command that runs them. ``table`` puts every use's answer in one compact table of 80 columns.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +24,10 @@ from autotune.core.trial.outcome import TrialOutcome
 
 USES = ("interactive", "throughput", "balanced")
 SMALLEST_DIFFERENCE = 0.05  # the relative difference worth caring about, unless a study says
+BEYOND_BUDGET_S = 8 * 3600  # a tie's price past this (or 10 times the study's own time) is said
+BEYOND_STUDY_FACTOR = 10
+BEYOND_FLOOR_S = 600  # never beyond a sensible budget below this, however short the study
+TABLE_WIDTH = 80
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,52 @@ class TieCost:
     observed: tuple[Observed, ...]
     noise: str  # where the noise behind the rounds comes from
     command: str
+    deployment_s: float | None = None  # the study's measured cost of one deployment
+    study_s: float | None = None  # the study's own device time so far (its trials' wall time)
+
+    @property
+    def deployments(self) -> int:
+        """Deployments the rounds take: each round deploys every tied trial once."""
+        return self.rounds * len(self.trials)
+
+    @property
+    def seconds(self) -> float | None:
+        """The price in device time (None: the study has no measured deployment yet)."""
+        return None if self.deployment_s is None else self.deployments * self.deployment_s
+
+    @property
+    def beyond_budget(self) -> bool:
+        """Past any sensible budget: more than 8 h, or 10 times the study's own time (and more
+        than 10 minutes)."""
+        s = self.seconds
+        return s is not None and (s > BEYOND_BUDGET_S or (
+            bool(self.study_s) and s > max(BEYOND_STUDY_FACTOR * (self.study_s or 0.0),
+                                           BEYOND_FLOOR_S)))
+
+    @property
+    def price(self) -> str:
+        """For the compact table: '~1 h 40 min', or the rounds where no time is known."""
+        if self.rounds == 0:
+            return "none"
+        s = self.seconds
+        return f"{self.rounds} round(s)" if s is None else f"~{duration_text(s)}"
+
+    @property
+    def time_text(self) -> str:
+        """The price in time, as sentences, with what lowers it when it is beyond any sensible
+        budget."""
+        s = self.seconds
+        if s is None:
+            return " No deployment of this study is measured yet: no price in time."
+        text = (f" That is {self.deployments} deployment(s) of about "
+                f"{duration_text(self.deployment_s or 0)}: about {duration_text(s)} of "
+                "deployments.")
+        if self.beyond_budget:
+            text += (f" That is beyond any sensible budget (more than 8 h, or more than 10 times "
+                     f"this study's {duration_text(self.study_s or 0)}); it falls with more "
+                     f"requests per run (a smaller `--precision` target) or a larger "
+                     f"`--smallest-difference` than {self.smallest_difference_pct:g}%.")
+        return text
 
     @property
     def text(self) -> str:
@@ -75,7 +127,7 @@ class TieCost:
                 f"{', '.join(f'#{n}' for n in self.trials)} (each deploys every one of them "
                 f"once) would separate a true difference of {d} on {self.objective} "
                 f"{self.power:.0%} of the time (two-sided 5%; noise {self.noise}): "
-                f"`{self.command}`. Observed: {seen}.")
+                f"`{self.command}`.{self.time_text} Observed: {seen}.")
 
 
 @dataclass(frozen=True)
@@ -123,8 +175,10 @@ def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome]
     observed = tuple(Observed(t.number, o.label, compare(data.objective_estimate(t, o),
                                                          data.objective_estimate(pick, o)))
                      for t in rivals for o in objectives)
+    walls = [t.trial_wall_s for t in data.outcomes if t.trial_wall_s]
     return TieCost(trials, worst.label, 100 * settings.smallest_difference, POWER, need[worst],
-                   observed, f"log-sd {noise.log_sd:.3f}, {noise.source}", command)
+                   observed, f"log-sd {noise.log_sd:.3f}, {noise.source}", command,
+                   deployment_s=data.deployment_s, study_s=sum(walls) if walls else None)
 
 
 def recommend(data: StudyData, use: str, settings: TieSettings | None = None) -> Recommendation:
@@ -185,3 +239,84 @@ def baseline_sentence(data: StudyData, t: TrialOutcome) -> str:
     return f" Against the baseline {data.baseline.label}: " + "; ".join(parts) + "."
 
 
+
+
+def duration_text(seconds: float) -> str:
+    """'1 h 40 min', '7 min', '45 s': a duration as a person reads it."""
+    if not math.isfinite(seconds):
+        return "unbounded"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours >= 48:
+        return f"{hours / 24:.0f} days"
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
+def _number(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) < 1 else f"{x:.1f}"
+
+
+def _cell(e) -> str:
+    """An estimate in few characters: 'mean [low, high]'."""
+    return f"{_number(e.mean)} [{_number(e.low)}, {_number(e.high)}]"
+
+
+def _rivals(tied: Sequence[TrialOutcome], width: int) -> str:
+    text = ",".join(f"#{t.number}" for t in tied) or "-"
+    if len(text) <= width:
+        return text
+    shown = []
+    for t in tied:
+        more = f" +{len(tied) - len(shown) - 1}"
+        if len(",".join(shown + [f"#{t.number}"])) + len(more) > width:
+            break
+        shown.append(f"#{t.number}")
+    return ",".join(shown) + f" +{len(tied) - len(shown)}"
+
+
+def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> list[str]:
+    """Every use's answer in one table of at most 80 columns (``TABLE_WIDTH``), one row per use:
+    the pick, each objective's mean [95% interval], the tied rivals and the price of resolving
+    the tie in device time; under it the objectives' names and the export command(s). A use
+    without a recommendation is given as a string (why there is none)."""
+    objectives = data.objectives
+    heads = ["use", "pick", *(o.metric for o in objectives), "tied", "tie's price"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for rec in recs:
+        if isinstance(rec, str):
+            notes.append(rec)
+            continue
+        cost = rec.tie_cost
+        price = "-" if not rec.tied else "?" if cost is None else cost.price + (
+            " !" if cost.beyond_budget else "")
+        rows.append([rec.use, f"#{rec.trial.number}",
+                     *(_cell(data.objective_estimate(rec.trial, o)) for o in objectives),
+                     ",".join(f"#{t.number}" for t in rec.tied) or "-", price])
+    widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
+    tied_col = len(heads) - 2
+    over = sum(widths) + 2 * (len(widths) - 1) - TABLE_WIDTH
+    if over > 0:  # the rivals' column gives way first: '#3,#7 +4'
+        widths[tied_col] = max(len(heads[tied_col]), widths[tied_col] - over)
+        for r, rec in zip(rows, [r for r in recs if not isinstance(r, str)], strict=True):
+            r[tied_col] = _rivals(rec.tied, widths[tied_col])
+    widths = [min(w, max(len(r[i]) for r in [heads, *rows])) for i, w in enumerate(widths)]
+    lines = ["  ".join((c[:widths[i]] if i >= 2 else c).ljust(widths[i]) if i < len(heads) - 1
+                       else c for i, c in enumerate(row)).rstrip() for row in [heads, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"{o.metric}: {o.label}, {o.direction}" for o in objectives]
+    lines.append("values: mean [95% interval]; tied: not separable from the pick within the "
+                 "noise;")
+    lines.append("tie's price: the device time of the confirmation rounds that would resolve it")
+    if any(not isinstance(r, str) and r.tie_cost and r.tie_cost.beyond_budget for r in recs):
+        lines.append("!: beyond any sensible budget; --explain says what would lower it")
+    lines += notes
+    picks = [r for r in recs if not isinstance(r, str)]
+    for r in picks:
+        lines.append(f"{r.use}: " + shlex.join(["autotune", "export", "--study", study, "--for",
+                                                 r.use]))
+    return lines

@@ -6,11 +6,19 @@ to avoid the region, and its objective values are those of a trial that served n
 trial gets its objectives' means and one constraint per SLO (how far past its limit, ``<= 0``
 met). A failure that is not the configuration's (the machine's or autotune's) tells the sampler
 nothing: no values, no constraints (the trial is failed in Optuna, which samplers ignore).
+
+What is told must be finite (``finite_values``): Optuna stores +inf, and optuna-dashboard then
+draws an axis that reads "inf". An infeasible trial is told as COMPLETE with its constraints
+violated, so constrained samplers (TPE, NSGA-II, GP read ``Trial.set_constraint``) rank it below
+every feasible trial by its violation, whatever its values; its values are a placeholder on the
+axis the served trials span (the worst they told), and the dashboard draws it grey, as
+infeasible. Its failure class stays in its user attributes and its note.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,3 +75,18 @@ def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence
     values = [objective_values([o], means)[0] if o.profile in means else o.infeasible_value
               for o in objectives]
     return Verdict(outcome, constraints, values)
+
+
+def finite_values(values: Sequence[float], objectives: Sequence[Objective],
+                  told: Sequence[Sequence[float]]) -> list[float]:
+    """``values`` with every value that is not finite (a trial that served nothing) replaced
+    by the worst finite value that ``told`` (the feasible trials' values) hold on that
+    objective, or 0 where none holds one: a placeholder inside the plotted range."""
+    out = []
+    for i, (value, o) in enumerate(zip(values, objectives, strict=True)):
+        if math.isfinite(value):
+            out.append(value)
+            continue
+        seen = [v[i] for v in told if len(v) > i and math.isfinite(v[i])]
+        out.append((max(seen) if o.minimize else min(seen)) if seen else 0.0)
+    return out
