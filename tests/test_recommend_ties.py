@@ -35,7 +35,7 @@ def trial(number: int, truth: float, deployments: int, rng: np.random.Generator)
     values = truth * np.exp(rng.normal(0, SD, deployments))
     return TrialOutcome(number, params={"x": number}, results={
         PROFILE: ProfileResult(PROFILE, tuple({METRIC: float(v)} for v in values),
-                               (1,) * deployments)})
+                               deployment_sizes=(1,) * deployments)})
 
 
 def study(trials: list[TrialOutcome], confirmed: frozenset[int] = frozenset()) -> StudyData:

@@ -55,7 +55,7 @@ def deployed(number: int, truth: float, deployments: int, repeats: int,
         level = truth * math.exp(rng.normal(0, BETWEEN))
         runs += [{METRIC: level * math.exp(rng.normal(0, WITHIN))} for _ in range(repeats)]
     return TrialOutcome(number, results={PROFILE: ProfileResult(
-        PROFILE, tuple(runs), (repeats,) * deployments)})
+        PROFILE, tuple(runs), deployment_sizes=(repeats,) * deployments)})
 
 
 def test_the_interval_over_deployments_covers_the_truth_95_percent_of_the_time_and_the_repeats_alone_do_not():
@@ -114,7 +114,7 @@ def test_a_trial_searched_once_and_confirmed_twice_reads_intervals_that_overlap(
               for n, runs in search.items()]
     after = [TrialOutcome(n, results={PROFILE: ProfileResult(
         PROFILE, tuple({METRIC: v} for g in [runs, *confirmation.get(n, [])] for v in g),
-        (1, *(len(g) for g in confirmation.get(n, []))))}) for n, runs in search.items()]
+        deployment_sizes=(1, *(len(g) for g in confirmation.get(n, []))))}) for n, runs in search.items()]
     first = before[0].estimate(PROFILE, METRIC, noise_of(before, "cpu").of(KEY))
     both = after[0].estimate(PROFILE, METRIC, noise_of(after, "cpu").of(KEY))
     assert first.n == 1 and both.n == 3 and both.mean == pytest.approx((296 + 195 + 207) / 3)
