@@ -502,7 +502,7 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         def message(self, text: str) -> None:
             said.append(text)
 
-    for finalists, budget, deployed in ((0, 450.0, 4), (1, 900.0, 7)):
+    for finalists, budget, deployed in ((0, 450.0, 4), (1, 850.0, 7)):
         (tmp_path / f"c{finalists}").mkdir()
         plan = make_plan(tmp_path / f"c{finalists}", trials=100, references=False,
                          confirm=finalists, time_budget_s=budget)
@@ -513,12 +513,12 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=costly,
                     progress=Said(), clock=clock).work()
         # A deployment costs 100 s (a failure copied from an identical trial costs nothing).
-        # confirm 0: 4 deployments fit 450 s; confirm 1: 1 finalist (no baseline ran) x 2 rounds
-        # x 100 s are kept, so 7 fit 900 s.
+        # confirm 0: 4 deployments fit 450 s; confirm 1: the first round of 1 finalist (no
+        # baseline ran) x 100 s is kept, so 7 fit 850 s (the space holds 8 engines).
         assert clock.now - start == 100.0 * deployed, finalists
         launched = [t for t in outcomes(study) if t.state == "complete" and t.startup_s is not None]
         assert len(launched) == deployed and all(t.trial_wall_s == 100.0 for t in launched)
-    assert said[-1].startswith("time budget: no new trial starts (time used 0:11:40 of 0:15:00")
+    assert said[-1].startswith("time budget: no new trial starts (time used 0:11:40 of 0:14:10")
     assert "0:03:20 kept for confirmation" in said[-1]
 
 
@@ -606,7 +606,7 @@ def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_s
 
 def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path):
     """Every deployment costs 100 s of a fake clock. The first trial starts with no estimate;
-    after it, the search keeps the confirmation's reserve (1 finalist x 2 rounds x 100 s) and
+    after it, the search keeps the confirmation's first round in reserve (1 finalist x 100 s) and
     stops; the confirmation is shrunk to what is left, or skipped, and says so."""
     from autotune.study.state import start_clock
 
@@ -624,8 +624,10 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
             (150.0, 0, "confirmation skipped: the full confirmation (1 trial(s) x 2 round(s)) "
                        "would take 0:03:20 at ~0:01:40 a deployment; 0:00:50 of the time budget "
                        "is left"),
-            # Room for both rounds; the second is not needed: with one trial no answer is open.
-            (550.0, 1, "confirmation: 1 trial(s) x 2 round(s), about 0:03:20 of 0:04:10 left")):
+            # The search takes what the first round leaves: 4 trials, then 1 round in 150 s.
+            (550.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
+                       "(1 trial(s) x 2 round(s)) would take 0:03:20 at ~0:01:40 a deployment; "
+                       "0:02:30 of the time budget is left")):
         where = tmp_path / f"b{int(budget)}"
         where.mkdir()
         plan = make_plan(where, trials=100, references=False, confirm=1, time_budget_s=budget)

@@ -62,7 +62,6 @@ from autotune.core.trial.verdict import finite_values, judge
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.validation import engine_identity
 from autotune.study import optuna_internals
-from autotune.study.confirm import CONFIRM_ROUNDS
 from autotune.study.notes import study_note, trial_note
 from autotune.study.plans import StudyPlan
 from autotune.study.reaping import count_trials, reap_dead_workers, riding_out_outages
@@ -435,13 +434,16 @@ def run_seconds(data: StudyData) -> dict[str, float]:
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
     of a deployment, measured on the served trials (``deployment_cost_s``; None before the
-    first), and the confirmation's cost kept in reserve (each finalist and the baseline
-    deployed once per round, at that cost)."""
+    first), and the confirmation's first round kept in reserve (each finalist and the baseline
+    deployed once, at that cost): later rounds go only where a tie is still open, and are
+    planned inside whatever the search leaves (``core.analysis.confirmation``). Keeping every
+    round in reserve cut a 5-minute CPU study to one served trial, whose confirmation then
+    shrank to one round anyway."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False)
     cost = deployment_cost_s(data.outcomes)
     deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
-    reserve = deployed * CONFIRM_ROUNDS * cost if plan.confirm and cost else 0.0
+    reserve = deployed * cost if plan.confirm and cost else 0.0
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)
