@@ -519,7 +519,7 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         launched = [t for t in outcomes(study) if t.state == "complete" and t.startup_s is not None]
         assert len(launched) == deployed and all(t.trial_wall_s == 100.0 for t in launched)
     assert said[-1].startswith("time budget: no new trial starts (time used 0:11:40 of 0:14:10")
-    assert "0:03:20 kept for confirmation" in said[-1]
+    assert "0:01:40 kept for confirmation" in said[-1]
 
 
 def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial_is_stored(tmp_path):
