@@ -26,10 +26,8 @@ from autotune.cli.common import (
 )
 from autotune.core.analysis.recommend import (
     USES,
-    NoFeasibleTrial,
-    Recommendation,
     TieSettings,
-    recommend,
+    recommend_each,
 )
 from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE
@@ -104,12 +102,7 @@ def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
                           uses: tuple[str, ...], *, explain: bool = False) -> None:
     """One compact table (a row per use, 80 columns, export commands under it); with
     ``explain``, every use's full text instead."""
-    recs: list[Recommendation | str] = []
-    for use in uses:
-        try:
-            recs.append(recommend(data, use, tie))
-        except NoFeasibleTrial as exc:
-            recs.append(f"{use}: {exc}")
+    recs = recommend_each(data, uses, tie)
     if explain:
         for r in recs:
             out.print(r if isinstance(r, str) else f"[bold]{r.use}[/bold]: {r.reason}",

@@ -15,10 +15,8 @@ from autotune.core.analysis.effects import Effect, SignFlip, effects, sign_flips
 from autotune.core.analysis.recommend import (
     SMALLEST_DIFFERENCE,
     USES,
-    NoFeasibleTrial,
-    Recommendation,
     TieSettings,
-    recommend,
+    recommend_each,
 )
 from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData
@@ -72,22 +70,12 @@ def recommendations(data: StudyData, tie: TieSettings) -> tuple[tuple[str, str],
     """(use, reason) per use: the recommendation, a tie with what resolving it would take
     (``TieCost``, as `autotune recommend --explain` says it); or why there is none yet."""
     return tuple((use, r if isinstance(r, str) else r.reason)
-                 for use, r in zip(USES, _recommend_all(data, tie), strict=True))
+                 for use, r in zip(USES, recommend_each(data, USES, tie), strict=True))
 
 
 def recommendations_table(data: StudyData, tie: TieSettings) -> tuple[str, ...]:
     """The compact table of every use, as `autotune recommend` prints it."""
-    return tuple(recommendation_table(data, _recommend_all(data, tie), tie.study))
-
-
-def _recommend_all(data: StudyData, tie: TieSettings) -> list[Recommendation | str]:
-    found: list[Recommendation | str] = []
-    for use in USES:
-        try:
-            found.append(recommend(data, use, tie))
-        except NoFeasibleTrial as exc:
-            found.append(f"{use}: {exc}")
-    return found
+    return tuple(recommendation_table(data, recommend_each(data, USES, tie), tie.study))
 
 
 def ttft_buckets(data: StudyData) -> dict[str, tuple[str, ...]]:

@@ -181,6 +181,18 @@ def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome]
                    deployment_s=data.deployment_s, study_s=sum(walls) if walls else None)
 
 
+def recommend_each(data: StudyData, uses: Sequence[str], settings: TieSettings | None = None
+                   ) -> list[Recommendation | str]:
+    """The recommendation of each of ``uses``, or a line saying why there is none yet."""
+    found: list[Recommendation | str] = []
+    for use in uses:
+        try:
+            found.append(recommend(data, use, settings))
+        except NoFeasibleTrial as exc:
+            found.append(f"{use}: {exc}")
+    return found
+
+
 def recommend(data: StudyData, use: str, settings: TieSettings | None = None) -> Recommendation:
     """interactive: best on the objective of the lowest-concurrency profile (default: mean
     E2EL); throughput: best on the objective of the highest-concurrency profile (default:
