@@ -74,8 +74,10 @@ def test_the_dashboard_lists_and_serves_a_trials_artifacts(app):
     detail = study_detail(app, "s4")
     trial = detail["trials"][0]
     names = sorted(a["filename"] for a in trial["artifacts"])
-    assert names == ["bench-high-concurrency-1.json", "bench-high-concurrency-2.json",
-                     "bench-low-concurrency-1.json", "bench-low-concurrency-2.json", "server.log"]
+    # One run per profile (--repeats 1), each with its per-request records.
+    assert names == ["bench-high-concurrency-1.json", "bench-low-concurrency-1.json",
+                     "requests-high-concurrency-1.jsonl", "requests-low-concurrency-1.jsonl",
+                     "server.log"]
     bench = next(a for a in trial["artifacts"] if a["filename"] == "bench-low-concurrency-1.json")
     status, body = wsgi_get(app, f"/artifacts/{detail['id']}/{trial['trial_id']}/"
                                  f"{bench['artifact_id']}")
