@@ -357,6 +357,19 @@ def test_the_cost_of_a_deployment_is_the_mean_wall_of_the_served_trials():
     assert deployment_cost_s(trials[2:3]) is None
 
 
+def test_a_redeployment_costs_a_trial_less_the_compile_it_filled_the_cache_with():
+    from autotune.core.analysis.confirmation import deployment_cost_s
+    from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+
+    served = {"p": ProfileResult("p", ({"output_throughput": 1.0},))}
+    compiled = TrialOutcome(0, results=served, trial_wall_s=94.0,
+                            startup_phases={"compile_s": 30.0, "compile_cache": "miss"})
+    cached = TrialOutcome(1, results=served, trial_wall_s=60.0,
+                          startup_phases={"compile_s": 4.0, "compile_cache": "hit"})
+    assert deployment_cost_s([compiled, cached]) == 77.0  # a new engine compiles
+    assert deployment_cost_s([compiled, cached], again=True) == 62.0  # (64 + 60) / 2
+
+
 def test_before_any_deployment_is_measured_the_first_trial_starts_and_says_its_cost_is_unknown():
     from autotune.core.analysis.scheduling import TimeLeft
 

@@ -79,7 +79,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     data = study_data(study, confirmed=False)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     stored = read_confirmation(study)
-    cost = deployment_cost_s(data.outcomes)
+    cost = deployment_cost_s(data.outcomes, again=True)
     if _unfinished(stored, trials):
         state = stored
         say(f"continuing the confirmation stored in the study: {len(state['done'])} of up to "

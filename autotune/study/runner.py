@@ -435,7 +435,8 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     """Where the study stands against its time budget (None without one): the expected cost
     of a deployment, measured on the served trials (``deployment_cost_s``; None before the
     first), and the confirmation's first round kept in reserve (each finalist and the baseline
-    deployed once, at that cost): later rounds go only where a tie is still open, and are
+    deployed once, at the cost of redeploying a measured engine, whose compiled graphs are
+    cached): later rounds go only where a tie is still open, and are
     planned inside whatever the search leaves (``core.analysis.confirmation``). Keeping every
     round in reserve cut a 5-minute CPU study to one served trial, whose confirmation then
     shrank to one round anyway."""
@@ -444,6 +445,7 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
         return None
     data = study_data(study, confirmed=False)
     cost = deployment_cost_s(data.outcomes)
+    again = deployment_cost_s(data.outcomes, again=True)
     deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
-    reserve = deployed * cost if plan.confirm and cost else 0.0
+    reserve = deployed * again if plan.confirm and again else 0.0
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from autotune.core.analysis.confirmation import hms
+
 
 class Step(StrEnum):
     ASK = "ask"  # room in the budget: claim a trial
@@ -105,10 +107,6 @@ class TimeLeft:
 
     @property
     def text(self) -> str:
-        def hms(s: float) -> str:
-            s = int(s)
-            return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
-
         more = (f"about {self.trials_to_come} more trial(s) of ~{hms(self.trial_s)}"
                 if self.trial_s else "no deployment measured yet, so the next trial's cost is "
                 "unknown: it starts while time is left")
