@@ -123,6 +123,34 @@ def test_a_gpu_start_names_kernel_jit_graph_capture_and_the_sampler_jit_after_it
         unnamed_s=2.0, compile_cache="")  # 70-70.5, 83-84, 187-187.5
 
 
+# The wording of a first start on a fresh H100 (2026-12-05, vLLM 0.26.0, moe-25g; the log was
+# lost with the machine, so the stamps here are made up): FlashInfer builds the sampler's
+# kernels with ninja after the profiling run, and says nothing more until vLLM's next record.
+FIRST_GPU_START = [LogLine(t, text) for t, text in [
+    (80.0, "(EngineCore pid=2) INFO 12-05 15:18:00 [gpu_worker.py] Initial profiling/warmup run took 5.87 s"),
+    (81.0, "ninja: Entering directory `/root/.cache/autotune/flashinfer/.cache/flashinfer/0.6.14/90a/"
+           "cached_ops/sampling'"),
+    (82.0, "[1/4] /usr/local/cuda/bin/nvcc ... -c csrc/sampling.cu -o sampling.cuda.o"),
+    (300.0, "[4/4] c++ sampling.cuda.o renorm.cuda.o -shared -o sampling.so"),
+    (301.0, "(EngineCore pid=2) INFO 12-05 15:21:41 [gpu_worker.py] Profiling CUDA graph memory: ..."),
+    (302.0, "(EngineCore pid=2) INFO 12-05 15:21:42 [gpu_worker.py] Available KV cache memory: 40 GiB"),
+]]
+
+
+def test_a_first_gpu_start_names_flashinfers_kernel_build_from_ninja_to_vllms_next_line():
+    p = startup_phases(FIRST_GPU_START, 302.0)
+    assert p.flashinfer_jit_s == 220.0  # 81-301: ninja's first line to the next record of vLLM's
+    assert p.unnamed_s < 82.0  # the gap before it, not the build, is what stays unnamed
+
+
+def test_flashinfers_own_log_lines_bound_its_kernel_build_where_it_writes_them():
+    logged = [LogLine(81.0, "2026-12-05 15:18:01,000 - INFO - flashinfer.jit: Loading JIT ops: sampling"),
+              LogLine(250.0, "2026-12-05 15:20:50,000 - INFO - flashinfer.jit: Finished loading JIT ops: "
+                             "sampling")]
+    p = startup_phases([FIRST_GPU_START[0], *logged, *FIRST_GPU_START[4:]], 302.0)
+    assert p.flashinfer_jit_s == 169.0
+
+
 def test_an_older_vllm_that_announces_no_compile_and_no_warm_up_run_is_named_alike():
     # vLLM 0.26 (the H200's) says "takes" and logs neither "Starting torch.compile" nor the
     # warm-up run's time: compile starts when the weights are loaded, the profiling run ends

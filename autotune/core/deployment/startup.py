@@ -31,12 +31,13 @@ class LogLine:
 @dataclass(frozen=True)
 class Mark:
     """A named event: the first (or ``last``) line matching ``pattern``, only among the lines
-    before the first one matching ``before`` where given. ``LAUNCH``/``READY`` as patterns
-    are autotune's events."""
+    before the first one matching ``before`` and after the first one matching ``after`` where
+    given. ``LAUNCH``/``READY`` as patterns are autotune's events."""
 
     pattern: str
     last: bool = False
     before: str = ""
+    after: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ _GRAPHS = r"Capturing CUDA graphs"
 _GRAPHS_DONE = Mark(r"Graph capturing finished", last=True)
 _ENGINE_READY = Mark(r"init engine \(profile, create kv cache, warmup model\) took", last=True)
 _LISTENING = r"Application startup complete"
+# FlashInfer builds its kernels on a machine's first use (ninja and nvcc in the worker, into
+# FLASHINFER_WORKSPACE_BASE, shared by every deployment): it logs "Loading JIT ops: NAME" and
+# "Finished loading JIT ops: NAME", or only ninja's output, which the next log record ends.
+_FLASHINFER = r"flashinfer\.jit: Loading JIT ops|ninja: Entering directory .*flashinfer"
 
 PHASES: tuple[StartupPhase, ...] = (
     StartupPhase("imports_s", "imports", (Mark(LAUNCH),), (Mark(_RECORD),)),
@@ -83,6 +88,10 @@ PHASES: tuple[StartupPhase, ...] = (
           (_COMPILED, _WARMED)),
     StartupPhase("warmup_s", "warm-up", (_COMPILED,),
           (_WARMED, Mark(r"Initial profiling/warmup run took", last=True), Mark(_KV))),
+    # On a GPU machine's first start, after the profiling run: the sampler's kernels (top-p,
+    # top-k) built by FlashInfer, minutes once, then loaded from the shared cache.
+    StartupPhase("flashinfer_jit_s", "FlashInfer JIT", (Mark(_FLASHINFER),),
+          (Mark(r"Finished loading JIT ops", last=True), Mark(_RECORD, after=_FLASHINFER))),
     StartupPhase("kv_cache_s", "KV cache", (Mark(_KV),),
           (Mark(_JIT), Mark(_GRAPHS), _ENGINE_READY)),
     StartupPhase("jit_s", "kernel JIT", (Mark(_JIT),), (Mark(_GRAPHS),)),
@@ -115,6 +124,7 @@ class StartupPhases:
     weights_s: float = 0.0
     compile_s: float = 0.0
     warmup_s: float = 0.0
+    flashinfer_jit_s: float = 0.0
     kv_cache_s: float = 0.0
     jit_s: float = 0.0
     cuda_graphs_s: float = 0.0
@@ -144,6 +154,11 @@ def _when(mark: Mark, lines: Sequence[LogLine], ready_s: float) -> float | None:
         if stop is None:
             return None
         lines = lines[:stop]
+    if mark.after:
+        start = next((i for i, x in enumerate(lines) if re.search(mark.after, x.text)), None)
+        if start is None:
+            return None
+        lines = lines[start + 1:]
     found = [x.arrival_s for x in lines if re.search(mark.pattern, x.text)]
     if not found:
         return None
