@@ -279,3 +279,14 @@ def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_
     commands = [line for line in result.stdout.splitlines() if "vllm serve" in line]
     assert 0 < len(commands) <= 10 + DRY_RUN_SAMPLES  # the reference study's ten, then samples
     assert "then sampled trials until the time budget ends" in result.stdout
+
+
+def test_runs_opening_line_states_the_budget_that_will_end_it():
+    from types import SimpleNamespace
+
+    from autotune.cli.study import UNBOUNDED_TRIALS, _budget_text
+
+    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=None)) == "5 trials"
+    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 0:04:00"
+    # --time-budget without --trials: the time alone decides, not ten thousand trials
+    assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "0:01:00"

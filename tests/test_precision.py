@@ -319,9 +319,9 @@ def test_the_requests_needed_script_counts_from_the_rules_floor_and_runs_on_synt
 
 
 @pytest.mark.parametrize("flag, said", [
-    ([], "within 0.0125 of the value (--precision 1.25%): low-concurrency mean_e2el_ms; "
+    ([], "within 1.25% of their value (--precision): low-concurrency mean_e2el_ms; "
          "high-concurrency output_throughput"),
-    (["--precision", "2%"], "within 0.02 of the value (--precision 2%)"),
+    (["--precision", "2%"], "within 2% of their value (--precision)"),
     (["--precision", "0"], "runs send every profile's num_prompts (--precision 0)"),
 ], ids=["default-quarter-of-5pct", "given", "off"])
 def test_run_states_where_its_runs_stop(monkeypatch, capsys, tmp_path, flag, said):

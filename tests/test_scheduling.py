@@ -370,6 +370,15 @@ def test_a_redeployment_costs_a_trial_less_the_compile_it_filled_the_cache_with(
     assert deployment_cost_s([compiled, cached], again=True) == 62.0  # (64 + 60) / 2
 
 
+def test_a_study_ends_saying_whether_it_kept_its_budget_and_by_how_much():
+    from autotune.core.analysis.scheduling import TimeLeft
+
+    kept = TimeLeft(used_s=195.0, budget_s=240.0, trial_s=None, reserve_s=0.0).kept_text
+    assert kept == "time budget 0:04:00: the study took 0:03:15, 0:00:45 to spare"
+    over = TimeLeft(used_s=68.0, budget_s=60.0, trial_s=None, reserve_s=0.0).kept_text
+    assert over.startswith("time budget 0:01:00: the study took 0:01:08, 0:00:08 over: ")
+
+
 def test_before_any_deployment_is_measured_the_first_trial_starts_and_says_its_cost_is_unknown():
     from autotune.core.analysis.scheduling import TimeLeft
 

@@ -37,7 +37,9 @@ from autotune.cli.common import (
     storage_of_args,
     vllm_validator,
 )
+from autotune.core.analysis.confirmation import hms
 from autotune.core.analysis.recommend import TieSettings
+from autotune.core.analysis.scheduling import TimeLeft
 from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.deployment.slots import Slot
@@ -52,6 +54,15 @@ from autotune.study.trial import TrialSetup
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
+
+
+def _budget_text(plan: StudyPlan) -> str:
+    """'5 trials', '5 trials or 0:04:00' or '0:04:00' (the time alone decides)."""
+    limit = plan.time_budget_s
+    trials = f"{plan.trials} trials"
+    if limit is None:
+        return trials
+    return hms(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {hms(limit)}"
 DRY_RUN_SAMPLES = 5  # sampled trials a dry run shows when the time budget decides the count
 
 
@@ -200,6 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autotune.study.state import start_clock
     from autotune.study.storage import hostname, redact
 
+    started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     plan, setup = _for_this_vllm(plan, args, slots[0])
@@ -219,10 +231,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     study, notes, created = prepare_study(plan, _heartbeat(args))
-    start_clock(study, time.time())
+    start_clock(study, started)
     console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                   f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
-                  f"{', '.join(o.name for o in plan.objectives)}, budget {plan.trials} trials, "
+                  f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
                   f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
     for note in notes:
         console.print(note)
@@ -230,6 +242,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = _work(plan, setup, slots, args, "" if created else hostname())
     if code == 0 and plan.confirm:
         _confirm(plan, setup, k=plan.confirm, study_budget=True)
+    if plan.time_budget_s is not None:
+        console.print(TimeLeft(time.time() - started, plan.time_budget_s, None, 0.0).kept_text)
     return _finish(plan, code)
 
 
@@ -251,7 +265,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     plan, setup = _for_this_vllm(plan, args, slots[0])
     label = args.worker_label or hostname()
     console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
-                  f"{plan.trials} trials, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+                  f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
     workdir.mkdir(parents=True, exist_ok=True)
     code = _work(plan, setup, slots, args, label)
     return code if args.no_table else _finish(plan, code)

@@ -104,8 +104,8 @@ class StudyPlan:
         if not self.bench.pinned:
             return "" if target else "runs send every profile's num_prompts (--precision 0)"
         pins = "; ".join(f"{p} {', '.join(v.metrics)}" for p, v in self.bench.pinned.items())
-        return (f"runs stop once their 95% intervals are within {target:.3g} of the value "
-                f"(--precision {target * 100:g}%): {pins}")
+        return (f"runs stop once their 95% intervals are within {target * 100:g}% of their value "
+                f"(--precision): {pins}")
 
     @property
     def profile_names(self) -> list[str]:

@@ -112,3 +112,12 @@ class TimeLeft:
                 "unknown: it starts while time is left")
         return (f"time used {hms(self.used_s)} of {hms(self.budget_s)}, {hms(self.left_s)} left: "
                 f"{more}, {hms(self.reserve_s)} kept for confirmation")
+
+    @property
+    def kept_text(self) -> str:
+        """The study's last line on its budget: kept, or by how much it was not and why."""
+        said = f"time budget {hms(self.budget_s)}: the study took {hms(self.used_s)}"
+        if self.used_s <= self.budget_s:
+            return f"{said}, {hms(self.budget_s - self.used_s)} to spare"
+        return (f"{said}, {hms(self.used_s - self.budget_s)} over: a deployment outlasted its "
+                "expected cost (the first one has none: nothing was measured before it)")
