@@ -43,6 +43,8 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
         for profile, result in stored[n].items():  # 2 runs per round (repeats 2): 1 round, then 2
             assert len(after_one[n][profile].runs) == 2 and len(result.runs) == 4
             assert result.runs[:2] == after_one[n][profile].runs  # the earlier rounds are kept
+            # and each confirmed run keeps how it stopped, for the tables' requests column
+            assert [s.reason for s in result.stops] == ["ceiling"] * 4
 
 
 def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path):

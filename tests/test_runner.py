@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.deployment import failures
 from autotune.core.trial.outcome import Measurement, ProfileResult
+from autotune.core.trial.precision import RunStop
 from autotune.core.workload.profiles import WorkloadProfile, get_profile
 from autotune.errors import ConfigError, StudyError, ValidationError
 from autotune.study import optuna_internals
@@ -81,7 +82,10 @@ class StandIn:
                 runs.append({"output_throughput": t, "mean_e2el_ms": p.max_concurrency * p.output_len
                              * 1000 / t, "mean_ttft_ms": 50.0, "mean_tpot_ms": 5.0,
                              "p99_ttft_ms": 80.0 / slow})
-            results[p.name] = ProfileResult(p.name, tuple(runs))
+            # every run sends the profile's requests and says so, as a real one does
+            stops = tuple(RunStop(p.num_prompts, "ceiling", p.max_concurrency, p.max_concurrency)
+                          for _ in runs)
+            results[p.name] = ProfileResult(p.name, tuple(runs), stops)
         return Measurement(results=results, startup_s=1.0, bench_s=0.1, wall_s=1.2,
                            vllm_version="stand-in", hardware="none")
 

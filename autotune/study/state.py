@@ -13,6 +13,7 @@ import optuna
 
 from autotune.core.analysis.stored_plan import LAYOUT1_TIME_BUDGET, PlanRequest
 from autotune.core.trial.outcome import ProfileResult
+from autotune.core.trial.precision import RunStop
 
 _PLAN = "plan"
 _CLOCK = "time_budget_started_at"  # epoch seconds at which this `run`'s time budget started
@@ -20,6 +21,7 @@ _UID = "uid"  # random id of the study, in the trial marker of every server it s
 _REFERENCES = "references_enqueued"
 _BASELINE = "baseline"
 _CONFIRMED = "confirmed"  # trial number -> profile -> one list of runs per deployment, oldest first
+_CONFIRMED_STOPS = "confirmed_stops"  # the same layout: how each of those runs ended (RunStop)
 
 
 def read_plan(study: optuna.Study) -> PlanRequest | None:
@@ -86,11 +88,14 @@ def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
     """Per confirmed trial and profile, its confirmed runs with the deployment each came from
     (``ProfileResult.deployment_sizes``)."""
     out: dict[int, dict[str, ProfileResult]] = {}
+    all_stops = study.user_attrs.get(_CONFIRMED_STOPS, {})
     for n, by_profile in study.user_attrs.get(_CONFIRMED, {}).items():
         out[int(n)] = {}
         for p, stored in by_profile.items():
             groups = _groups(stored)
-            out[int(n)][p] = ProfileResult(p, tuple(r for g in groups for r in g),
+            runs = tuple(r for g in groups for r in g)
+            stops = tuple(RunStop.from_dict(s) for g in all_stops.get(n, {}).get(p, []) for s in g)
+            out[int(n)][p] = ProfileResult(p, runs, stops if len(stops) == len(runs) else (),
                                            deployment_sizes=tuple(len(g) for g in groups))
     return out
 
@@ -100,12 +105,17 @@ def add_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, Profil
     to those stored: earlier deployments are kept."""
     stored = {n: {p: _groups(runs) for p, runs in by.items()}
               for n, by in study.user_attrs.get(_CONFIRMED, {}).items()}
+    stops = dict(study.user_attrs.get(_CONFIRMED_STOPS, {}))
     for number, by_profile in results.items():
         mine = stored.setdefault(str(number), {})
+        my_stops = stops.setdefault(str(number), {})
         for p, res in by_profile.items():
             if res.runs:
                 mine.setdefault(p, []).append([dict(r) for r in res.runs])
+                # one list per deployment, as the runs: empty where the deployment told none
+                my_stops.setdefault(p, []).append([s.to_dict() for s in res.stops])
     study.set_user_attr(_CONFIRMED, stored)
+    study.set_user_attr(_CONFIRMED_STOPS, stops)
 
 
 _CONFIRMATION = "confirmation"  # the last confirmation's plan and the deployments it finished
