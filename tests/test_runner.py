@@ -650,6 +650,29 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
         assert said[0] == line
 
 
+def test_deployments_that_crash_before_any_is_served_still_price_the_next_trial(tmp_path):
+    """Every deployment dies at its first completion after 100 s of a fake clock. The first
+    starts with no estimate; the next ones are priced at what the crashes cost, so a 250 s
+    budget holds two of them, not three."""
+    from autotune.study.state import start_clock
+
+    clock = Clock(trial_s=100.0)
+
+    def crashing(argv, bench, setup, on_phase):
+        clock.now += clock.trial_s
+        return Measurement(failure=failures.ENGINE_DIED, failure_message="worker died",
+                           startup_s=60.0)
+
+    plan = make_plan(tmp_path, trials=100, references=False, confirm=0, time_budget_s=250.0)
+    plan.workdir.mkdir(parents=True)
+    study, _, _ = prepare_study(plan, Heartbeat())
+    start = clock.now
+    start_clock(study, start)
+    StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=crashing,
+                clock=clock).work()
+    assert clock.now - start == 200.0
+
+
 @pytest.mark.parametrize("budget_s", [1800.0, 3600.0])
 def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmation_included(
         tmp_path, budget_s):

@@ -41,7 +41,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis.confirmation import deployment_cost_s
+from autotune.core.analysis.confirmation import deployment_cost_s, failed_deployment_cost_s
 from autotune.core.analysis.scheduling import (
     Claim,
     Step,
@@ -433,18 +433,18 @@ def run_seconds(data: StudyData) -> dict[str, float]:
 
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
-    of a deployment, measured on the served trials (``deployment_cost_s``; None before the
-    first), and the confirmation's first round kept in reserve (each finalist and the baseline
-    deployed once, at the cost of redeploying a measured engine, whose compiled graphs are
-    cached): later rounds go only where a tie is still open, and are
-    planned inside whatever the search leaves (``core.analysis.confirmation``). Keeping every
-    round in reserve cut a 5-minute CPU study to one served trial, whose confirmation then
-    shrank to one round anyway."""
+    of a deployment, measured on the served trials (``deployment_cost_s``; before the first,
+    what the failed deployments cost, a floor; None before any), and the confirmation's first
+    round kept in reserve (each finalist and the baseline deployed once, at the cost of
+    redeploying a measured engine, whose compiled graphs are cached): later rounds go only
+    where a tie is still open, and are planned inside whatever the search leaves
+    (``core.analysis.confirmation``). Keeping every round in reserve cut a 5-minute CPU study
+    to one served trial, whose confirmation then shrank to one round anyway."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False)
-    cost = deployment_cost_s(data.outcomes)
+    cost = deployment_cost_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
     again = deployment_cost_s(data.outcomes, again=True)
     deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
     reserve = deployed * again if plan.confirm and again else 0.0

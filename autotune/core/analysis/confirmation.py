@@ -42,6 +42,15 @@ def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) 
     return sum(walls) / len(walls) if walls else None
 
 
+def failed_deployment_cost_s(outcomes: Sequence[TrialOutcome]) -> float | None:
+    """Until a trial is served, the floor of what one costs: the mean ``trial_wall_s`` of the
+    trials that launched a server and failed with it (a crash, a start-up timeout; rejected
+    flags launch none). None when no such trial carries one."""
+    walls = [t.trial_wall_s for t in outcomes
+             if t.trial_wall_s and t.failure and t.startup_s and not t.results and not t.skipped]
+    return sum(walls) / len(walls) if walls else None
+
+
 def _compile_filled_s(t: TrialOutcome) -> float:
     phases = t.startup_phases
     return float(phases.get("compile_s", 0.0)) if phases.get("compile_cache") == "miss" else 0.0
