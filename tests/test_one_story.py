@@ -27,7 +27,7 @@ from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.verdict import finite_values
-from autotune.study.notes import launch_command, study_note, trial_note, write_notes
+from autotune.study.notes import launch_command, study_note, trial_note
 from autotune.study.optuna_internals import live_trial
 from autotune.study.records import outcomes, study_data
 from autotune.study.trial import TrialSetup
@@ -112,7 +112,9 @@ def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_print
     served = [t.number for t in outcomes(study) if t.feasible][:2]
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=served, rounds=2,
             trial_fn=StandIn(seed=7, sd=0.2))
-    write_notes(study, plan)
+    # the search resumed for one more trial rewrites the notes, confirmed numbers still in them
+    study = run(make_plan(tmp_path, trials=7), StandIn(seed=3))
+    assert len([t for t in outcomes(study) if t.state == "complete"]) == 7
     data = study_data(study, confirmed=True)
     text = get_note(study)
     assert text == study_note(study.study_name, data, plan.request.smallest_difference)

@@ -99,6 +99,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
         write_confirmation(study, state)
     chosen = [served[n] for n in state["trials"] if n in served]
     if not chosen:
+        _write_notes(study, plan, say)  # a skipped confirmation still leaves the notes confirmed
         return {}
     done = {(r, n) for r, n in state["done"]}
     deployed: dict[str, int] = dict(state.get("deployed", {}))
@@ -159,9 +160,13 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     state["finished"] = not budget_ended  # one the budget cut short is continued by `confirm`
     write_confirmation(study, state)
     say(stop or f"confirmation done: {len(state['done'])} deployment(s) in {total} round(s)")
+    _write_notes(study, plan, say)
+    return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
+            for n, by_profile in runs.items() if by_profile}
+
+
+def _write_notes(study: optuna.Study, plan: StudyPlan, say: Callable[[str], None]) -> None:
     try:  # the dashboard's notes tell the confirmed numbers, as `pareto` does
         write_notes(study, plan)
     except StudyError as exc:
         say(str(exc))
-    return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
-            for n, by_profile in runs.items() if by_profile}

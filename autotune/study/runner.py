@@ -353,8 +353,8 @@ class StudyRunner:
         return finite_values(verdict.values, plan.objectives, told)  # never +inf: see verdict
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
-        # The search's own numbers: a confirmation comes after the search.
-        data = study_data(study, confirmed=False)
+        # The numbers `pareto` shows: an earlier confirmation's included, where a resumed study has one.
+        data = study_data(study)
         frozen = study.get_trials(deepcopy=False)[trial_number]
         outcome = read_outcome(frozen)
         try:
