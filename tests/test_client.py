@@ -140,6 +140,21 @@ def test_a_precise_run_sends_whole_waves_and_awaits_the_requests_in_flight():
                    ceiling=40) == run.stop
 
 
+def test_a_run_at_a_request_rate_sends_every_request_whatever_its_precision():
+    """The arrival process is the load: a run that stopped early would measure a shorter trace
+    and its drain, so the precision rule is not asked."""
+    async def handler(request):
+        await request.read()
+        await asyncio.sleep(0.02)
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=12, request_rate=200.0)
+    until = Pinned(StopRule(0.5, min_requests=4), ("mean_e2el_ms", "output_throughput"))
+    run = bench(handler, profile, until=until)
+    assert len(run.requests) == run.summary.completed == 12
+    assert run.stop is not None and run.stop.reason != PRECISE  # "ceiling": every request sent
+
+
 def test_recheck_of_a_noisy_runs_requests_reproduces_the_clients_own_stop():
     import random
 

@@ -284,6 +284,8 @@ async def run_profile_async(
             on_progress(done, measured)
 
         offsets = send_offsets_s(requests[warm:], profile, seed)
+        if any(offsets):  # an arrival process (a rate, or the requests' own send times) is the
+            until = None  # load: a prefix of it drains differently, so every request is sent
         finished = asyncio.Event()
         sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
         start, cpu_start = time.perf_counter(), time.process_time()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,7 +249,7 @@ def pinned_metrics(profiles: Sequence[WorkloadProfile], objectives: Sequence[Obj
         return {}
     out = {}
     for p in profiles:
-        if p.capacity is not None:
+        if p.capacity is not None or not math.isinf(p.request_rate):  # a rate: every request
             continue
         used = [o.metric for o in objectives if o.profile == p.name]
         used += [s.metric for s in slos if s.profile == p.name]
