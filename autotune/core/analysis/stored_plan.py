@@ -25,10 +25,11 @@ from autotune.errors import ConfigError, StudyError
 
 VERSION = 2
 OLD_REPEATS = 2  # the default --repeats before #35: a stored plan without the field had it
+OLD_PRECISION = 0.0  # before #35 every run sent its num_prompts
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 # What must agree between `run`s that join one study (the budget and seed may change).
 SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives",
-                "cap_cuda_graphs")
+                "cap_cuda_graphs", "precision")
 # Where this node runs the study: another node has its own, so none is stored. The references
 # are enqueued once, by the `run` that creates the study (its baseline is in the study's state).
 LOCAL_FIELDS = ("workdir", "storage", "study_name", "references_path")
@@ -125,6 +126,7 @@ class PlanRequest:
         try:
             given = {k: _checked(k, v) for k, v in data.items() if k in _STORED}
             given.setdefault("repeats", OLD_REPEATS)
+            given.setdefault("precision", OLD_PRECISION)
             profiles = tuple(profile_from_dict(p["name"], p, where) for p in data["profiles"])
             return cls(**{**given, "model": str(data["model"]), "profiles": profiles})
         except (ConfigError, KeyError, TypeError, ValueError) as exc:
