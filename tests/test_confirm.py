@@ -177,6 +177,25 @@ def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_con
     assert read_confirmation(study)["finished"]
 
 
+def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continued(tmp_path):
+    """A search resumed after an interrupted confirmation can change the front: the stored
+    confirmation's trials are then not the finalists, and a new confirmation is planned."""
+    from autotune.core.analysis.study_data import finalists
+    from autotune.study.state import write_confirmation
+
+    plan, study, served = served_study(tmp_path)
+    chosen = {t.number for t in finalists(study_data(study, confirmed=False), 2)}
+    stale = next(n for n in served if n not in chosen)
+    write_confirmation(study, {"trials": [stale], "rounds": 1, "done": [], "round_trials": {},
+                               "deployed": {}, "finished": False})
+    said: list[str] = []
+    stand_in = StandIn(seed=9)
+    confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
+            trial_fn=stand_in, say=said.append)
+    assert not said[0].startswith("continuing")
+    assert stale not in read_confirmed(study)
+
+
 def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the_budget(tmp_path):
     from autotune.study.creation import prepare_study
     from autotune.study.runner import StudyRunner

@@ -55,11 +55,13 @@ def chosen_trials(data: StudyData, numbers: Sequence[int]) -> list[TrialOutcome]
     return [served[n] for n in dict.fromkeys(numbers)]
 
 
-def _unfinished(stored: dict, trials: Sequence[int] | None) -> bool:
-    """A stored confirmation that did not finish, and that this call asks for again (the
-    finalists, or the same trials)."""
+def _unfinished(stored: dict, trials: Sequence[int] | None, finalists_now: Sequence[int]) -> bool:
+    """A stored confirmation that did not finish, and that this call asks for again: the same
+    trials, or (asked for the finalists) trials that are all finalists still; a search resumed
+    since may have changed the front."""
     return bool(stored.get("trials")) and not stored.get("finished") and (
-        trials is None or set(trials) == set(stored["trials"]))
+        set(stored["trials"]) <= set(finalists_now) if trials is None
+        else set(trials) == set(stored["trials"]))
 
 
 def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int = 0,
@@ -80,16 +82,14 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     stored = read_confirmation(study)
     cost = deployment_cost_s(data.outcomes, again=True)
-    if _unfinished(stored, trials):
+    base = data.baseline.number if data.baseline is not None else None
+    finalists_now = by_priority([t.number for t in finalists(data, k)], base) if trials is None else []
+    if _unfinished(stored, trials, finalists_now):
         state = stored
         say(f"continuing the confirmation stored in the study: {len(state['done'])} of up to "
             f"{len(state['trials']) * state['rounds']} deployment(s) done")
     else:
-        if trials is None:
-            base = data.baseline.number if data.baseline is not None else None
-            numbers = by_priority([t.number for t in finalists(data, k)], base)
-        else:
-            numbers = [t.number for t in chosen_trials(data, trials)]
+        numbers = finalists_now if trials is None else [t.number for t in chosen_trials(data, trials)]
         left = None if budget_end is None else max(budget_end - clock(), 0.0)
         planned = plan_confirmation(numbers, rounds, left_s=left, deployment_s=cost)
         say(planned.message)
