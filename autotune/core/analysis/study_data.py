@@ -39,7 +39,7 @@ class StudyData:
     loads: Mapping[str, float] = field(default_factory=dict)  # profile -> concurrency it runs at
     repeats: int = 1  # runs per profile of one deployment: what a confirmation round adds
     confirmed: frozenset[int] = frozenset()  # trials whose results are confirmed runs
-    deployment_s: float | None = None  # one deployment's measured cost (median of served trials)
+    deployment_s: float | None = None  # one redeployment's measured cost (deployment_cost_s)
 
     def objective_for(self, use: str) -> Objective:
         """The objective of a use: interactive, the one on the profile with the lowest
