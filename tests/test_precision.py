@@ -290,6 +290,24 @@ def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch)
     assert max(map(len, shown.splitlines())) <= 100
 
 
+def test_the_front_and_the_recommendations_say_a_load_not_reached():
+    from autotune.cli.results import front_table
+    from autotune.core.analysis.recommend import TieSettings, recommend, table
+
+    data = _counted_study()
+    rec = recommend(data, "throughput", TieSettings("s"))
+    lines = table(data, [rec], "s")
+    assert f"#{rec.trial.number} high: reached 8 of 100: not measured at the profile's load" in lines
+    assert max(map(len, lines)) <= 80
+    import io
+
+    from rich.console import Console
+
+    screen = io.StringIO()
+    Console(width=160, file=screen).print(front_table(data, "s"))
+    assert "(reached 8 of 100)" in screen.getvalue()
+
+
 def test_the_trial_note_and_the_report_say_the_requests_and_the_load_reached():
     from autotune.study.notes import trial_note
 

@@ -69,7 +69,8 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True,
     for t in data.front():
         cells = [breakable(t.label + (" (confirmed)" if t.number in data.confirmed else ""), width)]
         for o in data.objectives:
-            cells.append(data.objective_estimate(t, o).text)
+            reached = t.reached(o.profile)
+            cells.append(data.objective_estimate(t, o).text + (f"\n({reached})" if reached else ""))
             if data.baseline is not None:
                 change = data.versus_baseline(t, o.profile, o.metric)
                 cells.append("-" if change is None else change.text + (

@@ -328,6 +328,9 @@ def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> 
         lines.append("!: beyond any sensible budget; --explain says what would lower it")
     lines += notes
     picks = [r for r in recs if not isinstance(r, str)]
+    for t in {r.trial.number: r.trial for r in picks}.values():  # a load its runs never had
+        lines += [f"#{t.number} {o.profile}: {t.reached(o.profile)}: not measured at the profile's load"
+                  for o in objectives if t.reached(o.profile)]
     for r in picks:
         lines.append(f"{r.use}: " + shlex.join(["autotune", "export", "--study", study, "--for",
                                                  r.use]))
