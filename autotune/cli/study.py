@@ -54,6 +54,7 @@ from autotune.study.trial import TrialSetup
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
+DRY_RUN_SAMPLES = 5  # sampled trials a dry run shows when the time budget decides the count
 
 
 def _budget_text(plan: StudyPlan) -> str:
@@ -63,7 +64,6 @@ def _budget_text(plan: StudyPlan) -> str:
     if limit is None:
         return trials
     return hms(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {hms(limit)}"
-DRY_RUN_SAMPLES = 5  # sampled trials a dry run shows when the time budget decides the count
 
 
 class ConsoleProgress:
