@@ -11,6 +11,7 @@ import optuna
 import yaml
 
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend
+from autotune.core.deployment.failures import first_line
 from autotune.core.deployment.flags import argv_to_options, options_to_config
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
@@ -50,7 +51,7 @@ def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> T
             raise ConfigError(f"{flag}: no such finished trial in the study")
         t = found[number]
         if not (t.feasible or t.dominated):
-            why = (f"{t.failure.name}: {_first_line(t.failure_message)}" if t.failure
+            why = (f"{t.failure.name}: {first_line(t.failure_message, 120)}" if t.failure
                    else t.status)
             raise ConfigError(f"{flag}: trial {t.label} is failed or infeasible ({why}); "
                               "export a feasible trial (`autotune pareto` lists the front)")
@@ -71,6 +72,3 @@ def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> T
 def export_of(t: TrialOutcome) -> Export:
     return Export(trial=t.number, model=t.model, argv=list(t.argv))
 
-
-def _first_line(text: str) -> str:
-    return (text.splitlines() or [""])[0][:120]

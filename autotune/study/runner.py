@@ -333,7 +333,7 @@ class StudyRunner:
         if measured.failure is None or measured.failure.blames_configuration:
             return measured
         self.progress.message(f"trial {number}/{total}: {measured.failure.name} "
-                              f"({_first_line(measured.failure_message)}), not the "
+                              f"({failures.first_line(measured.failure_message, 200)}), not the "
                               "configuration's fault: running it once more")
         return self.trial_fn(argv, bench, setup, on_phase)
 
@@ -409,16 +409,13 @@ def _tell_as(study: optuna.Study, trial: optuna.Trial, previous: FrozenTrial) ->
     study.tell(trial, list(previous.values))
 
 
-def _first_line(text: str) -> str:
-    return (text.splitlines() or [""])[0][:200]
-
 
 def _stop_message(trial_number: int, outcome: TrialOutcome) -> str:
     """Why the study stops: a trial failed twice, neither time through its configuration."""
     failure = outcome.failure
     assert failure is not None
     return (f"trial #{trial_number} failed twice for a reason that is not its configuration's "
-            f"({failure.name}: {_first_line(outcome.failure_message)}); the study stops: "
+            f"({failure.name}: {failures.first_line(outcome.failure_message, 200)}); the study stops: "
             f"{failure.remedy}")
 
 

@@ -175,3 +175,8 @@ def engine_death_message(log_text: str) -> str:
 def tail(text: str, lines: int = 40) -> str:
     """The last ``lines`` lines of a log."""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def first_line(message: str, width: int) -> str:
+    """A failure message's first line, cut at ``width`` characters: for one-line summaries."""
+    return (message.splitlines() or [""])[0][:width]
