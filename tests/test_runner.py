@@ -207,6 +207,45 @@ def test_two_flag_sets_that_resolve_to_one_engine_are_deployed_once(tmp_path):
     assert [t.number for t in outcomes(study)] == [0, max(t.number for t in study.trials)]
 
 
+def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(tmp_path, monkeypatch):
+    """Another worker holds -O2 running; the reference -O3 (the same engine) waits for it
+    instead of deploying it a second time, then takes its values. The other worker finishes
+    while this one waits (its poll's sleep stands in for the time passing)."""
+    import autotune.study.runner as runner_module
+    from autotune.core.deployment.flags import to_argv
+    from autotune.core.space.search_space import sample
+    from autotune.core.trial.outcome import TrialOutcome
+    from autotune.study.records import write_outcome
+
+    plan = make_plan(tmp_path, trials=2, space=ONE_ENGINE_SPACE,
+                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
+                          "  - {name: o3, params: {optimization_level: 3}}\n")
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    study, _, _ = prepare_study(plan, Heartbeat())
+    other = study.ask()  # the other slot's claim: the reference o2, enqueued first
+    params = sample(plan.space, plan.ctx, other)
+    argv = tuple(to_argv(plan.space, plan.ctx, params))
+    write_outcome(other, TrialOutcome(other.number, state="running", params=params, argv=argv,
+                                      engine=o3_is_o2(argv)))
+    measured = StandIn()(argv, plan.bench, None, lambda phase: None)
+
+    def other_slot_finishes(seconds):
+        if study.get_trials(deepcopy=False)[other.number].state == TrialState.RUNNING:
+            write_outcome(other, TrialOutcome(other.number, params=params, argv=argv,
+                                              engine=o3_is_o2(argv), results=measured.results,
+                                              trial_wall_s=1.0))
+            study.tell(other, [measured.results["low-concurrency"].mean("mean_e2el_ms"),
+                               measured.results["high-concurrency"].mean("output_throughput")])
+
+    monkeypatch.setattr(runner_module.time, "sleep", other_slot_finishes)
+    stand_in = StandIn()
+    StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
+                engine_id=o3_is_o2, poll_s=0.01).work()
+    o3 = next(t for t in map(read_outcome, study.trials) if t.params.get("optimization_level") == 3)
+    assert o3.same_engine_as == other.number
+    assert o3_is_o2(argv) not in [o3_is_o2(a) for a in stand_in.calls]  # never deployed twice
+
+
 class CountingVllm:
     """A stand-in for vLLM's resolution (shell.validation.VllmValidator, tested in
     test_validation.py): each flag set resolves to an engine of its own, expert parallel is

@@ -267,9 +267,13 @@ class StudyRunner:
         frozen = optuna_internals.stored_trial(study, trial)
         enqueued = optuna_internals.was_enqueued(frozen)
         again = same is not None and not same.failed
-        if again and same.running and not enqueued:
-            self._resamples += 1
+        while again and same.running and enqueued:  # a reference whose engine another slot is
+            time.sleep(self.poll_s)  # measuring: wait for it, then copy what it measured
+            same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
+            again = same is not None and not same.failed
+        if again and same.running:  # a busy engine, not a measured one: no sign of convergence
             self._skip(study, trial, f"same engine as #{same.number}; resampled")
+            time.sleep(self.poll_s)
             return
         if again and not same.running:
             self._resamples += 1
@@ -407,7 +411,6 @@ def _tell_as(study: optuna.Study, trial: optuna.Trial, previous: FrozenTrial) ->
         trial.set_constraint(name, value)
     optuna_internals.mirror_constraints(trial, list(named.values()))
     study.tell(trial, list(previous.values))
-
 
 
 def _stop_message(trial_number: int, outcome: TrialOutcome) -> str:
