@@ -14,10 +14,8 @@ import optuna
 from autotune.core.analysis.recommend import (
     SMALLEST_DIFFERENCE,
     USES,
-    NoFeasibleTrial,
-    Recommendation,
     TieSettings,
-    recommend,
+    recommend_each,
     table,
 )
 from autotune.core.analysis.study_data import StudyData
@@ -64,12 +62,7 @@ def study_note(study_name: str, data: StudyData, smallest_difference: float = SM
              f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}"
              + (f" (confirmed: {', '.join(f'#{n}' for n in sorted(data.confirmed))})."
                 if data.confirmed else "."), ""]
-    recs: list[Recommendation | str] = []
-    for use in USES:
-        try:
-            recs.append(recommend(data, use, TieSettings(study_name, smallest_difference)))
-        except NoFeasibleTrial as exc:
-            recs.append(f"**{use}**: {exc}")
+    recs = recommend_each(data, USES, TieSettings(study_name, smallest_difference))
     if any(not isinstance(r, str) for r in recs):
         lines += ["```", *table(data, [r for r in recs if not isinstance(r, str)], study_name),
                   "```", ""]
