@@ -21,7 +21,6 @@ import optuna
 
 from autotune.core.analysis.confirmation import (
     by_priority,
-    deployment_cost_s,
     hms,
     open_finalists,
     plan_confirmation,
@@ -81,7 +80,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     data = study_data(study, confirmed=False)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     stored = read_confirmation(study)
-    cost = deployment_cost_s(data.outcomes, again=True)
+    cost = data.deployment_s  # a redeployment: deployment_cost_s(again=True)
     base = data.baseline.number if data.baseline is not None else None
     finalists_now = by_priority([t.number for t in finalists(data, k)], base) if trials is None else []
     if _unfinished(stored, trials, finalists_now):

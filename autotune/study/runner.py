@@ -269,6 +269,7 @@ class StudyRunner:
         again = same is not None and not same.failed
         while again and same.running and enqueued:  # a reference whose engine another slot is
             time.sleep(self.poll_s)  # measuring: wait for it, then copy what it measured
+            reap_dead_workers(study, self.progress.message)  # or take it over if that slot died
             same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
             again = same is not None and not same.failed
         if again and same.running:  # a busy engine, not a measured one: no sign of convergence
@@ -445,7 +446,7 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
         return None
     data = study_data(study, confirmed=False)
     cost = deployment_cost_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
-    again = deployment_cost_s(data.outcomes, again=True)
+    again = data.deployment_s  # a redeployment's cost: the confirmation's
     deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
     reserve = deployed * again if plan.confirm and again else 0.0
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)

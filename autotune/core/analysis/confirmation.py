@@ -37,17 +37,19 @@ def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) 
     graphs in the shared cache: each wall less the compile seconds its trial spent filling
     that cache (on 2 CPU cores a 94 s trial less its 30 s of compile: 64 s; its redeployments
     took 57 s)."""
-    walls = [t.trial_wall_s - (_compile_filled_s(t) if again else 0.0) for t in outcomes
-             if t.trial_wall_s and t.results and not t.raced and not t.skipped]
-    return sum(walls) / len(walls) if walls else None
+    return _mean([t.trial_wall_s - (_compile_filled_s(t) if again else 0.0) for t in outcomes
+                  if t.trial_wall_s and t.results and not t.raced and not t.skipped])
 
 
 def failed_deployment_cost_s(outcomes: Sequence[TrialOutcome]) -> float | None:
     """Until a trial is served, the floor of what one costs: the mean ``trial_wall_s`` of the
     trials that launched a server and failed with it (a crash, a start-up timeout; rejected
     flags launch none). None when no such trial carries one."""
-    walls = [t.trial_wall_s for t in outcomes
-             if t.trial_wall_s and t.failure and t.startup_s and not t.results and not t.skipped]
+    return _mean([t.trial_wall_s for t in outcomes
+                  if t.trial_wall_s and t.failure and t.startup_s and not t.results and not t.skipped])
+
+
+def _mean(walls: Sequence[float]) -> float | None:
     return sum(walls) / len(walls) if walls else None
 
 
