@@ -220,61 +220,103 @@ def test_poisson_arrivals_have_the_requested_mean_rate():
     assert arrival_gaps_s(WorkloadProfile(name="t"), 3, seed=1) == [0.0, 0.0, 0.0]
 
 
-@pytest.mark.slow
-def test_our_numbers_agree_with_vllm_bench_serve_on_the_same_server(dense_server):
-    """Interleaved runs (ours, theirs, theirs, ours, x2) on one real server (TP=1 on core 0),
-    256 in / 128 out, 32 requests, concurrency 2.
+# ------------------------------------------------------------------ against vllm bench serve, live
+#
+# On these 2 cores one client's runs on one server differ by up to 2.2x in output throughput
+# (min/max 0.46 over 8 runs of 24 requests, docs/fidelity.md), so a fixed tolerance on the
+# medians of a few runs fails by chance: 30% did, at 1056 against 777 and 927 against 674 tok/s,
+# with the same code that passed before and after. Definitions are therefore checked exactly, on
+# vLLM's own requests; the live comparison asks only whether the two clients' runs can be told
+# apart at all.
 
-    On these machines a request's whole stream sometimes arrives in one read (TTFT = E2EL,
-    every gap < 0.1 ms), for either client: 32 of 80 requests in one measurement, 34 of 80 with
-    the client and API server pinned to the other core. Such requests make a run's *mean* TTFT
-    swing between 15 and 800 ms (the disagreement first reported: ours 492 vs vLLM's 800 ms,
-    later ours 230 vs 58 ms) without any difference in definition. So TTFT and TPOT are compared
-    on the requests each client received as streams, by their medians over all runs: measured
-    per run, those medians varied by about 35% (TTFT, 14-19 ms) and 30% (TPOT) for one client,
-    hence tolerances of 50% and 30%. Output throughput and mean E2EL, which bursts do not
-    change, must agree within 30% (their measured run-to-run spread). A wrong definition (TTFT
-    from the first byte instead of the first token, TPOT including the first token, throughput
-    over a wrong duration) moves a metric further."""
-    from autotune.core.metrics.summary import RequestResult, burst_delivered
+INTERLEAVED = ["ours", "theirs", "theirs", "ours"] * 3  # 6 runs each; a drift falls on both
+
+
+def separated(a: list[float], b: list[float]) -> bool:
+    """Every run of one client above every run of the other. For 6 exchangeable runs each, an
+    exact permutation test gives this outcome p = 2 / C(12, 6) = 0.0022: two clients that
+    measure a server alike show it about once in 460 comparisons; one whose metric is off by
+    more than the runs' spread (2.2x here) shows it every time."""
+    return max(a) < min(b) or max(b) < min(a)
+
+
+def streamed_medians(requests) -> tuple[float, float]:
+    """Median TTFT and TPOT (ms) of the requests received as streams. A stream that arrives in
+    one read (TTFT = E2EL, seen for up to 40% of requests with either client here) says nothing
+    about either, so it is left out (docs/fidelity.md)."""
+    from autotune.core.metrics.summary import burst_delivered, tpot_s
+
+    kept = [q for q in requests if q.success and not burst_delivered(q)]
+    return (statistics.median(q.ttft_s * 1000 for q in kept),
+            statistics.median(tpot_s(q) * 1000 for q in kept))
+
+
+@dataclasses.dataclass(frozen=True)
+class Interleaved:
+    ours: list[dict]  # our runs, under vLLM's keys
+    our_requests: list[list]  # each of our runs' RequestResults
+    theirs: list[dict]  # vllm bench serve's results (--save-detailed: its per-request data too)
+
+
+@pytest.fixture(scope="module")
+def interleaved(dense_server) -> Interleaved:
+    """Both clients on one real server (TP=1 on core 0), 256 in / 128 out, 24 requests at
+    concurrency 2 after 2 warm-up requests, runs in the order of INTERLEAVED."""
     from autotune.shell.reference_bench import run_vllm_bench
 
-    profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=32,
+    profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=24,
                               max_concurrency=2, warmup_requests=2)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
-    ours, theirs, our_requests, their_requests = [], [], [], []
-    for r, tool in enumerate(["ours", "theirs", "theirs", "ours"] * 2):
+    ours, our_requests, theirs = [], [], []
+    for r, tool in enumerate(INTERLEAVED):
         if tool == "ours":
             run = run_profile(target, profile, seed=10 + r, source=RandomPrompts(512))
             ours.append(to_vllm_json(run.summary))
-            our_requests += run.requests
+            our_requests.append(run.requests)
         else:
-            result = run_vllm_bench(target.url, target.model, target.api_key, profile, seed=10 + r)
-            theirs.append(result)
-            their_requests += [
-                RequestResult(prompt_len=256, start_s=0.0, success=not err, output_tokens=n,
-                              ttft_s=ttft, latency_s=lat, itl_s=tuple(itl))
-                for ttft, itl, lat, n, err in zip(result["ttfts"], result["itls"], result["latencies"],
-                                                  result["output_lens"], result["errors"], strict=True)]
-    assert ours and theirs and all(o["failed"] == 0 for o in ours) and all(t["completed"] == 32 for t in theirs)
-    assert all(o["total_output_tokens"] == t["total_output_tokens"] == 32 * 128
-               for o, t in zip(ours, theirs, strict=True))
+            theirs.append(run_vllm_bench(target.url, target.model, target.api_key, profile, seed=10 + r))
+    return Interleaved(ours, our_requests, theirs)
+
+
+@pytest.mark.slow
+def test_vllm_bench_serves_own_requests_give_its_own_numbers_through_our_summary(interleaved):
+    """Our summary of vLLM's per-request records (its TTFTs, ITLs, latencies, output lengths and
+    its duration) equals what vLLM printed, key by key: throughput over the benchmark duration,
+    TPOT without the first token, mean, median, std and percentiles as numpy computes them. Only
+    ``max_concurrent_requests`` differs by design: vLLM counts requests active in each whole
+    second, we count the most in flight at one instant."""
+    from autotune.core.metrics.summary import summarize
+    from autotune.shell.reference_bench import requests_of
+
+    for result in interleaved.theirs:
+        ours = to_vllm_json(summarize(requests_of(result), result["duration"], percentiles=(50, 90, 99)))
+        shared = [k for k, v in ours.items() if k in result and isinstance(v, float | int)
+                  and not isinstance(v, bool) and k != "max_concurrent_requests"]
+        assert {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p50", "p90", "p99")
+                for m in ("ttft", "tpot", "itl", "e2el")} | {"output_throughput"} <= set(shared)
+        for key in shared:
+            assert ours[key] == pytest.approx(result[key], rel=1e-9), key
+
+
+@pytest.mark.slow
+def test_our_client_and_vllm_bench_serve_cannot_be_told_apart_on_the_same_server(interleaved):
+    """Same tokens out, and neither client's runs all above the other's in output throughput,
+    mean E2EL, or the median TTFT and TPOT of requests received as streams. A wrong definition
+    (TTFT from the first byte, TPOT with the first token, throughput over a wrong duration) or a
+    different load would put one client's runs apart."""
+    from autotune.shell.reference_bench import requests_of
+
+    assert all(o["failed"] == 0 for o in interleaved.ours)
+    assert all(t["completed"] == 24 for t in interleaved.theirs)
+    assert {o["total_output_tokens"] for o in interleaved.ours + interleaved.theirs} == {24 * 128}
     for key in ("output_throughput", "mean_e2el_ms"):
-        a = statistics.median(o[key] for o in ours)
-        b = statistics.median(t[key] for t in theirs)
-        assert a == pytest.approx(b, rel=0.30), f"{key}: ours {a:.2f}, vllm bench serve {b:.2f}"
-
-    def streamed(requests):
-        kept = [q for q in requests if q.success and not burst_delivered(q)]
-        return (kept, [q.ttft_s * 1000 for q in kept],
-                [(q.latency_s - q.ttft_s) / (q.output_tokens - 1) * 1000 for q in kept])
-
-    (ours_kept, our_ttft, our_tpot), (their_kept, their_ttft, their_tpot) = (
-        streamed(our_requests), streamed(their_requests))
-    assert len(ours_kept) >= 16 and len(their_kept) >= 16, (len(ours_kept), len(their_kept))
-    for key, a, b, tol in (("TTFT", our_ttft, their_ttft, 0.5), ("TPOT", our_tpot, their_tpot, 0.3)):
-        a, b = statistics.median(a), statistics.median(b)
-        assert a == pytest.approx(b, rel=tol), f"median {key} of streamed requests: ours {a:.2f} ms, vLLM's {b:.2f} ms"
+        ours, theirs = [o[key] for o in interleaved.ours], [t[key] for t in interleaved.theirs]
+        assert not separated(ours, theirs), f"{key}: ours {ours}, vllm bench serve {theirs}"
+    our_streams = [streamed_medians(q) for q in interleaved.our_requests]
+    their_streams = [streamed_medians(requests_of(t)) for t in interleaved.theirs]
+    for i, key in enumerate(("TTFT", "TPOT")):
+        ours, theirs = [m[i] for m in our_streams], [m[i] for m in their_streams]
+        assert not separated(ours, theirs), f"median {key} (ms): ours {ours}, vllm bench serve {theirs}"
 
 
 @pytest.mark.slow
@@ -331,7 +373,8 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     """One JSONL file, read by our ``jsonl`` format and by ``vllm bench serve --dataset-name
     custom`` (its ``output_tokens`` field, no chat template), interleaved on one real server:
     24 text prompts of 192 words (192 tokens of the model's word-level tokenizer), 64 output
-    tokens, concurrency 2. Throughput and mean E2EL within 30%, the run-to-run spread here."""
+    tokens, concurrency 2. The same tokens in and out, and neither client's runs all apart from
+    the other's in throughput or mean E2EL."""
     from autotune.core.workload.datasets import source_of, validate_dataset_spec
     from autotune.core.workload.datasets.synthetic import WORDS
     from autotune.core.workload.profiles import DatasetSpec
@@ -349,7 +392,7 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     profile = WorkloadProfile(name="file", num_prompts=24, max_concurrency=2, warmup_requests=2)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
     ours, theirs = [], []
-    for r, tool in enumerate(["ours", "theirs", "theirs", "ours"]):
+    for r, tool in enumerate(INTERLEAVED):
         if tool == "ours":
             ours.append(to_vllm_json(run_profile(target, profile, seed=r, source=ours_source).summary))
         else:
@@ -358,7 +401,7 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     assert all(o["completed"] == t["completed"] == 24 for o, t in zip(ours, theirs, strict=True))
     assert all(o["total_input_tokens"] == 24 * 192 for o in ours)
     assert [(o["total_output_tokens"], t["total_output_tokens"]) for o, t in zip(ours, theirs, strict=True)
-            ] == [(24 * 64, 24 * 64)] * 2, [t.get("output_lens") for t in theirs]
+            ] == [(24 * 64, 24 * 64)] * 6, [t.get("output_lens") for t in theirs]
     for key in ("output_throughput", "mean_e2el_ms"):
-        a, b = statistics.median(o[key] for o in ours), statistics.median(t[key] for t in theirs)
-        assert a == pytest.approx(b, rel=0.30), f"{key}: ours {a:.2f}, vllm bench serve {b:.2f}"
+        a, b = [o[key] for o in ours], [t[key] for t in theirs]
+        assert not separated(a, b), f"{key}: ours {a}, vllm bench serve {b}"

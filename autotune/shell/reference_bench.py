@@ -11,6 +11,7 @@ import io
 import os
 from typing import Any
 
+from autotune.core.metrics.summary import RequestResult
 from autotune.core.workload.profiles import WorkloadProfile
 
 
@@ -53,3 +54,15 @@ def run_vllm_bench(
             os.environ.pop("OPENAI_API_KEY", None)
         else:
             os.environ["OPENAI_API_KEY"] = previous
+
+
+def requests_of(result: dict[str, Any]) -> list[RequestResult]:
+    """The per-request records of a ``run_vllm_bench`` result (``--save-detailed``) as ours,
+    so that our summary can be computed from vLLM's own requests."""
+    return [
+        RequestResult(prompt_len=n_in, start_s=start, success=not err, output_tokens=n_out,
+                      ttft_s=ttft, latency_s=lat, itl_s=tuple(itl), error=err)
+        for n_in, n_out, ttft, itl, lat, start, err in zip(
+            result["input_lens"], result["output_lens"], result["ttfts"], result["itls"],
+            result["latencies"], result["start_times"], result["errors"], strict=True)
+    ]
