@@ -27,7 +27,6 @@ from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
-from autotune.shell.processes import session_pids
 from autotune.shell.server import DeploymentSpec, ServerProcess
 
 PROFILE = WorkloadProfile(name="spread", input_len=192, output_len=64, num_prompts=24,
@@ -36,15 +35,12 @@ BLOCKS = ("free", "API server + client on core 1", "free again")
 
 
 def place_api_server(server_pid: int, cores: set[int]) -> None:
-    """Every thread of the server's processes but the engine's, onto ``cores``."""
-    for pid in session_pids(server_pid):
-        if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
+    """Every thread of the API server's process (not the engine's or its workers') onto ``cores``."""
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cores)
+        except OSError:
             continue
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                os.sched_setaffinity(int(task.name), cores)
-            except OSError:
-                continue
 
 
 def main() -> None:
