@@ -278,15 +278,18 @@ class Interleaved:
 def interleaved(dense_server) -> Interleaved:
     """Both clients on one real server (TP=1 on core 0), 256 in / 128 out, 24 requests at
     concurrency 2 after 2 warm-up requests, runs in the order of INTERLEAVED."""
+    from autotune.core.workload.datasets.random_text import RandomText
     from autotune.shell.reference_bench import run_vllm_bench
+    from autotune.shell.workloads import load_tokenizer
 
+    text = RandomText(load_tokenizer(dense_server.spec.model))  # text, as vLLM's random dataset sends
     profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=24,
                               max_concurrency=2, warmup_requests=2)
     target = Target(dense_server.url, dense_server.model_name, dense_server.api_key)
     ours, our_requests, theirs = [], [], []
     for r, tool in enumerate(INTERLEAVED):
         if tool == "ours":
-            run = run_profile(target, profile, seed=10 + r, source=RandomPrompts(512))
+            run = run_profile(target, profile, seed=10 + r, source=text)
             ours.append(to_vllm_json(run.summary))
             our_requests.append(run.requests)
         else:
