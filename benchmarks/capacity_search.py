@@ -51,7 +51,7 @@ from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import Target, run_profile
 from autotune.shell.modelgen import make_model
 from autotune.shell.server import DeploymentSpec, ServerProcess
-from autotune.study.confirm import CONFIRM_ROUNDS
+from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS
 
 Measure = Callable[[float, str, SettleRule | None], Probe]
 

@@ -16,7 +16,7 @@ import numpy as np
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autotune.study.samplers import make_sampler  # noqa: E402
+from autotune.study.run.samplers import make_sampler  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.simplefilter("ignore")

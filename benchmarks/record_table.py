@@ -83,9 +83,9 @@ def export(study_name: str, storage: str, out: Path, space_path: Path) -> None:
     import optuna
 
     from autotune.core.analysis.table import NOT_REACHED, SERVED, table_from_outcomes, to_csv
-    from autotune.study.records import outcomes
-    from autotune.study.state import read_plan
-    from autotune.study.storage import open_existing
+    from autotune.study.store.records import outcomes
+    from autotune.study.store.state import read_plan
+    from autotune.study.store.storage import open_existing
 
     study = optuna.load_study(study_name=study_name, storage=open_existing(storage))
     plan = read_plan(study)

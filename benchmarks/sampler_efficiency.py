@@ -2,7 +2,7 @@
 
 Each replay is a real autotune study (`StudyRunner`, in-memory storage, references, duplicates,
 failures, budget) whose trial function looks configurations up in the table recorded by
-`benchmarks/record_table.py` (`autotune.study.replay`): a served configuration returns runs
+`benchmarks/record_table.py` (`autotune.study.dev.replay`): a served configuration returns runs
 drawn with replacement from its recorded runs, so noise is part of every replay; a failed one
 returns its failure. Per sampler and seed it measures, on the table's means (the truth):
 
@@ -46,11 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
-from autotune.core.analysis.stored_plan import PlanRequest  # noqa: E402
 from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
+from autotune.core.plan.request import PlanRequest  # noqa: E402
 from autotune.core.space.search_space import (  # noqa: E402
     Reference,
     ReferenceSet,
@@ -63,14 +63,14 @@ from autotune.core.trial.outcome import TrialOutcome  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.errors import ValidationError  # noqa: E402
 from autotune.shell.files import read_model_info, read_space  # noqa: E402
-from autotune.study.creation import prepare_study  # noqa: E402
-from autotune.study.plans import StudyPlan, build_plan, model_context  # noqa: E402
-from autotune.study.records import outcomes  # noqa: E402
-from autotune.study.replay import Replay, drawable  # noqa: E402
-from autotune.study.runner import StudyRunner  # noqa: E402
-from autotune.study.samplers import make_sampler  # noqa: E402
-from autotune.study.storage import Heartbeat  # noqa: E402
-from autotune.study.trial import TrialSetup  # noqa: E402
+from autotune.study.dev.replay import Replay, drawable  # noqa: E402
+from autotune.study.run.creation import prepare_study  # noqa: E402
+from autotune.study.run.one_trial import TrialSetup  # noqa: E402
+from autotune.study.run.planning import StudyPlan, build_plan, model_context  # noqa: E402
+from autotune.study.run.runner import StudyRunner  # noqa: E402
+from autotune.study.run.samplers import make_sampler  # noqa: E402
+from autotune.study.store.records import outcomes  # noqa: E402
+from autotune.study.store.storage import Heartbeat  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval, proportion_interval  # noqa: E402
 
 Key = Callable[[Mapping[str, Value]], str]  # a configuration's key in the truth

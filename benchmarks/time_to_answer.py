@@ -1,13 +1,13 @@
 """Time to a trustworthy answer: device seconds, not trials. Replays of the recorded table.
 
 Each replay is a real autotune study (`StudyRunner`, in-memory storage) whose trial function
-looks configurations up in the recorded CPU table (`autotune.study.replay.Replay`) and charges
+looks configurations up in the recorded CPU table (`autotune.study.dev.replay.Replay`) and charges
 a `DeviceClock` what each trial would have cost the machine: a rejected configuration its
 validation (1 s), a failed one its recorded start-up and a teardown, a served one its recorded
 start-up, the duration of each run it measures (requests x output tokens / its recorded output
 throughput, warm-up included) and a teardown (5 s). Racing (`core.trial.racing`) runs as in a real
 trial: a configuration beaten beyond the noise after its first runs pays for those alone.
-After the search, the real confirmation (`study.confirm`, 3 finalists and the baseline, 2
+After the search, the real confirmation (`study.run.confirm_rounds`, 3 finalists and the baseline, 2
 rounds) runs on the same clock, and `recommend` picks on the confirmed numbers.
 
 Per variant and seed: device minutes until the front of what was found reaches 80% and 95% of
@@ -66,18 +66,18 @@ from sampler_efficiency import (  # noqa: E402
 )
 
 from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
-from autotune.core.analysis.stored_plan import PlanRequest  # noqa: E402
 from autotune.core.analysis.table import RecordedTable  # noqa: E402
+from autotune.core.plan.request import PlanRequest  # noqa: E402
 from autotune.core.trial.outcome import Measurement  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
-from autotune.study.confirm import confirm  # noqa: E402
-from autotune.study.creation import prepare_study  # noqa: E402
-from autotune.study.plans import build_plan  # noqa: E402
-from autotune.study.records import outcomes, study_data  # noqa: E402
-from autotune.study.replay import DeviceClock, Replay, drawable  # noqa: E402
-from autotune.study.runner import StudyRunner  # noqa: E402
-from autotune.study.storage import Heartbeat  # noqa: E402
-from autotune.study.trial import BenchPlan, TrialSetup  # noqa: E402
+from autotune.study.dev.replay import DeviceClock, Replay, drawable  # noqa: E402
+from autotune.study.run.confirm_rounds import confirm  # noqa: E402
+from autotune.study.run.creation import prepare_study  # noqa: E402
+from autotune.study.run.one_trial import BenchPlan, TrialSetup  # noqa: E402
+from autotune.study.run.planning import build_plan  # noqa: E402
+from autotune.study.run.runner import StudyRunner  # noqa: E402
+from autotune.study.store.records import outcomes, study_data  # noqa: E402
+from autotune.study.store.storage import Heartbeat  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval  # noqa: E402
 
 TABLE = ROOT / "benchmarks" / "data" / "cpu-table" / "table.csv"

@@ -191,7 +191,7 @@ def postgres_url():
     password; stopped (and checked gone) when the session ends. $AUTOTUNE_TEST_POSTGRES points
     the tests at an existing database instead."""
     from autotune.shell.processes import die_with_parent, free_port
-    from autotune.study.storage import storage_url
+    from autotune.study.store.storage import storage_url
 
     if os.environ.get("AUTOTUNE_TEST_POSTGRES"):
         yield storage_url(os.environ["AUTOTUNE_TEST_POSTGRES"], "")

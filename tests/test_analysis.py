@@ -228,8 +228,8 @@ def test_a_parameter_that_does_nothing_comes_out_as_no_effect_at_the_expected_ra
 def test_confirmed_runs_are_stored_one_group_per_deployment_and_the_old_flat_layout_reads_as_one():
     import optuna
 
-    from autotune.study.records import with_confirmed
-    from autotune.study.state import add_confirmed, read_confirmed
+    from autotune.study.store.records import with_confirmed
+    from autotune.study.store.state import add_confirmed, read_confirmed
 
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
     run = lambda v: {"mean_e2el_ms": v}  # noqa: E731

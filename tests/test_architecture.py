@@ -1,6 +1,7 @@
 """The package's shape: layers import downward only (errors -> core -> shell -> study -> cli),
 the core's subpackages too (metrics -> maths -> workload -> space -> deployment -> trial ->
-analysis), no import cycle, and the pure core touches no process, file, network or environment."""
+analysis -> plan) and the study's rooms (store -> output -> run -> dev), no import cycle, and
+the pure core touches no process, file, network or environment."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
 LAYERS = {"errors": 0, "core": 1, "shell": 2, "study": 3, "cli": 4, "__main__": 5}
 # The core's subpackages, lowest first: each imports only those before it (and itself).
 CORE_ORDER = {"metrics": 0, "maths": 1, "workload": 2, "space": 3, "deployment": 4, "trial": 5,
-              "analysis": 6}
+              "analysis": 6, "plan": 7}
+# The study layer's rooms, lowest first: storage, what a study hands back, running it, and the
+# developer tools over it.
+STUDY_ORDER = {"store": 0, "output": 1, "run": 2, "dev": 3}
 IMPURE = {"os", "subprocess", "socket", "signal", "httpx", "aiohttp", "sqlite3", "shutil",
           "optuna", "sqlalchemy", "torch", "vllm"}
 
@@ -76,6 +80,26 @@ def test_core_subpackages_import_downward_only():
              if core_group(name) is not None
              for target in imports(tree, name)
              if (core_group(target) or 0) > (core_group(name) or 0)]
+    assert not wrong, wrong
+
+
+def study_room(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["autotune", "study"] or len(parts) < 3:
+        return None
+    return STUDY_ORDER.get(parts[2], -1)
+
+
+def test_every_study_module_sits_in_a_room():
+    loose = [m for m in modules() if study_room(m) == -1]
+    assert "autotune.study.run.runner" in modules() and not loose, loose
+
+
+def test_study_rooms_import_downward_only():
+    wrong = [f"{name} imports {target}" for name, tree in modules().items()
+             if study_room(name) is not None
+             for target in imports(tree, name)
+             if (study_room(target) or 0) > (study_room(name) or 0)]
     assert not wrong, wrong
 
 
@@ -144,8 +168,8 @@ def test_only_optuna_internals_touches_optunas_private_api():
         return False
 
     found = [name for name, tree in modules().items()
-             if name != "autotune.study.optuna_internals" and touches(tree)]
-    assert "autotune.study.runner" in modules() and not found
+             if name != "autotune.study.store.optuna_internals" and touches(tree)]
+    assert "autotune.study.run.runner" in modules() and not found
 
 
 def test_processes_are_started_and_signalled_only_in_the_shell():

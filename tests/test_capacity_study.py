@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from autotune.study.records import outcomes
+from autotune.study.store.records import outcomes
 from tests.conftest import autotune, load, vllm_processes
 
 pytestmark = pytest.mark.slow

@@ -287,6 +287,6 @@ def test_runs_opening_line_states_the_budget_that_will_end_it():
     from autotune.cli.study import UNBOUNDED_TRIALS, _budget_text
 
     assert _budget_text(SimpleNamespace(trials=5, time_budget_s=None)) == "5 trials"
-    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 0:04:00"
+    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 4 min"
     # --time-budget without --trials: the time alone decides, not ten thousand trials
-    assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "0:01:00"
+    assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"

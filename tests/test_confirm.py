@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.study.confirm import confirm
-from autotune.study.records import outcomes, study_data
-from autotune.study.state import read_confirmation, read_confirmed
-from autotune.study.trial import TrialSetup
+from autotune.study.run.confirm_rounds import confirm
+from autotune.study.run.one_trial import TrialSetup
+from autotune.study.store.records import outcomes, study_data
+from autotune.study.store.state import read_confirmation, read_confirmed
 from tests.test_runner import StandIn, make_plan, run
 
 
@@ -181,7 +181,7 @@ def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continu
     """A search resumed after an interrupted confirmation can change the front: the stored
     confirmation's trials are then not the finalists, and a new confirmation is planned."""
     from autotune.core.analysis.study_data import finalists
-    from autotune.study.state import write_confirmation
+    from autotune.study.store.state import write_confirmation
 
     plan, study, served = served_study(tmp_path)
     chosen = {t.number for t in finalists(study_data(study, confirmed=False), 2)}
@@ -197,9 +197,9 @@ def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continu
 
 
 def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the_budget(tmp_path):
-    from autotune.study.creation import prepare_study
-    from autotune.study.runner import StudyRunner
-    from autotune.study.storage import Heartbeat
+    from autotune.study.run.creation import prepare_study
+    from autotune.study.run.runner import StudyRunner
+    from autotune.study.store.storage import Heartbeat
 
     plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=0.01)
     plan.workdir.mkdir(parents=True)
@@ -219,7 +219,7 @@ def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the
     # Planned at 100 s: 3 deployments in 400 s; after the first took 250 s, the next would
     # end at 500 s: it does not start.
     assert len(stand_in.deployed) == 3 + 1 and now[0] - start == 250.0
-    assert said[0] == "confirmation: 3 trial(s) x 1 round(s), about 0:05:00 of 0:06:40 left"
-    assert said[-1].startswith("confirmation stops: the time budget ends (0:02:30 left, a "
-                               "deployment takes ~0:04:10)")
+    assert said[0] == "confirmation: 3 trial(s) x 1 round(s), about 5 min of 6 min 40 s left"
+    assert said[-1].startswith("confirmation stops: the time budget ends (2 min 30 s left, a "
+                               "deployment takes ~4 min 10 s)")
     assert not read_confirmation(study)["finished"]  # `confirm` continues it

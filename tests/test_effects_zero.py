@@ -110,8 +110,8 @@ def test_a_positive_ratio_metric_keeps_its_relative_change():
 def test_the_report_of_a_study_whose_hit_rate_is_zero_renders_its_effects():
     """What `autotune report` computes and writes for a normal study in which prefix caching
     found nothing (the crash of #29), as Markdown."""
-    from autotune.study.report_data import Report, capacity_curves, effect_metrics, ttft_buckets
-    from autotune.study.report_render import report_sections, to_markdown
+    from autotune.study.output.report_data import Report, capacity_curves, effect_metrics, ttft_buckets
+    from autotune.study.output.report_render import report_sections, to_markdown
 
     trials = [trial(i, p, [{"output_throughput": 100.0 + 10 * i, "mean_e2el_ms": 900.0 - i,
                             "prefix_cache_hit_rate": 0.0, "mean_kv_cache_usage_pct": 0.0}] * 2)

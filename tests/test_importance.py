@@ -11,8 +11,8 @@ import optuna
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.study.report_data import MIN_TRIALS_FOR_IMPORTANCE, importances
-from autotune.study.samplers import make_sampler
+from autotune.study.output.report_data import MIN_TRIALS_FOR_IMPORTANCE, importances
+from autotune.study.run.samplers import make_sampler
 
 LATENCY = Objective("chat", "mean_e2el_ms", "minimize")
 THROUGHPUT = Objective("chat", "output_throughput", "maximize")

@@ -19,18 +19,18 @@ from rich.console import Console
 from autotune.core.analysis.recommend import (
     TieCost,
     TieSettings,
-    duration_text,
     recommend,
     table,
 )
 from autotune.core.analysis.study_data import StudyData, noise_of
+from autotune.core.maths.durations import duration_text
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.verdict import finite_values
-from autotune.study.notes import launch_command, study_note, trial_note
-from autotune.study.optuna_internals import live_trial
-from autotune.study.records import outcomes, study_data
-from autotune.study.trial import TrialSetup
+from autotune.study.output.notes import launch_command, study_note, trial_note
+from autotune.study.run.one_trial import TrialSetup
+from autotune.study.store.optuna_internals import live_trial
+from autotune.study.store.records import outcomes, study_data
 from tests.test_runner import StandIn, make_plan, run
 
 LOW = Objective("low-concurrency", "mean_e2el_ms", "minimize")
@@ -61,8 +61,8 @@ def test_a_ties_price_is_rounds_times_tied_trials_times_one_deployment():
     assert f"about {duration_text(cost.seconds)} of deployments" in rec.reason
 
 
-@pytest.mark.parametrize("seconds, text", [(45, "45 s"), (420, "7 min"), (6000, "1 h 40 min"),
-                                           (7200, "2 h")])
+@pytest.mark.parametrize("seconds, text", [(45, "45 s"), (420, "7 min"), (195, "3 min 15 s"),
+                                           (6000, "1 h 40 min"), (7200, "2 h")])
 def test_durations_read_as_a_person_says_them(seconds, text):
     assert duration_text(seconds) == text
 
@@ -106,7 +106,7 @@ def served_study(tmp_path):
 def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_prints_it(
         tmp_path, monkeypatch, capsys):
     from autotune.cli import main
-    from autotune.study.confirm import confirm
+    from autotune.study.run.confirm_rounds import confirm
 
     plan, study = served_study(tmp_path)
     served = [t.number for t in outcomes(study) if t.feasible][:2]
@@ -221,8 +221,8 @@ def test_recommend_prints_the_table_and_explain_the_full_text(tmp_path, monkeypa
 
 
 def test_the_reports_recommendations_open_with_the_table_and_keep_the_full_text():
-    from autotune.study.report_data import Report, recommendations, recommendations_table
-    from autotune.study.report_render import report_sections, to_markdown
+    from autotune.study.output.report_data import Report, recommendations, recommendations_table
+    from autotune.study.output.report_render import report_sections, to_markdown
 
     data, tie = tied_study(), TieSettings("s")
     report = Report(study_name="s", model="m", space_path="space.yaml", data=data,
@@ -236,7 +236,7 @@ def test_the_reports_recommendations_open_with_the_table_and_keep_the_full_text(
 
 
 def test_a_new_studys_default_name_is_short_and_distinct_per_shape():
-    from autotune.study.plans import default_study_name
+    from autotune.study.run.planning import default_study_name
 
     model = "/models/Qwen3-30B-A3B-Instruct-2507-FP8-dynamic"
     a = default_study_name(model, "default", ["low-concurrency", "high-concurrency"])

@@ -10,8 +10,8 @@ from importlib.metadata import version
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study import optuna_internals as oi
-from autotune.study.storage import Heartbeat, open_storage
+from autotune.study.store import optuna_internals as oi
+from autotune.study.store.storage import Heartbeat, open_storage
 from tests.conftest import REPO
 
 
@@ -23,7 +23,7 @@ def _minor(text: str) -> tuple[int, int]:
 def test_the_installed_optuna_and_dashboard_lie_in_the_range_that_was_checked():
     for package, (oldest, newest) in oi.CHECKED_ON.items():
         assert _minor(oldest) <= _minor(version(package)) <= _minor(newest), (
-            f"{package} {version(package)} is installed; autotune.study.optuna_internals was "
+            f"{package} {version(package)} is installed; autotune.study.store.optuna_internals was "
             f"checked on {oldest} to {newest}: run tests/test_optuna_internals.py on it, then "
             "widen CHECKED_ON and pyproject.toml")
 

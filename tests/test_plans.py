@@ -10,11 +10,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.core.analysis.stored_plan import VERSION, PlanRequest
+from autotune.core.plan.request import VERSION, PlanRequest
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError
-from autotune.study.plans import build_plan, set_budget, store_plan, stored_request
-from autotune.study.state import read_plan, start_clock, time_budget
+from autotune.study.run.planning import build_plan, set_budget, store_plan, stored_request
+from autotune.study.store.state import read_plan, start_clock, time_budget
 from tests.conftest import LLAMA_CONFIG
 
 IDS = {"token_ids": True}  # random token ids: the config-only model below has no tokenizer

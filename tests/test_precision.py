@@ -29,7 +29,7 @@ from autotune.core.trial.precision import (
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.client import BenchmarkRun
-from autotune.study.trial import BenchPlan, TrialSetup, read_requests, run_trial
+from autotune.study.run.one_trial import BenchPlan, TrialSetup, read_requests, run_trial
 
 
 def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[RequestResult]:
@@ -220,7 +220,7 @@ def test_a_run_short_of_its_profiles_concurrency_says_what_it_reached():
 def test_each_fixed_profile_pins_the_metrics_its_objectives_and_slos_use():
     from autotune.core.metrics.slo import parse_slo
     from autotune.core.trial.objectives import Objective
-    from autotune.study.plans import SHOWN, pinned_metrics
+    from autotune.study.run.planning import SHOWN, pinned_metrics
 
     low, high = WorkloadProfile(name="low"), WorkloadProfile(name="high", max_concurrency=64)
     idle = WorkloadProfile(name="idle")
@@ -235,7 +235,7 @@ def test_each_fixed_profile_pins_the_metrics_its_objectives_and_slos_use():
 
 
 def test_the_default_precision_is_a_quarter_of_the_smallest_difference_and_is_stored():
-    from autotune.core.analysis.stored_plan import PlanRequest
+    from autotune.core.plan.request import PlanRequest
 
     request = PlanRequest(profiles=(WorkloadProfile(name="low"),), model="m", space_yaml="x")
     assert request.precision is None and request.effective_precision == pytest.approx(0.0125)
@@ -309,14 +309,14 @@ def test_the_front_and_the_recommendations_say_a_load_not_reached():
 
 
 def test_the_trial_note_and_the_report_say_the_requests_and_the_load_reached():
-    from autotune.study.notes import trial_note
+    from autotune.study.output.notes import trial_note
 
     data = _counted_study()
     note = trial_note(data.outcomes[1], data)
     assert "Requests per run: low 40 precise; high 8 ceiling, reached 8 of 100." in note
     assert "(reached 8 of 100)" in note
-    from autotune.study.report_data import Report
-    from autotune.study.report_render import report_sections, to_markdown
+    from autotune.study.output.report_data import Report
+    from autotune.study.output.report_render import report_sections, to_markdown
 
     report = Report("s", "m", "space.yaml", data, (), {}, (), (), (), {}, {})
     text = to_markdown(report_sections(report))

@@ -106,7 +106,7 @@ def test_a_bad_token_ids_is_one_line_naming_the_profile(text, message):
 
 
 def test_a_resumed_study_keeps_what_it_was_created_sending():
-    from autotune.core.analysis.stored_plan import PlanRequest
+    from autotune.core.plan.request import PlanRequest
 
     ids = dataclasses.replace(get_profile("low-concurrency"), token_ids=True)
     for profile in (get_profile("low-concurrency"), ids):  # the profile is stored with its fields

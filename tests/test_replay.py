@@ -1,7 +1,7 @@
 """Studies replayed against the recorded table (benchmarks/data/cpu-table/): the real runner,
 sampler, references, duplicates, failures and front on real measurements of the reference
 space, with a trial function that looks configurations up instead of deploying them
-(``autotune.study.replay``: a stand-in for vLLM through the runner's seam, said so here; the
+(``autotune.study.dev.replay``: a stand-in for vLLM through the runner's seam, said so here; the
 deployments themselves are tested in test_study.py and test_deploy.py)."""
 
 from __future__ import annotations
@@ -13,20 +13,20 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
 from autotune.core.deployment.flags import to_argv
+from autotune.core.plan.request import PlanRequest
 from autotune.core.space.search_space import params_key, resolve_references
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.errors import ConfigError
-from autotune.study.creation import prepare_study
-from autotune.study.plans import build_plan
-from autotune.study.records import outcomes, study_data
-from autotune.study.replay import Replay
-from autotune.study.runner import StudyRunner
-from autotune.study.samplers import make_sampler
-from autotune.study.storage import Heartbeat
-from autotune.study.trial import TrialSetup
+from autotune.study.dev.replay import Replay
+from autotune.study.run.creation import prepare_study
+from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.planning import build_plan
+from autotune.study.run.runner import StudyRunner
+from autotune.study.run.samplers import make_sampler
+from autotune.study.store.records import outcomes, study_data
+from autotune.study.store.storage import Heartbeat
 from tests.conftest import REPO, SPACES
 
 DATA = REPO / "benchmarks" / "data" / "cpu-table"

@@ -10,8 +10,8 @@ from autotune.core.trial.capacity_search import Boundary, CapacitySearch
 from autotune.core.trial.objectives import Objective, default_objectives
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.workload.profiles import WorkloadProfile
-from autotune.study.report_data import Report, capacity_curves, recommendations, ttft_buckets
-from autotune.study.report_render import report_sections, to_html, to_markdown, ttft_by_length_sections
+from autotune.study.output.report_data import Report, capacity_curves, recommendations, ttft_buckets
+from autotune.study.output.report_render import report_sections, to_html, to_markdown, ttft_by_length_sections
 
 PROFILE = WorkloadProfile(name="chat")
 SHORT, LONG = "median_ttft_ms_prompt_0_256", "median_ttft_ms_prompt_1024_4096"
@@ -95,7 +95,7 @@ def test_a_report_without_a_tie_says_no_cost():
 
 
 def test_the_study_note_says_the_same_cost_of_each_tie_and_none_without_one():
-    from autotune.study.notes import study_note
+    from autotune.study.output.notes import study_note
 
     note = study_note("s", TIED)
     costs = [recommend(TIED, use, TieSettings("s")).tie_cost for use in USES]

@@ -107,7 +107,7 @@ def test_an_import_without_its_model_is_refused_by_export_in_one_line_naming_the
 @pytest.mark.slow
 def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
     root, _, _ = four_trials
-    from autotune.study.records import study_data
+    from autotune.study.store.records import study_data
 
     pareto = autotune(root, "pareto", "--study", "s4")
     assert pareto.returncode == 0, pareto.stderr
@@ -171,7 +171,7 @@ def test_export_verify_relaunches_and_reports_the_difference(four_trials):
 
 @pytest.mark.slow
 def test_confirm_redeploys_the_finalists_in_rounds_and_the_report_uses_them(four_trials):
-    from autotune.study.state import read_confirmed
+    from autotune.study.store.state import read_confirmed
     from tests.conftest import vllm_processes
 
     root, model, _ = four_trials

@@ -19,21 +19,21 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.deployment import failures
+from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.precision import RunStop
 from autotune.core.workload.profiles import WorkloadProfile, get_profile
 from autotune.errors import ConfigError, StudyError, ValidationError
-from autotune.study import optuna_internals
-from autotune.study.confirm import confirm
-from autotune.study.creation import prepare_study
-from autotune.study.plans import build_plan
-from autotune.study.records import outcomes, read_outcome, study_data, with_confirmed
-from autotune.study.runner import SilentProgress, StudyRunner
-from autotune.study.state import read_confirmed
-from autotune.study.storage import Heartbeat
-from autotune.study.trial import TrialSetup
+from autotune.study.run.confirm_rounds import confirm
+from autotune.study.run.creation import prepare_study
+from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.planning import build_plan
+from autotune.study.run.runner import SilentProgress, StudyRunner
+from autotune.study.store import optuna_internals
+from autotune.study.store.records import outcomes, read_outcome, study_data, with_confirmed
+from autotune.study.store.state import read_confirmed
+from autotune.study.store.storage import Heartbeat
 from tests.conftest import GLM_MOE_MTP_CONFIG
 from tests.test_trial import StandInBench, StandInDeployment
 
@@ -211,11 +211,11 @@ def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(
     """Another worker holds -O2 running; the reference -O3 (the same engine) waits for it
     instead of deploying it a second time, then takes its values. The other worker finishes
     while this one waits (its poll's sleep stands in for the time passing)."""
-    import autotune.study.runner as runner_module
+    import autotune.study.run.runner as runner_module
     from autotune.core.deployment.flags import to_argv
     from autotune.core.space.search_space import sample
     from autotune.core.trial.outcome import TrialOutcome
-    from autotune.study.records import write_outcome
+    from autotune.study.store.records import write_outcome
 
     plan = make_plan(tmp_path, trials=2, space=ONE_ENGINE_SPACE,
                      refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
@@ -370,7 +370,7 @@ def test_a_failure_an_older_autotune_held_against_a_configuration_is_not_copied(
     from autotune.core.deployment.flags import to_argv
     from autotune.core.space.search_space import sample
     from autotune.core.trial.outcome import TrialOutcome
-    from autotune.study.records import write_outcome
+    from autotune.study.store.records import write_outcome
 
     plan = make_plan(tmp_path, trials=2, references=False)
     plan.workdir.mkdir(parents=True)
@@ -420,8 +420,8 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
         assert t.results == (with_confirmed(before.results, read_confirmed(study)[t.number])
                              if t.number in confirmed else before.results)
     # The report counts every trial and marks the confirmed ones; none is forgotten.
-    from autotune.study.report_data import compute_report
-    from autotune.study.report_render import report_sections
+    from autotune.study.output.report_data import compute_report
+    from autotune.study.output.report_render import report_sections
 
     report = compute_report(study)
     assert len(report.data.feasible) == len(search.feasible) and report.confirmed == set(confirmed)
@@ -442,7 +442,7 @@ class CapacityStandIn(StandIn):
 
     def __call__(self, argv, bench, setup, on_phase) -> Measurement:
         from autotune.core.trial.capacity_search import Probe, search
-        from autotune.study.trial import incumbent_for
+        from autotune.study.run.one_trial import incumbent_for
 
         fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
         m = super().__call__(argv, fixed, setup, on_phase)
@@ -472,7 +472,7 @@ def capacity_plan(tmp_path):
 
 
 def test_a_confirmation_reprobes_a_capacity_trials_boundary_instead_of_searching_again(tmp_path):
-    from autotune.study.confirm import confirm
+    from autotune.study.run.confirm_rounds import confirm
 
     plan = capacity_plan(tmp_path)
     study = run(plan, CapacityStandIn())
@@ -530,7 +530,7 @@ class Clock:
 
 def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confirmation_in_reserve(
         tmp_path):
-    from autotune.study.state import start_clock
+    from autotune.study.store.state import start_clock
 
     clock = Clock(trial_s=100.0)
     stand_in = StandIn()
@@ -561,8 +561,8 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         assert clock.now - start == 100.0 * deployed, finalists
         launched = [t for t in outcomes(study) if t.state == "complete" and t.startup_s is not None]
         assert len(launched) == deployed and all(t.trial_wall_s == 100.0 for t in launched)
-    assert said[-1].startswith("time budget: no new trial starts (time used 0:11:40 of 0:14:10")
-    assert "0:01:40 kept for confirmation" in said[-1]
+    assert said[-1].startswith("time budget: no new trial starts (time used 11 min 40 s of 14 min 10 s")
+    assert "1 min 40 s kept for confirmation" in said[-1]
 
 
 def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial_is_stored(tmp_path):
@@ -630,7 +630,7 @@ parameters:
 
 def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_second_deployment(
         tmp_path):
-    from autotune.study.runner import MAX_RESAMPLES
+    from autotune.study.run.runner import MAX_RESAMPLES
 
     # 2000 configurations that vLLM resolves to one engine (a stand-in for its resolution):
     # the space is not exhausted, but every draw after the first is the engine measured.
@@ -651,7 +651,7 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
     """Every deployment costs 100 s of a fake clock. The first trial starts with no estimate;
     after it, the search keeps the confirmation's first round in reserve (1 finalist x 100 s) and
     stops; the confirmation is shrunk to what is left, or skipped, and says so."""
-    from autotune.study.state import start_clock
+    from autotune.study.store.state import start_clock
 
     clock = Clock(trial_s=100.0)
     stand_in = StandIn()
@@ -662,15 +662,15 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
 
     for budget, confirmed, line in (
             (250.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
-                       "(1 trial(s) x 2 round(s)) would take 0:03:20 at ~0:01:40 a deployment; "
-                       "0:02:30 of the time budget is left"),
+                       "(1 trial(s) x 2 round(s)) would take 3 min 20 s at ~1 min 40 s a deployment; "
+                       "2 min 30 s of the time budget is left"),
             (150.0, 0, "confirmation skipped: the full confirmation (1 trial(s) x 2 round(s)) "
-                       "would take 0:03:20 at ~0:01:40 a deployment; 0:00:50 of the time budget "
+                       "would take 3 min 20 s at ~1 min 40 s a deployment; 50 s of the time budget "
                        "is left"),
             # The search takes what the first round leaves: 4 trials, then 1 round in 150 s.
             (550.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
-                       "(1 trial(s) x 2 round(s)) would take 0:03:20 at ~0:01:40 a deployment; "
-                       "0:02:30 of the time budget is left")):
+                       "(1 trial(s) x 2 round(s)) would take 3 min 20 s at ~1 min 40 s a deployment; "
+                       "2 min 30 s of the time budget is left")):
         where = tmp_path / f"b{int(budget)}"
         where.mkdir()
         plan = make_plan(where, trials=100, references=False, confirm=1, time_budget_s=budget)
@@ -693,7 +693,7 @@ def test_deployments_that_crash_before_any_is_served_still_price_the_next_trial(
     """Every deployment dies at its first completion after 100 s of a fake clock. The first
     starts with no estimate; the next ones are priced at what the crashes cost, so a 250 s
     budget holds two of them, not three."""
-    from autotune.study.state import start_clock
+    from autotune.study.store.state import start_clock
 
     clock = Clock(trial_s=100.0)
 
@@ -715,14 +715,14 @@ def test_deployments_that_crash_before_any_is_served_still_price_the_next_trial(
 @pytest.mark.parametrize("budget_s", [1800.0, 3600.0])
 def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmation_included(
         tmp_path, budget_s):
-    """The recorded CPU table replayed (``study.replay``: a stand-in that charges a device
+    """The recorded CPU table replayed (``study.dev.replay``: a stand-in that charges a device
     clock the recorded start-up, runs and teardown of each deployment), with --confirm 2.
     A budget is kept in expectation only: at 900 s this replay's first served trial costs
     406 s and its confirmation deployment, drawing slower recorded runs, 591 s, ending at
     1009 s; at 300 s the first served trial alone, which nothing predicts, passes it."""
     from autotune.core.workload.profiles import ProfileOverrides
-    from autotune.study.replay import DeviceClock, Replay
-    from autotune.study.state import start_clock
+    from autotune.study.dev.replay import DeviceClock, Replay
+    from autotune.study.store.state import start_clock
     from tests.conftest import SPACES
     from tests.test_replay import DATA, TABLE
 

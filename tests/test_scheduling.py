@@ -12,7 +12,8 @@ import optuna
 import pytest
 
 from autotune.cli.common import slots_of
-from autotune.core.analysis.scheduling import (
+from autotune.core.deployment.slots import Slot
+from autotune.core.plan.scheduling import (
     Claim,
     Counts,
     Step,
@@ -22,11 +23,10 @@ from autotune.core.analysis.scheduling import (
     position,
     worker_seed,
 )
-from autotune.core.deployment.slots import Slot
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.worker_pool import worker_argv
-from autotune.study import optuna_internals
-from autotune.study.storage import (
+from autotune.study.store import optuna_internals
+from autotune.study.store.storage import (
     Heartbeat,
     open_storage,
     redact,
@@ -143,9 +143,9 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
     taking them along (what PR_SET_PDEATHSIG normally prevents); the marker is real."""
     import subprocess
 
-    from autotune.study.reaping import reap_dead_workers
-    from autotune.study.records import TRIAL_ENV
-    from autotune.study.state import make_uid, uid
+    from autotune.study.run.reaping import reap_dead_workers
+    from autotune.study.store.records import TRIAL_ENV
+    from autotune.study.store.state import make_uid, uid
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'r.db'}", Heartbeat()))
     make_uid(study)
@@ -172,7 +172,7 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
 
 
 def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enqueued(tmp_path):
-    from autotune.study.reaping import reap_dead_workers
+    from autotune.study.run.reaping import reap_dead_workers
 
     storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", Heartbeat(interval_s=1, grace_s=2))
     study = optuna.create_study(storage=storage)
@@ -195,7 +195,7 @@ def test_a_storage_outage_is_retried_and_then_names_what_was_lost():
     restarting database."""
     from sqlalchemy.exc import OperationalError
 
-    from autotune.study.reaping import riding_out_outages
+    from autotune.study.run.reaping import riding_out_outages
 
     def flaky(failures: int):
         calls = []
@@ -216,7 +216,7 @@ def test_a_storage_outage_is_retried_and_then_names_what_was_lost():
 
 
 def test_counting_a_study_sees_finished_and_running_trials(tmp_path):
-    from autotune.study.reaping import count_trials
+    from autotune.study.run.reaping import count_trials
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'c.db'}", Heartbeat()))
     study.tell(study.ask(), 1.0)
@@ -282,7 +282,7 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
 
     from sqlalchemy.engine import make_url
 
-    from autotune.study.reaping import count_trials, riding_out_outages
+    from autotune.study.run.reaping import count_trials, riding_out_outages
 
     real = make_url(postgres_url)
     relay = DroppingRelay(real.port or 5432)
@@ -299,14 +299,14 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
         riding_out_outages(lambda: count_trials(study), said.append, retries=2, retry_s=0.1)
 
 
-# The confirmation inside the time left (core.analysis.confirmation): pure.
+# The confirmation inside the time left (core.plan.confirmation): pure.
 
 def test_a_confirmation_that_fits_is_planned_as_asked():
-    from autotune.core.analysis.confirmation import plan_confirmation
+    from autotune.core.plan.confirmation import plan_confirmation
 
     p = plan_confirmation([4, 9, 0], 2, left_s=700.0, deployment_s=100.0)
     assert (p.trials, p.rounds, p.deployments) == ((4, 9, 0), 2, 6)
-    assert p.message == "confirmation: 3 trial(s) x 2 round(s), about 0:10:00 of 0:11:40 left"
+    assert p.message == "confirmation: 3 trial(s) x 2 round(s), about 10 min of 11 min 40 s left"
 
 
 @pytest.mark.parametrize("left_s, trials, rounds, opening", [
@@ -316,18 +316,19 @@ def test_a_confirmation_that_fits_is_planned_as_asked():
 ], ids=["fewer-rounds", "fewer-finalists", "skipped"])
 def test_a_confirmation_that_does_not_fit_is_cut_rounds_first_then_finalists_and_says_so(
         left_s, trials, rounds, opening):
-    from autotune.core.analysis.confirmation import hms, plan_confirmation
+    from autotune.core.maths.durations import duration_text
+    from autotune.core.plan.confirmation import plan_confirmation
 
     p = plan_confirmation([4, 9, 0], 2, left_s=left_s, deployment_s=100.0)
     assert (p.trials, p.rounds) == (trials, rounds)
     assert p.deployments * 100.0 <= left_s  # what is planned fits
     assert p.message == (f"{opening}the full confirmation (3 trial(s) x 2 round(s)) would take "
-                         f"0:10:00 at ~0:01:40 a deployment; {hms(left_s)} of the time budget "
+                         f"10 min at ~1 min 40 s a deployment; {duration_text(left_s)} of the time budget "
                          "is left")
 
 
 def test_without_a_budget_or_a_measured_cost_the_asked_confirmation_is_planned():
-    from autotune.core.analysis.confirmation import plan_confirmation
+    from autotune.core.plan.confirmation import plan_confirmation
 
     assert plan_confirmation([1, 2], 3, left_s=None, deployment_s=50.0).deployments == 6
     unmeasured = plan_confirmation([1, 2], 3, left_s=60.0, deployment_s=None)
@@ -335,7 +336,7 @@ def test_without_a_budget_or_a_measured_cost_the_asked_confirmation_is_planned()
 
 
 def test_a_shrunk_confirmation_keeps_the_fronts_ends_and_the_baseline_first():
-    from autotune.core.analysis.confirmation import by_priority
+    from autotune.core.plan.confirmation import by_priority
 
     # finalists() lists the front along it, then the baseline.
     assert by_priority([3, 5, 8, 12, 0], baseline=0) == [3, 12, 0, 5, 8]
@@ -344,8 +345,8 @@ def test_a_shrunk_confirmation_keeps_the_fronts_ends_and_the_baseline_first():
 
 
 def test_the_cost_of_a_deployment_is_the_mean_wall_of_the_served_trials():
-    from autotune.core.analysis.confirmation import deployment_cost_s
     from autotune.core.deployment import failures
+    from autotune.core.plan.confirmation import deployment_cost_s
     from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 
     served = {"p": ProfileResult("p", ({"output_throughput": 1.0},))}
@@ -358,7 +359,7 @@ def test_the_cost_of_a_deployment_is_the_mean_wall_of_the_served_trials():
 
 
 def test_a_redeployment_costs_a_trial_less_the_compile_it_filled_the_cache_with():
-    from autotune.core.analysis.confirmation import deployment_cost_s
+    from autotune.core.plan.confirmation import deployment_cost_s
     from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 
     served = {"p": ProfileResult("p", ({"output_throughput": 1.0},))}
@@ -371,16 +372,16 @@ def test_a_redeployment_costs_a_trial_less_the_compile_it_filled_the_cache_with(
 
 
 def test_a_study_ends_saying_whether_it_kept_its_budget_and_by_how_much():
-    from autotune.core.analysis.scheduling import TimeLeft
+    from autotune.core.plan.budget import TimeLeft
 
     kept = TimeLeft(used_s=195.0, budget_s=240.0, trial_s=None, reserve_s=0.0).kept_text
-    assert kept == "time budget 0:04:00: the study took 0:03:15, 0:00:45 to spare"
+    assert kept == "time budget 4 min: the study took 3 min 15 s, 45 s to spare"
     over = TimeLeft(used_s=68.0, budget_s=60.0, trial_s=None, reserve_s=0.0).kept_text
-    assert over.startswith("time budget 0:01:00: the study took 0:01:08, 0:00:08 over: ")
+    assert over.startswith("time budget 1 min: the study took 1 min 8 s, 8 s over: ")
 
 
 def test_before_any_deployment_is_measured_the_first_trial_starts_and_says_its_cost_is_unknown():
-    from autotune.core.analysis.scheduling import TimeLeft
+    from autotune.core.plan.budget import TimeLeft
 
     first = TimeLeft(used_s=5.0, budget_s=60.0, trial_s=None, reserve_s=0.0)
     assert first.fits and "no deployment measured yet, so the next trial's cost is unknown" in first.text

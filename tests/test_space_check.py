@@ -9,7 +9,7 @@ import pytest
 from autotune.core.space.search_space import ModelContext, resolve_references
 from autotune.errors import ValidationError
 from autotune.shell.files import read_references, read_space
-from autotune.study.space_check import (
+from autotune.study.run.space_check import (
     EngineCount,
     ReferenceCheck,
     check_references,

@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study import optuna_internals
+from autotune.study.store import optuna_internals
 from tests.conftest import REPO, autotune, load, run_args, vllm_processes
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.client import BenchmarkRun
 from autotune.shell.server import TeardownReport
-from autotune.study.trial import BenchPlan, TrialSetup, Validated, run_trial
+from autotune.study.run.one_trial import BenchPlan, TrialSetup, Validated, run_trial
 
 PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))
 

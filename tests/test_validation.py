@@ -14,7 +14,7 @@ from autotune.core.space.search_space import ModelContext, resolve_references, s
 from autotune.errors import ValidationError, ValidationUnavailable
 from autotune.shell.files import read_model_info, read_references, read_space
 from autotune.shell.validation import VllmValidator, engine_identity
-from autotune.study.space_check import count_engines
+from autotune.study.run.space_check import count_engines
 from tests.conftest import SPACES
 
 LONG_LEN_REJECTED = "User-specified max_model_len (81920) is greater than the derived max_model_len"

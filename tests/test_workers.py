@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study import optuna_internals
+from autotune.study.store import optuna_internals
 from tests.conftest import POSTGRES_PASSWORD, REPO, vllm_processes
 
 pytestmark = pytest.mark.slow

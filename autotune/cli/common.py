@@ -27,7 +27,7 @@ from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import read_profiles
-from autotune.study.storage import storage_url
+from autotune.study.store.storage import storage_url
 
 if TYPE_CHECKING:
     from autotune.shell.validation import VllmValidator

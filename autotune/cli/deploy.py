@@ -71,7 +71,7 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
     from autotune.shell.install import detect_platform
     from autotune.shell.processes import session_pids
     from autotune.shell.server import DeploymentSpec, ServerProcess
-    from autotune.study.plans import model_info
+    from autotune.study.run.planning import model_info
 
     platform = detect_platform()
     model = model_info(args.model, Path(args.workdir), say=console.print)
@@ -202,7 +202,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     space = read_space(args.space)
     model = read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-    from autotune.study.plans import model_context
+    from autotune.study.run.planning import model_context
 
     ctx = model_context(space, model, args.max_model_len)
     skip = inapplicable(space, ctx)
@@ -213,7 +213,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     from autotune.shell.install import vllm_version
     from autotune.shell.validation import engine_identity
-    from autotune.study.space_check import check_references, check_samples, count_engines
+    from autotune.study.run.space_check import check_references, check_samples, count_engines
 
     count = count_engines(space, ctx, lambda argv: engine_identity(validator, model.name, argv))
     out.print(f"configurations for {model.name} on {vllm_version()}: {count.text}")

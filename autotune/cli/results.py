@@ -30,21 +30,21 @@ from autotune.core.analysis.recommend import (
     recommend_each,
 )
 from autotune.core.analysis.recommend import table as recommendation_table
-from autotune.core.analysis.stored_plan import DEFAULT_SPACE
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.metrics.registry import SUMMARY_METRICS
+from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
-from autotune.study.plans import DEFAULT_REFERENCES
+from autotune.study.run.planning import DEFAULT_REFERENCES
 
 _EPOCH = datetime.datetime(1970, 1, 1)
 
 
 def _data(args: argparse.Namespace):
-    from autotune.study.records import study_data
-    from autotune.study.storage import load_existing
+    from autotune.study.store.records import study_data
+    from autotune.study.store.storage import load_existing
 
     return study_data(load_existing(args.study, storage_of_args(args)))
 
@@ -128,8 +128,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from autotune.study.records import study_data
-    from autotune.study.storage import load_existing
+    from autotune.study.store.records import study_data
+    from autotune.study.store.storage import load_existing
 
     smallest = parse_percent(args.smallest_difference, "--smallest-difference")
     study = load_existing(args.study, storage_of_args(args))
@@ -148,8 +148,8 @@ def cmd_studies(args: argparse.Namespace) -> int:
     storage that does not exist is an error, never created."""
     import optuna
 
-    from autotune.study.records import study_data
-    from autotune.study.storage import open_existing, redact
+    from autotune.study.store.records import study_data
+    from autotune.study.store.storage import open_existing, redact
 
     storage = storage_of_args(args)
     rdb = open_existing(storage)
@@ -172,8 +172,8 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune.study.results import export_of, pick_trial
-    from autotune.study.storage import load_existing
+    from autotune.study.output.export import export_of, pick_trial
+    from autotune.study.store.storage import load_existing
 
     study = load_existing(args.study, storage_of_args(args))
     trial = pick_trial(study, number=args.trial, use=args.use)
@@ -193,8 +193,8 @@ def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
     from autotune.shell.install import detect_platform
     from autotune.shell.workloads import load_tokenizer, sources_for
-    from autotune.study.state import read_plan
-    from autotune.study.trial import BenchPlan, TrialSetup, run_trial
+    from autotune.study.run.one_trial import BenchPlan, TrialSetup, run_trial
+    from autotune.study.store.state import read_plan
 
     stored = read_plan(study)
     if stored is None or not stored.profiles:
@@ -226,8 +226,8 @@ def _verify(args, study, trial, export) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.study.report import write_report
-    from autotune.study.storage import load_existing
+    from autotune.study.output.report import write_report
+    from autotune.study.store.storage import load_existing
 
     study = load_existing(args.study, storage_of_args(args))
     out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
@@ -237,9 +237,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from autotune.study.importer import import_results, read_results
-    from autotune.study.plans import model_context
-    from autotune.study.storage import check_url
+    from autotune.study.run.planning import model_context
+    from autotune.study.store.importer import import_results, read_results
+    from autotune.study.store.storage import check_url
 
     space = read_space(locate_shipped(args.space))
     ctx = model_context(space, read_model_info(args.model)) if args.model else None
@@ -268,8 +268,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
-    from autotune.study import optuna_internals
-    from autotune.study.storage import load_existing, open_existing, redact
+    from autotune.study.store import optuna_internals
+    from autotune.study.store.storage import load_existing, open_existing, redact
 
     storage = storage_of_args(args)
     rdb = open_existing(storage)

@@ -37,20 +37,20 @@ from autotune.cli.common import (
     storage_of_args,
     vllm_validator,
 )
-from autotune.core.analysis.confirmation import hms
 from autotune.core.analysis.recommend import TieSettings
-from autotune.core.analysis.scheduling import TimeLeft
-from autotune.core.analysis.stored_plan import DEFAULT_SPACE, PlanRequest
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.deployment.slots import Slot
+from autotune.core.maths.durations import duration_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
+from autotune.core.plan.budget import TimeLeft
+from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
-from autotune.study.confirm import CONFIRM_ROUNDS, check_rounds
-from autotune.study.plans import DEFAULT_REFERENCES, StudyPlan
-from autotune.study.samplers import SAMPLERS
-from autotune.study.trial import TrialSetup
+from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
+from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.planning import DEFAULT_REFERENCES, StudyPlan
+from autotune.study.run.samplers import SAMPLERS
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
@@ -63,7 +63,7 @@ def _budget_text(plan: StudyPlan) -> str:
     trials = f"{plan.trials} trials"
     if limit is None:
         return trials
-    return hms(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {hms(limit)}"
+    return duration_text(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {duration_text(limit)}"
 
 
 class ConsoleProgress:
@@ -76,7 +76,7 @@ class ConsoleProgress:
 
     def _stamp(self) -> str:
         s = int(time.monotonic() - self.t0)
-        return f"[{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}]{self.label}"
+        return f"[{duration_text(s, clock=True)}]{self.label}"
 
     def phase(self, number: int, total: int, phase: str) -> None:
         console.print(f"{self._stamp()} trial {_of(number, total)}: {phase}")
@@ -111,7 +111,7 @@ def trial_result_line(t: TrialOutcome) -> str:
 
 
 def _heartbeat(args: argparse.Namespace):
-    from autotune.study.storage import Heartbeat
+    from autotune.study.store.storage import Heartbeat
 
     return Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
 
@@ -158,8 +158,8 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
     """Run the study's trials: in this process for one slot, one worker process per slot
     otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
     from autotune.shell.worker_pool import run_workers
-    from autotune.study.runner import StudyRunner
-    from autotune.study.storage import STORAGE_ENV
+    from autotune.study.run.runner import StudyRunner
+    from autotune.study.store.storage import STORAGE_ENV
 
     if len(slots) > 1:
         return run_workers(slots, workdir=plan.workdir, study=plan.study_name,
@@ -176,9 +176,9 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
     """Confirm the finalists (or ``trials``) inside ``budget_s`` seconds from now (`confirm
     --time-budget`), or with ``study_budget`` (`run`) inside what is left of the study's time
     budget, if it has one."""
-    from autotune.study.confirm import confirm
-    from autotune.study.state import time_budget
-    from autotune.study.storage import load_existing
+    from autotune.study.run.confirm_rounds import confirm
+    from autotune.study.store.state import time_budget
+    from autotune.study.store.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     progress = ConsoleProgress()
@@ -194,8 +194,8 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
 
 def _finish(plan: StudyPlan, code: int) -> int:
     from autotune.cli.results import print_front_and_recommendations
-    from autotune.study.records import outcomes, study_data
-    from autotune.study.storage import load_existing
+    from autotune.study.store.records import outcomes, study_data
+    from autotune.study.store.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
     print_trials(outcomes(study), study_data(study, confirmed=False))
@@ -206,10 +206,10 @@ def _finish(plan: StudyPlan, code: int) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
-    from autotune.study.creation import dry_run_argv, prepare_study
-    from autotune.study.plans import build_plan
-    from autotune.study.state import start_clock
-    from autotune.study.storage import hostname, redact
+    from autotune.study.run.creation import dry_run_argv, prepare_study
+    from autotune.study.run.planning import build_plan
+    from autotune.study.store.state import start_clock
+    from autotune.study.store.storage import hostname, redact
 
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
@@ -249,8 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
-    from autotune.study.plans import build_plan, set_budget, stored_request
-    from autotune.study.storage import hostname, load_existing, redact
+    from autotune.study.run.planning import build_plan, set_budget, stored_request
+    from autotune.study.store.storage import hostname, load_existing, redact
 
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: must be >= 1")
@@ -273,8 +273,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
-    from autotune.study.plans import build_plan, stored_request
-    from autotune.study.storage import load_existing
+    from autotune.study.run.planning import build_plan, stored_request
+    from autotune.study.store.storage import load_existing
 
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")

@@ -11,12 +11,12 @@ command that runs them. ``table`` puts every use's answer in one compact table o
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.analysis.study_data import StudyData, format_params
+from autotune.core.maths.durations import duration_text
 from autotune.core.maths.pareto import knee
 from autotune.core.maths.stats import POWER, Change, compare, rounds_to_separate
 from autotune.core.trial.objectives import Objective
@@ -251,21 +251,6 @@ def baseline_sentence(data: StudyData, t: TrialOutcome) -> str:
     return f" Against the baseline {data.baseline.label}: " + "; ".join(parts) + "."
 
 
-
-
-def duration_text(seconds: float) -> str:
-    """'1 h 40 min', '7 min', '45 s': a duration as a person reads it."""
-    if not math.isfinite(seconds):
-        return "unbounded"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours >= 48:
-        return f"{hours / 24:.0f} days"
-    return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
 def _number(x: float) -> str:

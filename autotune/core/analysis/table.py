@@ -1,5 +1,5 @@
 """A recorded table: every configuration of a space deployed once, with repeats per profile.
-Pure; no study reads it: the replay (``study.replay``), the benchmarks and the tests do. It
+Pure; no study reads it: the replay (``study.dev.replay``), the benchmarks and the tests do. It
 stays in the package because the replay does, and ``benchmarks/data/`` holds tables in its
 format.
 
@@ -8,7 +8,7 @@ and repeat, the configuration's status (``served``, its failure class, or ``not_
 the recording stopped before it), its start-up seconds, and the per-run metrics of every
 profile as ``PROFILE:METRIC`` columns. Comment lines at the top (``# key: value``) carry the
 protocol, the machine and the vLLM version. Replaying samplers against it
-(`autotune.study.replay`) costs milliseconds per trial instead of a deployment.
+(`autotune.study.dev.replay`) costs milliseconds per trial instead of a deployment.
 """
 
 from __future__ import annotations

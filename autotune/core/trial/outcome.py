@@ -6,7 +6,7 @@ tail. ``TrialOutcome`` is a ``Measurement`` with everything else a trial of a st
 its number and state, parameters, launch flags, SLO violations and its links to other trials
 (duplicate, retry); each fact is one field of one of the two. ``to_attrs`` and
 ``from_attrs`` are the only code that knows how an outcome is spelled as Optuna user
-attributes (``study.records`` writes and reads them).
+attributes (``study.store.records`` writes and reads them).
 """
 
 from __future__ import annotations

@@ -19,14 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.analysis.study_data import StudyData
+from autotune.core.maths.durations import duration_text
 from autotune.core.maths.stats import compare
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
-
-
-def hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) -> float | None:
@@ -99,14 +95,14 @@ def plan_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | Non
     if deployment_s is None:
         return ConfirmationPlan(trials, rounds, (
             f"confirmation: {asked}; no served trial measured the cost of a deployment, so each "
-            f"deployment starts only while time is left ({hms(left_s)})"))
+            f"deployment starts only while time is left ({duration_text(left_s)})"))
     full = len(trials) * rounds * deployment_s
     room = math.floor(left_s / deployment_s + 1e-9)
-    would = (f"the full confirmation ({asked}) would take {hms(full)} at ~{hms(deployment_s)} a "
-             f"deployment; {hms(left_s)} of the time budget is left")
+    would = (f"the full confirmation ({asked}) would take {duration_text(full)} at ~{duration_text(deployment_s)} a "
+             f"deployment; {duration_text(left_s)} of the time budget is left")
     if room >= len(trials) * rounds:
-        return ConfirmationPlan(trials, rounds, f"confirmation: {asked}, about {hms(full)} of "
-                                                f"{hms(left_s)} left")
+        return ConfirmationPlan(trials, rounds, f"confirmation: {asked}, about {duration_text(full)} of "
+                                                f"{duration_text(left_s)} left")
     if room >= len(trials):
         fit = room // len(trials)
         return ConfirmationPlan(trials, fit, f"confirmation shrunk to {len(trials)} trial(s) x "

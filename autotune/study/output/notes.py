@@ -87,10 +87,10 @@ def write_notes(study: optuna.Study, plan=None) -> None:
     else the stored plan's. A storage error becomes a StudyError."""
     from optuna_dashboard import save_note
 
-    from autotune.study import optuna_internals
-    from autotune.study.records import study_data
-    from autotune.study.state import read_plan
-    from autotune.study.storage import storage_errors
+    from autotune.study.store import optuna_internals
+    from autotune.study.store.records import study_data
+    from autotune.study.store.state import read_plan
+    from autotune.study.store.storage import storage_errors
 
     stored = plan.request if plan is not None else read_plan(study)
     smallest_difference = stored.smallest_difference if stored else SMALLEST_DIFFERENCE

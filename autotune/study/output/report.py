@@ -7,9 +7,9 @@ from pathlib import Path
 
 import optuna
 
-from autotune.study.plots import plot_capacity, plot_front
-from autotune.study.report_data import compute_report
-from autotune.study.report_render import FRONT_PNG, capacity_png, report_sections, to_html, to_markdown
+from autotune.study.output.plots import plot_capacity, plot_front
+from autotune.study.output.report_data import compute_report
+from autotune.study.output.report_render import FRONT_PNG, capacity_png, report_sections, to_html, to_markdown
 
 
 def write_report(study: optuna.Study, out_dir: Path) -> list[Path]:

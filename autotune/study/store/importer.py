@@ -26,9 +26,9 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.deployment.flags import to_argv
 from autotune.core.metrics.registry import METRICS, Source
+from autotune.core.plan.request import PlanRequest
 from autotune.core.space.search_space import (
     ModelContext,
     Parameter,
@@ -42,8 +42,8 @@ from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.verdict import FEASIBLE
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError
-from autotune.study.records import write_outcome
-from autotune.study.state import mark_references, write_plan
+from autotune.study.store.records import write_outcome
+from autotune.study.store.state import mark_references, write_plan
 
 # Every measured metric a row may give (the registry's; a capacity load is searched, not given).
 NUMERIC = tuple(k for k, m in METRICS.items() if m.source is not Source.SEARCH)

@@ -15,8 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from autotune.core.analysis.confirmation import hms
-
 
 class Step(StrEnum):
     ASK = "ask"  # room in the budget: claim a trial
@@ -75,49 +73,3 @@ def worker_seed(seed: int | None, worker: str) -> int | None:
         return None
     digest = hashlib.sha256(f"{seed}:{worker}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class TimeLeft:
-    """Where a study stands against its time budget (seconds of wall clock, every slot's trials
-    included): whether one more trial fits, and about how many do."""
-
-    used_s: float
-    budget_s: float
-    trial_s: float | None  # expected cost of one more trial: a deployment's (None: none measured)
-    reserve_s: float  # kept for the confirmation at the end
-
-    @property
-    def left_s(self) -> float:
-        return max(self.budget_s - self.used_s, 0.0)
-
-    @property
-    def fits(self) -> bool:
-        """A new trial starts only when its expected cost fits beside the reserve; the first
-        one, whose cost nothing predicts yet, starts while any time is left."""
-        if self.trial_s is None:
-            return self.left_s > self.reserve_s
-        return self.used_s + self.trial_s + self.reserve_s <= self.budget_s
-
-    @property
-    def trials_to_come(self) -> int:
-        if not self.trial_s:
-            return 0
-        return max(int((self.left_s - self.reserve_s) // self.trial_s), 0)
-
-    @property
-    def text(self) -> str:
-        more = (f"about {self.trials_to_come} more trial(s) of ~{hms(self.trial_s)}"
-                if self.trial_s else "no deployment measured yet, so the next trial's cost is "
-                "unknown: it starts while time is left")
-        return (f"time used {hms(self.used_s)} of {hms(self.budget_s)}, {hms(self.left_s)} left: "
-                f"{more}, {hms(self.reserve_s)} kept for confirmation")
-
-    @property
-    def kept_text(self) -> str:
-        """The study's last line on its budget: kept, or by how much it was not and why."""
-        said = f"time budget {hms(self.budget_s)}: the study took {hms(self.used_s)}"
-        if self.used_s <= self.budget_s:
-            return f"{said}, {hms(self.budget_s - self.used_s)} to spare"
-        return (f"{said}, {hms(self.used_s - self.budget_s)} over: a deployment outlasted its "
-                "expected cost (the first one has none: nothing was measured before it)")

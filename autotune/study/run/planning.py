@@ -6,7 +6,7 @@ when none is given; the space's text; the objectives), and the facts derived fro
 facts, the search space, the profiles' request sources, the parsed objectives and SLOs).
 `autotune run`, `autotune worker` (another node, same storage) and the dry run all call it;
 `worker` and the dry run never write a model. The study stores the filled-in request
-(``study.state``), so that every worker and resumed run rebuilds exactly the plan `run` made.
+(``study.store.state``), so that every worker and resumed run rebuilds exactly the plan `run` made.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 
 import optuna
 
-from autotune.core.analysis.stored_plan import PlanRequest
 from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
+from autotune.core.plan.request import PlanRequest
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
 from autotune.core.space.space_yaml import parse_space
@@ -36,10 +36,10 @@ from autotune.shell.files import locate_shipped, read_model_info, read_reference
 from autotune.shell.install import Entrypoint
 from autotune.shell.validation import VllmValidator
 from autotune.shell.workloads import WAITS_FOR_THE_MODEL, check_unchanged, load_tokenizer, sources_for
-from autotune.study.samplers import SAMPLERS
-from autotune.study.state import read_plan, write_plan
-from autotune.study.storage import check_url, storage_url
-from autotune.study.trial import BenchPlan, TrialSetup
+from autotune.study.run.one_trial import BenchPlan, TrialSetup
+from autotune.study.run.samplers import SAMPLERS
+from autotune.study.store.state import read_plan, write_plan
+from autotune.study.store.storage import check_url, storage_url
 
 DEFAULT_REFERENCES = "search_spaces/references.yaml"
 GENERATED_MODEL = "models/tiny-moe-mtp-trained-seed0"  # under the workdir

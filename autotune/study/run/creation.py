@@ -12,10 +12,10 @@ from optuna.trial import TrialState
 from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import resolve_references, sample
 from autotune.errors import StudyError
-from autotune.study.plans import StudyPlan, store_plan
-from autotune.study.samplers import make_sampler
-from autotune.study.state import make_uid, mark_references, references_enqueued
-from autotune.study.storage import Heartbeat, open_storage, storage_errors
+from autotune.study.run.planning import StudyPlan, store_plan
+from autotune.study.run.samplers import make_sampler
+from autotune.study.store.state import make_uid, mark_references, references_enqueued
+from autotune.study.store.storage import Heartbeat, open_storage, storage_errors
 
 
 def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | None = None

@@ -3,7 +3,7 @@ deployed again and measured in interleaved rounds (A, B, base, then B, base, A, 
 drift of the machine hits every finalist alike. A capacity profile is not searched again:
 each redeployment re-probes the boundary the trial's search found (``BenchPlan.around``).
 
-It is planned inside the time budget (``core.analysis.confirmation.plan_confirmation``), and
+It is planned inside the time budget (``core.plan.confirmation.plan_confirmation``), and
 after the first round a round redeploys only the finalists whose answer is still open
 (``open_finalists``). Each deployment's runs are stored the moment it is torn down
 (``state.add_confirmed``, one call per deployment), and the confirmation's plan with the
@@ -19,20 +19,20 @@ from collections.abc import Callable, Sequence
 
 import optuna
 
-from autotune.core.analysis.confirmation import (
+from autotune.core.analysis.study_data import StudyData, finalists
+from autotune.core.maths.durations import duration_text
+from autotune.core.plan.confirmation import (
     by_priority,
-    hms,
     open_finalists,
     plan_confirmation,
 )
-from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.errors import ConfigError, StudyError
-from autotune.study.notes import write_notes
-from autotune.study.plans import StudyPlan
-from autotune.study.records import study_data
-from autotune.study.state import add_confirmed, read_confirmation, write_confirmation
-from autotune.study.trial import TrialFunction, TrialSetup, run_trial
+from autotune.study.output.notes import write_notes
+from autotune.study.run.one_trial import TrialFunction, TrialSetup, run_trial
+from autotune.study.run.planning import StudyPlan
+from autotune.study.store.records import study_data
+from autotune.study.store.state import add_confirmed, read_confirmation, write_confirmation
 
 CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
 
@@ -129,8 +129,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             now = clock()
             if budget_end is not None and (now >= budget_end or (
                     each is not None and now + each > budget_end)):
-                stop = (f"confirmation stops: the time budget ends ({hms(max(budget_end - now, 0))} "
-                        f"left, a deployment takes ~{hms(each or 0)}); `autotune confirm --study "
+                stop = (f"confirmation stops: the time budget ends ({duration_text(max(budget_end - now, 0))} "
+                        f"left, a deployment takes ~{duration_text(each or 0)}); `autotune confirm --study "
                         f"{plan.study_name}` continues it")
                 budget_ended = True
                 break

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import optuna
 
-from autotune.core.analysis.stored_plan import LAYOUT1_TIME_BUDGET, PlanRequest
+from autotune.core.plan.request import LAYOUT1_TIME_BUDGET, PlanRequest
 from autotune.core.trial.outcome import ProfileResult
 from autotune.core.trial.precision import RunStop
 

@@ -4,7 +4,7 @@ and its versioned layout. Pure.
 ``PlanRequest`` is what `run` asks for, what the study stores (``to_dict``, layout ``VERSION``)
 and what every worker, resumed run and reader takes from it (``from_dict``, which reads layout 2
 and layout 1, the one before it). Facts derived from it (vLLM's defaults, the parsed objectives)
-are computed from it, never stored beside it. ``study.state`` is the only code that puts it in a
+are computed from it, never stored beside it. ``study.store.state`` is the only code that puts it in a
 study or takes it out.
 """
 

@@ -11,12 +11,12 @@ from typing import TypeVar
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core.analysis.scheduling import Counts
+from autotune.core.plan.scheduling import Counts
 from autotune.errors import StudyError
 from autotune.shell.processes import kill_processes, marked_processes
-from autotune.study.records import TRIAL_ENV, read_outcome
-from autotune.study.state import uid
-from autotune.study.storage import storage_errors
+from autotune.study.store.records import TRIAL_ENV, read_outcome
+from autotune.study.store.state import uid
+from autotune.study.store.storage import storage_errors
 
 _T = TypeVar("_T")
 

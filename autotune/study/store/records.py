@@ -1,7 +1,7 @@
 """Optuna trials to and from ``TrialOutcome`` records, and a study's data for analysis.
 
 The one place that writes and reads autotune's trial attributes (``core.trial.outcome`` spells
-them); the study's own attributes are ``study.state``'s.
+them); the study's own attributes are ``study.store.state``'s.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.analysis.confirmation import deployment_cost_s
 from autotune.core.analysis.study_data import StudyData, noise_of
+from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
-from autotune.study import optuna_internals
-from autotune.study.state import baseline, read_confirmed, read_plan
+from autotune.study.store import optuna_internals
+from autotune.study.store.state import baseline, read_confirmed, read_plan
 
 TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL)

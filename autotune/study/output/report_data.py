@@ -1,5 +1,5 @@
 """What `autotune report` finds, computed from a study read once: one ``Report`` record.
-Renders no text and draws nothing (``study.report_render`` and ``study.plots`` do)."""
+Renders no text and draws nothing (``study.output.report_render`` and ``study.output.plots`` do)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from autotune.core.metrics.registry import (
 )
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.errors import ConfigError
-from autotune.study.records import study_data
-from autotune.study.state import read_plan
+from autotune.study.store.records import study_data
+from autotune.study.store.state import read_plan
 
 MIN_TRIALS_FOR_IMPORTANCE = 8
 BOOTSTRAP_ROUNDS = 20

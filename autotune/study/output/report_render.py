@@ -12,7 +12,7 @@ from autotune.core.analysis.study_data import StudyData, failures_by_class, form
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import startup_summary
-from autotune.study.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
+from autotune.study.output.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
 
 FRONT_PNG = "front.png"
 

@@ -1,9 +1,9 @@
 """The study runner: an Optuna multi-objective study whose trials are real deployments.
 
-``study.creation.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
-worker: an ask/tell loop over a trial function (``study.trial.run_trial``, or a stand-in in
+``study.run.creation.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
+worker: an ask/tell loop over a trial function (``study.run.one_trial.run_trial``, or a stand-in in
 tests) on one slot; any number of workers may share a study (slots of one node, nodes sharing
-PostgreSQL). The budget is study-wide (``core.analysis.scheduling``); every running trial sends
+PostgreSQL). The budget is study-wide (``core.plan.scheduling``); every running trial sends
 heartbeats, and a worker that looks for work first fails the trials of dead workers (Optuna
 re-enqueues them) and kills what is left of their servers on its own host.
 
@@ -41,41 +41,41 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis.confirmation import deployment_cost_s, failed_deployment_cost_s
-from autotune.core.analysis.scheduling import (
+from autotune.core.analysis.study_data import StudyData, finalists, incumbents
+from autotune.core.deployment import failures
+from autotune.core.deployment.flags import to_argv
+from autotune.core.plan.budget import TimeLeft
+from autotune.core.plan.confirmation import deployment_cost_s, failed_deployment_cost_s
+from autotune.core.plan.scheduling import (
     Claim,
     Step,
-    TimeLeft,
     duplicate_of,
     next_step,
     over_budget,
     position,
     worker_seed,
 )
-from autotune.core.analysis.study_data import StudyData, finalists, incumbents
-from autotune.core.deployment import failures
-from autotune.core.deployment.flags import to_argv
 from autotune.core.space.search_space import drawable_points, params_key, sample
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.verdict import finite_values, judge
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.validation import engine_identity
-from autotune.study import optuna_internals
-from autotune.study.notes import study_note, trial_note
-from autotune.study.plans import StudyPlan
-from autotune.study.reaping import count_trials, reap_dead_workers, riding_out_outages
-from autotune.study.records import TRIAL_ENV, read_outcome, study_data, write_outcome
-from autotune.study.samplers import make_sampler
-from autotune.study.state import time_budget, uid
-from autotune.study.storage import (
+from autotune.study.output.notes import study_note, trial_note
+from autotune.study.run.one_trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
+from autotune.study.run.planning import StudyPlan
+from autotune.study.run.reaping import count_trials, reap_dead_workers, riding_out_outages
+from autotune.study.run.samplers import make_sampler
+from autotune.study.store import optuna_internals
+from autotune.study.store.records import TRIAL_ENV, read_outcome, study_data, write_outcome
+from autotune.study.store.state import time_budget, uid
+from autotune.study.store.storage import (
     Heartbeat,
     hostname,
     open_storage,
     refuse_shared_sqlite,
     storage_errors,
 )
-from autotune.study.trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Metric names and grouped TPE are stable enough for us; the warnings only confuse users.
@@ -439,7 +439,7 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     round kept in reserve (each finalist and the baseline deployed once, at the cost of
     redeploying a measured engine, whose compiled graphs are cached): later rounds go only
     where a tie is still open, and are planned inside whatever the search leaves
-    (``core.analysis.confirmation``). Keeping every round in reserve cut a 5-minute CPU study
+    (``core.plan.confirmation``). Keeping every round in reserve cut a 5-minute CPU study
     to one served trial, whose confirmation then shrank to one round anyway."""
     seconds, started = time_budget(study)
     if seconds is None:
@@ -447,6 +447,6 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     data = study_data(study, confirmed=False)
     cost = deployment_cost_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
     again = data.deployment_s  # a redeployment's cost: the confirmation's
-    deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.confirm picks them
+    deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.run.confirm_rounds picks them
     reserve = deployed * again if plan.confirm and again else 0.0
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)

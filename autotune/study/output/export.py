@@ -15,7 +15,7 @@ from autotune.core.deployment.failures import first_line
 from autotune.core.deployment.flags import argv_to_options, options_to_config
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
-from autotune.study.records import outcomes, study_data
+from autotune.study.store.records import outcomes, study_data
 
 EXPORT_FORMATS = ("shell", "yaml", "json")
 

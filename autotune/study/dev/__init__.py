@@ -1,0 +1,1 @@
+"""Developer tools over a study: recorded tables replayed as trial functions."""

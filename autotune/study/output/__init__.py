@@ -1,0 +1,1 @@
+"""What a study hands back: dashboard notes, exported flags, the report and its plots."""
