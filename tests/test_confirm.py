@@ -31,20 +31,21 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
     said: list[str] = []
     confirm(study, plan, setup, trials=[b, a], rounds=2, trial_fn=second, say=said.append)
     stored = read_confirmed(study)
-    # -O0 halves everything: after the second confirmation's first round nothing is open, so
-    # its second round deploys nobody.
-    assert (len(first.calls), len(second.calls)) == (2, 2)  # each trial once per round
-    assert said[-1].startswith("confirmation stops: every use")
+    # the second confirmation: its first round deploys both, then at most one more each
+    assert len(first.calls) == 2 and 2 <= len(second.calls) <= 4
     assert set(stored) == {a, b}
     # The study's data knows which numbers are confirmed and what a round adds (repeats 2).
     assert (study_data(study).confirmed, study_data(study).repeats) == ({a, b}, 2)
     assert study_data(study, confirmed=False).confirmed == frozenset()
     for n in (a, b):
-        for profile, result in stored[n].items():  # 2 runs per round (repeats 2): 1 round, then 2
-            assert len(after_one[n][profile].runs) == 2 and len(result.runs) == 4
+        again = 1 + sum(argv == call for call in second.calls[2:]
+                        for argv in [study_data(study).outcomes[n].argv])
+        for profile, result in stored[n].items():  # 2 runs per deployment (repeats 2)
+            assert len(after_one[n][profile].runs) == 2
+            assert len(result.runs) == 2 + 2 * again
             assert result.runs[:2] == after_one[n][profile].runs  # the earlier rounds are kept
             # and each confirmed run keeps how it stopped, for the tables' requests column
-            assert [s.reason for s in result.stops] == ["ceiling"] * 4
+            assert [s.reason for s in result.stops] == ["ceiling"] * len(result.runs)
 
 
 def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path):
@@ -113,26 +114,30 @@ def tied_study(tmp_path, smallest_difference: float):
     return plan, study, (base, mtp, o0)
 
 
-def test_rounds_after_the_first_redeploy_only_the_finalists_still_tied(tmp_path):
+def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecided(tmp_path):
     plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.01)
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
             rounds=3, trial_fn=stand_in, say=said.append)
     times = {n: sum(argv == study_data(study).outcomes[n].argv for argv in stand_in.deployed)
              for n in (base, mtp, o0)}
-    assert times == {base: 3, mtp: 3, o0: 1}  # -O0 is decided after the first round
-    assert f"confirm round 2/3: still open at 1%: #{base}, #{mtp}" in said
-    assert read_confirmation(study)["done"][-1] in ([2, base], [2, mtp])
+    # -O0 is decided after the first round: never deployed again; each later step deploys one
+    # of the two still undecided, up to the 3 x 3 deployments three rounds would take
+    assert times[o0] == 1 and times[base] >= 2 and times[mtp] >= 2
+    assert sum(times.values()) == 9
+    steps = [line for line in said if line.startswith("confirm step ") and "reduces" in line]
+    assert len(steps) == 6 and all(f"#{o0}:" not in line for line in steps)
+    assert read_confirmation(study)["done"][-1][1] in (base, mtp)
 
 
-def test_a_confirmation_stops_when_the_smallest_difference_is_ruled_out_for_every_tie(tmp_path):
+def test_a_confirmation_stops_when_every_answer_is_equivalent_or_decided(tmp_path):
     plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.5)
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
             rounds=3, trial_fn=stand_in, say=said.append)
-    assert len(stand_in.deployed) == 3  # the first round only: a 50% difference is ruled out
-    assert said[-1] == ("confirmation stops: a difference of 50% is ruled out for every tie "
-                        "(the tie is the answer)")
+    assert len(stand_in.deployed) == 3  # the first round only: within 50% they are equivalent
+    assert said[-1] == ("confirmation stops: every use's answer is decided or equivalent "
+                        "(interactive, throughput, balanced)")
 
 
 class Interrupted(StandIn):

@@ -14,6 +14,7 @@ from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.maths.stats import (
     POWER,
     Noise,
+    Verdict,
     compare,
     estimate,
     rounds_to_separate,
@@ -97,48 +98,53 @@ def test_a_true_difference_of_the_stated_size_separates_at_the_computed_rounds_8
     assert abs(separated / SIMULATIONS - expected) <= MC_TOLERANCE
 
 
-def resolve(difference: float, seed: int) -> tuple[int, float, list[str]]:
-    """A search whose two best trials are ``difference`` apart and tied; the confirmation the
-    tie asks for, simulated ``SIMULATIONS`` times. Returns the rounds asked for, the share of
-    confirmations after which the recommendation separates the two, and the reasons of the
-    confirmations that left a tie."""
+def resolve(difference: float, seed: int) -> tuple[int, dict[Verdict, float], list[str]]:
+    """A search whose two best trials are ``difference`` apart and undecided; the confirmation
+    the pair asks for, simulated ``SIMULATIONS`` times. Returns the rounds asked for, the share
+    of confirmations after which the rival comes out better or worse (separated), equivalent
+    or still undecided, and the reasons of the confirmations that left it undecided."""
     rng = np.random.default_rng(seed)
     trials = search(difference, rng)
     rec = recommend(study(trials), "throughput", TieSettings("s", 0.05))
-    assert rec.tie_cost is not None, "the search must leave the two tied"
+    assert rec.tie_cost is not None, "the search must leave the two undecided"
     rounds = rec.tie_cost.rounds
     assert rec.tie_cost.command == f"autotune confirm --study s --trials {rec.trial.number},"\
         f"{rec.tied[0].number} --rounds {rounds}"
-    separated, ties = 0, []
+    seen: dict[Verdict, int] = dict.fromkeys(Verdict, 0)
+    undecided = []
     for _ in range(SIMULATIONS):
         after = recommend(study(confirmed(trials, difference, rounds, rng), frozenset({0, 1})),
                           "throughput", TieSettings("s", 0.05))
-        if after.tied:
-            ties.append(after.reason)
-        else:
-            separated += 1
-    return rounds, separated / SIMULATIONS, ties
+        [rival] = [r for r in after.rivals if r.trial.number in (0, 1)]
+        seen[rival.verdict] += 1
+        if rival.verdict is Verdict.UNDECIDED:
+            undecided.append(after.reason)
+    shares = {v: n / SIMULATIONS for v, n in seen.items()}
+    shares["separated"] = shares[Verdict.BETTER] + shares[Verdict.WORSE]
+    return rounds, shares, undecided
 
 
-def test_after_the_rounds_a_tie_asks_for_a_true_difference_of_5_percent_separates_about_80_percent_of_the_time():
+def test_after_the_rounds_a_true_difference_of_5_percent_separates_about_80_percent_of_the_time():
     # The rounds come from the search's measured noise: this seed's is within 5% of the true
     # one (another's may be 20% off, and its rounds then give less or more than 80%).
     assert study(search(0.05, np.random.default_rng(6))).noise.of(OBJECTIVE.name).log_sd \
         == pytest.approx(SD, rel=0.05)
-    rounds, share, _ = resolve(0.05, seed=6)
+    rounds, shares, _ = resolve(0.05, seed=6)
     noise_after = Noise(SD, 20 * 3 + 2 * rounds, "after")
     expected = separation_chance(0.05, noise_after, 1 + rounds, 1 + rounds)
     assert rounds > 1 and POWER - 0.03 <= expected <= POWER + 0.05
-    assert abs(share - expected) <= MC_TOLERANCE
+    assert abs(shares["separated"] - expected) <= MC_TOLERANCE
+    assert shares[Verdict.EQUIVALENT] <= 0.05 + MC_TOLERANCE  # a real 5% is rarely called equal
 
 
-def test_after_the_rounds_a_zero_difference_separates_at_most_5_percent_of_the_time_and_stays_a_tie():
-    rounds, share, ties = resolve(0.0, seed=2)
-    assert share <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / SIMULATIONS)
-    for reason in ties:  # a tie is said as a tie, with its cost, never as a finding
-        assert "tied within the noise" in reason
-        assert "separated none" in reason or "To resolve the tie" in reason
-        assert "beyond the noise" not in reason.split("Against the baseline")[0]
+def test_after_the_rounds_a_zero_difference_is_mostly_equivalent_and_never_often_separated():
+    rounds, shares, undecided = resolve(0.0, seed=2)
+    assert shares["separated"] <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / SIMULATIONS)
+    assert shares[Verdict.EQUIVALENT] >= 0.6  # the price decides the pair either way
+    for reason in undecided:  # undecided is said as such, with its cost, never as a finding
+        assert "Undecided against it" in reason
+        assert "To decide it" in reason or "separated none" in reason
+        assert "Equivalent to it" not in reason
 
 
 def test_a_tie_says_its_cost_its_observed_difference_and_whether_that_is_above_the_stated_one():
@@ -172,15 +178,17 @@ def test_recommend_prints_the_cost_of_a_tie_with_the_command_that_resolves_it(tm
                  "--study", "published"]) == 0
     capsys.readouterr()
     # The published table has one run per configuration: the assumed noise (log-sd 0.08).
-    assert main(["recommend", "--study", "published", "--for", "interactive", "--explain",
+    assert main(["recommend", "--study", "published", "--for", "throughput", "--explain",
                  "--smallest-difference", "3%"]) == 0
     rounds = rounds_to_separate(0.03, Noise(0.08, math.inf, "assumed"), runs_per_round=1,
                                 runs_now=(1, 1))  # the search deployed each once
     text = capsys.readouterr().out.replace("\n", " ")
-    assert "It is tied within the noise with #0 opt3-baseline" in text
-    assert f"To resolve the tie: {rounds} more confirmation round(s) of trials #3, #0" in text
-    assert f"`autotune confirm --study published --trials 3,0 --rounds {rounds}`" in text
-    assert "separate a true difference of 3% on mean E2EL at low-concurrency (ms) 80% of" in text
+    # no-mtp's 1,785 tok/s is the best estimate (the issue's example: no longer opt2's 1,685,
+    # picked before for changing fewer flags while undecided)
+    assert "Trial #4 no-mtp for throughput use" in text
+    assert "Undecided against it (more deployments could put one ahead): #0 opt3-baseline -6.8%" in text
+    assert f"To decide it: {rounds} more confirmation round(s) of trials #4, #0" in text
+    assert "separate a true difference of 3% on output throughput at high-concurrency (tok/s)" in text
 
 
 @pytest.mark.parametrize("value", ["0", "0%", "100%", "150", "five"])

@@ -1,24 +1,38 @@
-"""Recommendations: the trial for each use, the trials the noise cannot separate from it, and
-why, with intervals. Pure.
+"""Recommendations: the trial for each use, how it compares with what the user runs today
+(the baseline) and with every rival, and what deciding an undecided comparison would cost.
+Pure.
 
-A difference whose interval contains zero is a tie: ``recommend`` lists the tied trials and
-prefers the one that changes fewest flags from vLLM's defaults; a trial without a rival is
-never called best "beyond the noise". A tie comes with its cost (``TieCost``): the confirmation
-rounds that would separate the smallest difference worth caring about, what they cost in
-device time (rounds x the tied trials x the study's measured cost of one deployment), and the
-command that runs them. ``table`` puts every use's answer in one compact table of 80 columns.
+One rule everywhere (``stats.judge``): a difference is better or worse when its 95% interval
+excludes zero, equivalent when its 90% interval lies within +/- the smallest difference worth
+caring about, undecided otherwise; not separated is never equal. The pick for a use is the best
+estimate; a simpler configuration (fewer flags changed from the baseline, or from vLLM's
+defaults without one) replaces it only when the two are equivalent, so the baseline itself is
+picked, "keep what you run", whenever nothing measured beats it by more than the margin.
+Undecided rivals are named with their signed difference, and only an undecided comparison has
+a price (``TieCost``): the confirmation rounds that would decide it, what they cost in device
+time, and the command that runs them. ``table`` puts every use's answer in 80 columns.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.pareto import knee
-from autotune.core.maths.stats import POWER, Change, compare, rounds_to_separate
+from autotune.core.maths.stats import (
+    POWER,
+    Change,
+    Comparison,
+    Verdict,
+    combined,
+    compare,
+    rounds_to_separate,
+)
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -52,9 +66,9 @@ class Observed:
 
 @dataclass(frozen=True)
 class TieCost:
-    """What it takes to resolve a tie: ``rounds`` more confirmation rounds of ``trials`` (the
+    """What it takes to decide undecided comparisons: ``rounds`` more confirmation rounds of ``trials`` (the
     pick first) separate a true difference of ``smallest_difference_pct`` on ``objective``
-    (the noisiest of the tie's) with chance ``power``, two-sided at 5%; derived from that
+    (the noisiest of them) with chance ``power``, two-sided at 5%; derived from that
     stated difference, never from the ``observed`` ones."""
 
     trials: tuple[int, ...]
@@ -70,7 +84,7 @@ class TieCost:
 
     @property
     def deployments(self) -> int:
-        """Deployments the rounds take: each round deploys every tied trial once."""
+        """Deployments the rounds take: each round deploys every trial of the pair(s) once."""
         return self.rounds * len(self.trials)
 
     @property
@@ -123,7 +137,7 @@ class TieCost:
             return (f" The runs already measured would separate a difference of {d} on "
                     f"{self.objective} {self.power:.0%} of the time (two-sided 5%; noise "
                     f"{self.noise}), and separated none: observed {seen}.")
-        return (f" To resolve the tie: {self.rounds} more confirmation round(s) of trials "
+        return (f" To decide it: {self.rounds} more confirmation round(s) of trials "
                 f"{', '.join(f'#{n}' for n in self.trials)} (each deploys every one of them "
                 f"once) would separate a true difference of {d} on {self.objective} "
                 f"{self.power:.0%} of the time (two-sided 5%; noise {self.noise}): "
@@ -131,35 +145,112 @@ class TieCost:
 
 
 @dataclass(frozen=True)
+class Rival:
+    """Another feasible trial against the pick on the use's objectives: one comparison per
+    objective (the rival relative to the pick) and their combined verdict."""
+
+    trial: TrialOutcome
+    comparisons: tuple[Comparison, ...]
+
+    @property
+    def verdict(self) -> Verdict:
+        return combined([c.verdict for c in self.comparisons])
+
+    @property
+    def signed(self) -> str:
+        """'+6.4%' (or '+6.4%/-1.0%' over two objectives): the rival's change against the pick."""
+        return "/".join(f"{c.change.pct:+.1f}%" for c in self.comparisons)
+
+
+@dataclass(frozen=True)
+class Versus:
+    """The pick against the baseline on the use's objectives; ``same`` when the pick is the
+    baseline ("keep what you run"); ``cost``: what deciding it takes, when undecided."""
+
+    baseline: TrialOutcome
+    comparisons: tuple[Comparison, ...]
+    objectives: tuple[str, ...]
+    cost: TieCost | None = None
+
+    @property
+    def same(self) -> bool:
+        return not self.comparisons
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.EQUIVALENT if self.same else combined([c.verdict for c in self.comparisons])
+
+    @property
+    def cell(self) -> str:
+        """For the table: 'keep', 'better -16.6%', 'equivalent', 'undecided +2.1%'."""
+        if self.same:
+            return "keep"
+        v = self.verdict
+        if v is Verdict.EQUIVALENT:
+            return "equivalent"
+        return f"{v.value} " + "/".join(f"{c.change.pct:+.1f}%" for c in self.comparisons)
+
+    @property
+    def text(self) -> str:
+        b = self.baseline.label
+        if self.same:
+            return f"It is the baseline {b}: keep what you run."
+        parts = "; ".join(f"{o} {c.text}" for o, c in zip(self.objectives, self.comparisons,
+                                                          strict=True))
+        said = {Verdict.BETTER: "better than", Verdict.WORSE: "worse than",
+                Verdict.EQUIVALENT: "equivalent to", Verdict.UNDECIDED: "undecided against"}
+        text = f"Against the baseline {b}, it is {said[self.verdict]} it ({parts})."
+        if self.verdict is Verdict.EQUIVALENT:
+            text += " A change worth less than the smallest difference: keep what you run."
+        if self.cost is not None:
+            text += self.cost.text
+        return text
+
+
+@dataclass(frozen=True)
 class Recommendation:
-    """The trial picked for a use, the trials the noise cannot separate from it, and why; a
-    tie with what resolving it would take (without ``TieSettings``, ``tie_cost`` is None)."""
+    """The trial picked for a use, every rival with its verdict, the pick against the
+    baseline, and why; undecided rivals with what deciding them would take (``tie_cost``,
+    None without ``TieSettings``)."""
 
     use: str
     trial: TrialOutcome
-    tied: tuple[TrialOutcome, ...]
+    rivals: tuple[Rival, ...]
     reason: str
     tie_cost: TieCost | None = None
+    versus: Versus | None = None  # None: the study has no feasible baseline
+
+    def of(self, verdict: Verdict) -> tuple[Rival, ...]:
+        return tuple(r for r in self.rivals if r.verdict is verdict)
+
+    @property
+    def tied(self) -> tuple[TrialOutcome, ...]:
+        """The undecided rivals: those that more deployments could still put ahead."""
+        return tuple(r.trial for r in self.of(Verdict.UNDECIDED))
+
+    @property
+    def keep(self) -> bool:
+        """True when the answer is the baseline: keep what you run."""
+        return self.versus is not None and self.versus.same
 
 
 class NoFeasibleTrial(Exception):
     """No trial of the study can be recommended yet."""
 
 
-def _tied(data: StudyData, best: TrialOutcome, pool: Sequence[TrialOutcome],
-          objectives: Sequence[Objective]) -> list[TrialOutcome]:
-    """Members of ``pool`` whose difference to ``best`` is within the noise on every one of
-    ``objectives`` (``best`` included)."""
-    return [t for t in pool if t.number == best.number or not any(
-        compare(data.objective_estimate(t, o), data.objective_estimate(best, o)).significant
-        for o in objectives)]
+def _rivals(data: StudyData, pick: TrialOutcome, pool: Sequence[TrialOutcome],
+            objectives: Sequence[Objective]) -> tuple[Rival, ...]:
+    return tuple(Rival(t, tuple(data.judge(t, pick, o) for o in objectives))
+                 for t in pool if t.number != pick.number)
 
 
 def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome],
              objectives: Sequence[Objective], settings: TieSettings) -> TieCost:
     """The confirmation rounds after which every rival would be separated from ``pick`` with
     chance ``POWER`` were it ``settings.smallest_difference`` apart on any of ``objectives``:
-    the most that any pair and objective needs."""
+    the most that any pair and objective needs. At that many rounds a pair whose true
+    difference is zero comes out equivalent about as often, so the price decides the pair
+    either way."""
     def runs(t: TrialOutcome, o: Objective) -> int:  # deployments: the noise is of one's mean
         return len(t.results[o.profile].deployment_means(o.metric))
 
@@ -193,130 +284,176 @@ def recommend_each(data: StudyData, uses: Sequence[str], settings: TieSettings |
     return found
 
 
+def use_objectives(data: StudyData, use: str) -> tuple[Objective, ...]:
+    """The objectives a use is judged on: both for balanced, its own for the others."""
+    return tuple(data.objectives) if use == "balanced" else (data.objective_for(use),)
+
+
+def _best(data: StudyData, use: str, pool: Sequence[TrialOutcome]) -> tuple[TrialOutcome, str]:
+    """The best estimate for a use, and what 'best' means there."""
+    if use == "balanced":
+        front = data.front()
+        return knee(front, data.costs), (
+            f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
+            f"{' and '.join(o.label for o in data.objectives)} once each is scaled to the front")
+    o = data.objective_for(use)
+    return (min(pool, key=lambda t: o.cost(t.value(o.profile, o.metric))),
+            f"the {'lowest' if o.minimize else 'highest'} {o.label}")
+
+
 def recommend(data: StudyData, use: str, settings: TieSettings | None = None) -> Recommendation:
     """interactive: best on the objective of the lowest-concurrency profile (default: mean
     E2EL); throughput: best on the objective of the highest-concurrency profile (default:
-    output throughput); balanced: the knee of the front. Among trials the noise cannot
-    separate from that pick, the one with the fewest changes from vLLM's defaults is
-    recommended; with ``settings``, a tie says what resolving it would take."""
+    output throughput); balanced: the knee of the front. A configuration equivalent to that
+    best estimate that changes fewer flags from the baseline (vLLM's defaults without one)
+    replaces it, unless a rival is better than it; undecided rivals never do. With
+    ``settings`` (whose smallest difference then rules), undecided comparisons are priced."""
+    if settings is not None:
+        data = dataclasses.replace(data, smallest_difference=settings.smallest_difference)
     pool = data.feasible
     if not pool:
         raise NoFeasibleTrial("no feasible trial in the study yet: run more trials first")
-    if use == "balanced":
-        front = data.front()
-        best = knee(front, data.costs)
-        objectives: Sequence[Objective] = data.objectives
-        tied = _tied(data, best, pool, objectives)  # off the front but not separable: a tie
-        why = (f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
-               f"{' and '.join(o.label for o in objectives)} once each is scaled to the front")
-    else:
-        o = data.objective_for(use)
-        best = min(pool, key=lambda t: o.cost(t.value(o.profile, o.metric)))
-        objectives = (o,)
-        tied = _tied(data, best, pool, objectives)
-        why = f"the {'lowest' if o.minimize else 'highest'} {o.label}"
-    pick = min(tied, key=lambda t: (len(data.changes_from_defaults(t)), data.costs(t)))
+    objectives = use_objectives(data, use)
+    best, why = _best(data, use, pool)
+    simpler = sorted((r.trial for r in _rivals(data, best, pool, objectives)
+                      if r.verdict is Verdict.EQUIVALENT),
+                     key=lambda t: (len(data.differences(t)), data.costs(t)))
+    pick = best
+    for t in simpler:
+        if len(data.differences(t)) >= len(data.differences(best)):
+            break
+        if not any(r.verdict is Verdict.BETTER for r in _rivals(data, t, pool, objectives)):
+            pick = t
+            break
+    rivals = _rivals(data, pick, pool, objectives)
     values = "; ".join(f"{o.label}: {data.objective_estimate(pick, o).text}" for o in data.objectives)
     text = f"Trial {pick.label} for {use} use: {values} (mean [95% interval])."
-    others = [t for t in tied if t.number != pick.number]
-    cost = None
-    if others:
-        text += (f" It is tied within the noise with {', '.join(t.label for t in others)} for "
-                 f"{why}; of these it changes the fewest flags from vLLM's defaults "
-                 f"({len(data.changes_from_defaults(pick))}).")
-        if settings is not None:
-            cost = tie_cost(data, pick, others, objectives, settings)
-            text += cost.text
+    if pick.number != best.number:
+        text += (f" {best.label} has {why}, but is equivalent to it within "
+                 f"{100 * data.smallest_difference:g}%, and {pick.label} changes fewer flags "
+                 f"({len(data.differences(pick))} against {len(data.differences(best))}).")
     elif len(pool) == 1:
         text += (" It is the only feasible trial: with no rival to compare it with, nothing is "
                  "claimed beyond the noise.")
     else:
-        text += f" It has {why}, beyond the noise."
+        text += f" It has {why}."
+    undecided = [r for r in rivals if r.verdict is Verdict.UNDECIDED]
+    equivalent = [r for r in rivals if r.verdict is Verdict.EQUIVALENT]
+    worse = [r for r in rivals if r.verdict is Verdict.WORSE]
+    if equivalent:
+        text += f" Equivalent to it: {', '.join(r.trial.label for r in equivalent)}."
+    if worse:
+        text += f" Worse beyond the noise: {', '.join(r.trial.label for r in worse)}."
+    cost = None
+    if undecided:
+        text += (" Undecided against it (more deployments could put one ahead): "
+                 + ", ".join(f"{r.trial.label} {r.signed}" for r in undecided) + ".")
+        if settings is not None:
+            cost = tie_cost(data, pick, [r.trial for r in undecided], objectives, settings)
+            text += cost.text
     changes = data.changes_from_defaults(pick)
     text += f" Changes from vLLM's defaults: {format_params(changes) or 'none'}."
-    text += baseline_sentence(data, pick)
-    return Recommendation(use, pick, tuple(others), text, cost)
+    versus = _versus(data, pick, objectives, settings)
+    if versus is not None:
+        text += " " + versus.text
+    return Recommendation(use, pick, rivals, text, cost, versus)
 
 
-def baseline_sentence(data: StudyData, t: TrialOutcome) -> str:
-    parts = []
-    for o in data.objectives:
-        change = data.versus_baseline(t, o.profile, o.metric)
-        if change is not None:
-            verdict = "beyond the noise" if change.significant else "a tie"
-            parts.append(f"{o.label} {change.text} ({verdict})")
-    if not parts:
-        return ""
-    assert data.baseline is not None
-    return f" Against the baseline {data.baseline.label}: " + "; ".join(parts) + "."
-
-
+def _versus(data: StudyData, pick: TrialOutcome, objectives: Sequence[Objective],
+            settings: TieSettings | None) -> Versus | None:
+    base = data.baseline
+    if base is None or base not in data.feasible:
+        return None
+    labels = tuple(o.label for o in objectives)
+    if base.number == pick.number:
+        return Versus(base, (), labels)
+    comparisons = tuple(data.judge(pick, base, o) for o in objectives)
+    cost = None
+    if settings is not None and combined([c.verdict for c in comparisons]) is Verdict.UNDECIDED:
+        cost = tie_cost(data, pick, [base], objectives, settings)
+    return Versus(base, comparisons, labels, cost)
 
 
 def _number(x: float) -> str:
-    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) < 1 else f"{x:.1f}"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) < 1 else f"{x:.1f}"
 
 
 def _cell(e) -> str:
-    """An estimate in few characters: 'mean [low, high]'."""
+    """An estimate in few characters: 'mean [low, high]', thousands separated as in every table."""
     return f"{_number(e.mean)} [{_number(e.low)}, {_number(e.high)}]"
 
 
-def _rivals(tied: Sequence[TrialOutcome], width: int) -> str:
-    text = ",".join(f"#{t.number}" for t in tied) or "-"
-    if len(text) <= width:
-        return text
-    shown = []
-    for t in tied:
-        more = f" +{len(tied) - len(shown) - 1}"
-        if len(",".join(shown + [f"#{t.number}"])) + len(more) > width:
-            break
-        shown.append(f"#{t.number}")
-    return ",".join(shown) + f" +{len(tied) - len(shown)}"
+def _wrap(text: str, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, TABLE_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> list[str]:
-    """Every use's answer in one table of at most 80 columns (``TABLE_WIDTH``), one row per use:
-    the pick, each objective's mean [95% interval], the tied rivals and the price of resolving
-    the tie in device time; under it the objectives' names and the export command(s). A use
-    without a recommendation is given as a string (why there is none)."""
+    """Every use's answer in at most 80 columns (``TABLE_WIDTH``): a row per use with the pick,
+    each objective's mean [95% interval] and its verdict against the baseline; under it, per
+    use, the equivalent and undecided rivals (each with its signed difference, the undecided
+    ones with the device time that would decide them), the noise the intervals rest on, and
+    the export command of each use. A use without a recommendation is given as a string."""
     objectives = data.objectives
-    heads = ["use", "pick", *(o.metric for o in objectives), "tied", "tie's price"]
-    rows: list[list[str]] = []
-    notes: list[str] = []
-    for rec in recs:
-        if isinstance(rec, str):
-            notes.append(rec)
-            continue
-        cost = rec.tie_cost
-        price = "-" if not rec.tied else "?" if cost is None else cost.price + (
-            " !" if cost.beyond_budget else "")
-        rows.append([rec.use, f"#{rec.trial.number}",
-                     *(_cell(data.objective_estimate(rec.trial, o)) for o in objectives),
-                     ",".join(f"#{t.number}" for t in rec.tied) or "-", price])
-    widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
-    tied_col = len(heads) - 2
-    over = sum(widths) + 2 * (len(widths) - 1) - TABLE_WIDTH
-    if over > 0:  # the rivals' column gives way first: '#3,#7 +4'
-        widths[tied_col] = max(len(heads[tied_col]), widths[tied_col] - over)
-        for r, rec in zip(rows, [r for r in recs if not isinstance(r, str)], strict=True):
-            r[tied_col] = _rivals(rec.tied, widths[tied_col])
-    widths = [min(w, max(len(r[i]) for r in [heads, *rows])) for i, w in enumerate(widths)]
-    lines = ["  ".join((c[:widths[i]] if i >= 2 else c).ljust(widths[i]) if i < len(heads) - 1
-                       else c for i, c in enumerate(row)).rstrip() for row in [heads, *rows]]
+    base = data.baseline
+    heads = ["use", "pick", *(o.metric for o in objectives),
+             f"vs {base.label.split()[0]}" if base is not None else "vs baseline"]
+    picks = [r for r in recs if not isinstance(r, str)]
+    rows = [[r.use, f"#{r.trial.number}", *(_cell(data.objective_estimate(r.trial, o))
+                                             for o in objectives),
+             r.versus.cell if r.versus is not None else "-"] for r in picks]
+    if sum(max(len(row[i]) for row in [heads, *rows]) + 2 for i in range(len(heads))) - 2 \
+            > TABLE_WIDTH:  # the verdict column gives way first: its word, without the changes
+        for row in rows:
+            row[-1] = row[-1].split()[0]
+    widths = [max(len(row[i]) for row in [heads, *rows]) for i in range(len(heads))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
+             for row in [heads, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{o.metric}: {o.label}, {o.direction}" for o in objectives]
-    lines.append("values: mean [95% interval]; tied: not separable from the pick within the "
-                 "noise;")
-    lines.append("tie's price: the device time of the confirmation rounds that would resolve it")
-    if any(not isinstance(r, str) and r.tie_cost and r.tie_cost.beyond_budget for r in recs):
-        lines.append("!: beyond any sensible budget; --explain says what would lower it")
-    lines += notes
-    picks = [r for r in recs if not isinstance(r, str)]
+    lines += _wrap("values: mean [95% interval]; better/worse: the 95% interval of the difference "
+                   "excludes 0; equivalent: its 90% interval lies within +/-"
+                   f"{100 * data.smallest_difference:g}%; undecided: neither")
+    if base is None:
+        lines.append("vs baseline: no baseline was measured in this study")
+    keep = "keep what you run ({}): nothing measured is better by the smallest difference"
+    if picks and all(r.keep for r in picks):
+        lines += _wrap(keep.format(picks[0].trial.label) + " for any use")
+    for r in picks:
+        if r.keep and not all(p.keep for p in picks):
+            lines += _wrap(f"{r.use}: " + keep.format(r.trial.label))
+        equivalent, undecided = r.of(Verdict.EQUIVALENT), r.of(Verdict.UNDECIDED)
+        if equivalent:
+            lines += _wrap(f"{r.use}: equivalent to #{r.trial.number}: "
+                           + ", ".join(f"#{x.trial.number} {x.signed}" for x in equivalent))
+        if undecided:
+            cost = r.tie_cost
+            price = "" if cost is None else f"; deciding them: {cost.price}" + (
+                " (beyond any sensible budget: --explain)" if cost.beyond_budget else "")
+            lines += _wrap(f"{r.use}: undecided against #{r.trial.number}: "
+                           + ", ".join(f"#{x.trial.number} {x.signed}" for x in undecided) + price)
+        v = r.versus
+        if v is not None and v.cost is not None:
+            lines += _wrap(f"{r.use}: undecided against the baseline; deciding it: {v.cost.price}")
+    for line in noise_lines(data):
+        lines += _wrap(f"noise: {line}")
+    lines += [rec for rec in recs if isinstance(rec, str)]
     for t in {r.trial.number: r.trial for r in picks}.values():  # a load its runs never had
-        lines += [f"#{t.number} {o.profile}: {t.reached(o.profile)}: not measured at the profile's load"
-                  for o in objectives if t.reached(o.profile)]
+        for o in objectives:
+            if t.reached(o.profile):
+                lines += _wrap(f"#{t.number} {o.profile}: {t.reached(o.profile)}: not measured at "
+                               "the profile's load")
     for r in picks:
         lines.append(f"{r.use}: " + shlex.join(["autotune", "export", "--study", study, "--for",
                                                  r.use]))
     return lines
+
+
+def noise_lines(data: StudyData) -> list[str]:
+    """Per objective, whether the noise behind its intervals is measured (and on how many
+    degrees of freedom) or assumed."""
+    out = []
+    for o in data.objectives:
+        n = data.noise.of(o.name)
+        kind = "assumed" if n.assumed else f"measured, {n.df:.0f} df"
+        out.append(f"{o.metric} {kind}: log-sd {n.log_sd:.3f} ({n.source})")
+    return out

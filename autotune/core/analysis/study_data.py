@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from autotune.core.maths.pareto import pareto_front
 from autotune.core.maths.stats import (
     Change,
+    Comparison,
     Estimate,
     Noise,
     NoiseModel,
     compare,
     deployment_noise,
+    judge,
     redeployment_prior,
 )
 from autotune.core.metrics.registry import THROUGHPUT_METRIC
@@ -40,6 +42,7 @@ class StudyData:
     repeats: int = 1  # runs per profile of one deployment: what a confirmation round adds
     confirmed: frozenset[int] = frozenset()  # trials whose results are confirmed runs
     deployment_s: float | None = None  # one redeployment's measured cost (deployment_cost_s)
+    smallest_difference: float = 0.05  # the relative difference worth caring about: the margin
 
     def objective_for(self, use: str) -> Objective:
         """The objective of a use: interactive, the one on the profile with the lowest
@@ -88,6 +91,12 @@ class StudyData:
         if self.baseline is not None:
             return differing_params(t, self.baseline)
         return self.changes_from_defaults(t)
+
+    def judge(self, t: TrialOutcome, other: TrialOutcome, o: Objective) -> Comparison:
+        """``t`` against ``other`` on objective ``o``: better, worse, equivalent or undecided
+        (``stats.judge``, at the study's smallest difference)."""
+        return judge(self.objective_estimate(t, o), self.objective_estimate(other, o),
+                     margin=self.smallest_difference, minimize=o.minimize)
 
     def versus_baseline(self, t: TrialOutcome, profile: str, metric: str) -> Change | None:
         b = self.baseline

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 from scipy.special import ndtr, ndtri, stdtrit  # scipy.stats costs a second to import
@@ -157,9 +158,9 @@ def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequen
     return prior
 
 
-def _t_interval(d: float, se: float, df: float) -> tuple[float, float, float]:
-    """``d`` with the two ends of its two-sided ``LEVEL`` interval (Student's t on ``df``)."""
-    t = t_quantile(df)
+def _t_interval(d: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float, float]:
+    """``d`` with the two ends of its two-sided ``level`` interval (Student's t on ``df``)."""
+    t = t_quantile(df, level)
     return d, d - t * se, d + t * se
 
 
@@ -199,8 +200,8 @@ class Change(_Interval):
         return f"{self.pct:+.1f}% [{self.low_pct:+.1f}, {self.high_pct:+.1f}]"
 
     @classmethod
-    def from_log(cls, d: float, se: float, df: float) -> Change:
-        return cls(*(100.0 * math.expm1(x) for x in _t_interval(d, se, df)))
+    def from_log(cls, d: float, se: float, df: float, level: float = LEVEL) -> Change:
+        return cls(*(100.0 * math.expm1(x) for x in _t_interval(d, se, df, level)))
 
 
 @dataclass(frozen=True)
@@ -261,9 +262,8 @@ def estimate(values: Sequence[float], noise: Noise) -> Estimate:
     return Estimate(float(np.mean(values)), len(values), noise)
 
 
-def compare(a: Estimate, b: Estimate) -> Change:
-    """``a`` relative to ``b``, with an interval from both estimates' noise (Welch-style
-    degrees of freedom when the two noises differ)."""
+def _log_difference(a: Estimate, b: Estimate) -> tuple[float, float, float]:
+    """log(a/b) with its standard error and (Welch-style) degrees of freedom."""
     d = math.log(a.mean / b.mean) if a.mean > 0 and b.mean > 0 else math.nan
     va = a.noise.log_sd ** 2 / max(a.n, 1)
     vb = b.noise.log_sd ** 2 / max(b.n, 1)
@@ -273,7 +273,79 @@ def compare(a: Estimate, b: Estimate) -> Change:
         df = min(dfs)
     else:
         df = (va + vb) ** 2 / (va ** 2 / dfs[0] + vb ** 2 / dfs[1])
-    return Change.from_log(d, se, df)
+    return d, se, df
+
+
+def compare(a: Estimate, b: Estimate, level: float = LEVEL) -> Change:
+    """``a`` relative to ``b``, with a two-sided ``level`` interval from both estimates' noise
+    (Welch-style degrees of freedom when the two noises differ)."""
+    return Change.from_log(*_log_difference(a, b), level=level)
+
+
+# Two one-sided tests at 5% each: equivalence is shown when the 90% interval lies inside the
+# margin (Schuirmann 1987), the same error rate as the 95% interval that shows a difference.
+EQUIVALENCE_LEVEL = 0.90
+
+
+class Verdict(StrEnum):
+    """How one configuration compares with another on an objective, one rule everywhere."""
+
+    BETTER = "better"  # the 95% interval of the difference excludes zero, in its favour
+    WORSE = "worse"  # ... against it
+    EQUIVALENT = "equivalent"  # the 90% interval lies within +/- the smallest difference
+    UNDECIDED = "undecided"  # neither: more deployments would tell
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a`` against ``b`` on one objective: the 95% interval of the relative change (``change``),
+    the 90% one that equivalence is judged on (``tost``), the margin (the smallest difference
+    worth caring about, in %) and the verdict. A real difference smaller than the margin is
+    equivalent: not worth a flag change."""
+
+    change: Change
+    tost: Change
+    margin_pct: float
+    verdict: Verdict
+
+    @property
+    def text(self) -> str:
+        if self.verdict is Verdict.EQUIVALENT:
+            return (f"equivalent: {self.change.pct:+.1f}%, 90% interval [{self.tost.low_pct:+.1f}, "
+                    f"{self.tost.high_pct:+.1f}] within +/-{self.margin_pct:g}%")
+        return f"{self.verdict.value}: {self.change.text}"
+
+
+def judge(a: Estimate, b: Estimate, *, margin: float, minimize: bool) -> Comparison:
+    """The verdict on ``a`` against ``b`` for an objective that is minimised or not, with the
+    smallest relative difference worth caring about ``margin`` (0.05: 5%): equivalent when the
+    90% interval of the change lies within +/- margin; else better or worse when its 95%
+    interval excludes zero; else undecided. Not separated is never equal."""
+    d, se, df = _log_difference(a, b)
+    change = Change.from_log(d, se, df)
+    tost = Change.from_log(d, se, df, level=EQUIVALENCE_LEVEL)
+    m = 100.0 * margin
+    if math.isfinite(d) and -m <= tost.low_pct and tost.high_pct <= m:
+        verdict = Verdict.EQUIVALENT
+    elif change.significant:
+        verdict = Verdict.BETTER if (change.pct < 0) == minimize else Verdict.WORSE
+    else:
+        verdict = Verdict.UNDECIDED
+    return Comparison(change, tost, m, verdict)
+
+
+def combined(verdicts: Sequence[Verdict]) -> Verdict:
+    """One verdict over several objectives: equivalent on all is equivalent; better on some and
+    worse on none is better (worse alike: a rival worse on one objective and better on none
+    cannot come out ahead on every one); a trade-off, or no objective decided, is undecided."""
+    kinds = set(verdicts)
+    if kinds == {Verdict.EQUIVALENT}:
+        return Verdict.EQUIVALENT
+    if Verdict.BETTER in kinds and Verdict.WORSE not in kinds:
+        return Verdict.BETTER
+    if Verdict.WORSE in kinds and Verdict.BETTER not in kinds:
+        return Verdict.WORSE
+    return Verdict.UNDECIDED
 
 
 POWER = 0.8  # the chance of separating a stated difference that sample sizes aim for

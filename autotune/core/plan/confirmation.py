@@ -7,9 +7,11 @@ rounds. Two decisions are made here, from numbers the study measured:
   study's measured cost of one redeployment (``deployment_cost_s(again=True)``): the asked one, or fewer
   rounds, or fewer finalists (the front's two ends and the baseline first), or none, said in
   one line with what the full confirmation would take.
-- ``open_finalists``: after its first round, which finalists a further round still informs:
-  those tied with a rival (``recommend``'s ties) while the stated smallest difference is not
-  ruled out between them. None open: every use is decided, or every tie is the answer.
+- ``next_deployment``: after its first round (every finalist once, which also measures the
+  spread between deployments), each further deployment goes to the finalist whose
+  redeployment most reduces the chance that a use's pick is wrong (the undecided comparisons
+  of ``recommend``: pick against rival, pick against baseline). It stops when every use is
+  decided or equivalent, not after a fixed number of rounds.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy.special import ndtr
+
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.maths.durations import duration_text
-from autotune.core.maths.stats import compare
+from autotune.core.maths.stats import Verdict
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -116,53 +120,81 @@ def plan_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | Non
 
 @dataclass(frozen=True)
 class RoundDecision:
-    """The finalists a next round redeploys (none: stop) and why, in one line."""
+    """The finalists the next step redeploys (none: stop) and why, in one line."""
 
     open: tuple[int, ...]
     reason: str
 
 
-def _ruled_out(data: StudyData, a: TrialOutcome, b: TrialOutcome,
-               objectives: Sequence[Objective], smallest_difference: float) -> bool:
-    """True when, on every objective, the interval of ``a``'s change against ``b`` lies within
-    +/- the smallest difference: whatever separates them is smaller than what matters."""
-    d = 100.0 * smallest_difference
-    for o in objectives:
-        change = compare(data.objective_estimate(a, o), data.objective_estimate(b, o))
-        if not (-d <= change.low_pct and change.high_pct <= d):
-            return False
-    return True
+@dataclass(frozen=True)
+class OpenPair:
+    """A comparison a use's answer rests on that is still undecided: the pick against a rival
+    or against the baseline, on the use's objectives."""
+
+    pick: int
+    other: int
+    objectives: tuple[Objective, ...]
 
 
-def open_finalists(data: StudyData, finalists: Sequence[int],
-                   smallest_difference: float) -> RoundDecision:
-    """Which of ``finalists`` a further round informs, from ``data`` (confirmed numbers
-    included): for each use, the pick and each tied rival whose difference is not yet ruled
-    out at ``smallest_difference``, when both are finalists (a rival that is not one is not
-    redeployed, and the pick is then redeployed alone against it)."""
+def open_pairs(data: StudyData) -> list[OpenPair]:
+    """Every undecided comparison behind the uses' answers: each pick against its undecided
+    rivals and, where undecided, against the baseline (``recommend``'s verdicts)."""
     # Imported here: recommend may price ties with this module's ``deployment_cost_s``.
-    from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend
+    from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend, use_objectives
 
-    wanted = set(finalists)
-    open_: set[int] = set()
-    ties = 0
+    found: dict[tuple[int, int], OpenPair] = {}
     for use in USES:
         try:
             rec = recommend(data, use)
         except NoFeasibleTrial:
             continue
-        objectives = data.objectives if use == "balanced" else (data.objective_for(use),)
-        for rival in rec.tied:
-            ties += 1
-            if _ruled_out(data, rival, rec.trial, objectives, smallest_difference):
+        objectives = use_objectives(data, use)
+        others = [t.number for t in rec.tied]
+        if rec.versus is not None and rec.versus.verdict is Verdict.UNDECIDED:
+            others.append(rec.versus.baseline.number)
+        for n in others:
+            key = (min(rec.trial.number, n), max(rec.trial.number, n))
+            found.setdefault(key, OpenPair(rec.trial.number, n, objectives))
+    return list(found.values())
+
+
+def wrong_chance(data: StudyData, pairs: Sequence[OpenPair], extra: int | None = None) -> float:
+    """The summed chance, over ``pairs`` and their objectives, that the measured order of the
+    two is the wrong one: Phi(-|d| / se) of the log difference, with one more deployment of
+    trial ``extra`` where given (the noise of one deployment's mean, ``data.noise``)."""
+    by_number = {t.number: t for t in data.outcomes}
+    total = 0.0
+    for pair in pairs:
+        a, b = by_number[pair.pick], by_number[pair.other]
+        for o in pair.objectives:
+            ea, eb = data.objective_estimate(a, o), data.objective_estimate(b, o)
+            if not (ea.mean > 0 and eb.mean > 0):
                 continue
-            open_ |= {n for n in (rec.trial.number, rival.number) if n in wanted}
-    d = f"{100 * smallest_difference:g}%"
-    if open_:
-        ordered = tuple(n for n in finalists if n in open_)
-        return RoundDecision(ordered, f"still open at {d}: {', '.join(f'#{n}' for n in ordered)}")
-    if ties:
-        return RoundDecision((), f"confirmation stops: a difference of {d} is ruled out for every "
-                                 "tie (the tie is the answer)")
-    return RoundDecision((), "confirmation stops: every use (interactive, throughput, balanced) "
-                             "is decided beyond the noise")
+            na = ea.n + (extra == a.number)
+            nb = eb.n + (extra == b.number)
+            sd = data.noise.of(o.name).log_sd
+            se = sd * math.sqrt(1 / na + 1 / nb)
+            total += float(ndtr(-abs(math.log(ea.mean / eb.mean)) / se)) if se > 0 else 0.0
+    return total
+
+
+def next_deployment(data: StudyData, finalists: Sequence[int]) -> RoundDecision:
+    """The one finalist whose redeployment most reduces the chance that a use's pick is wrong
+    (``wrong_chance`` over the open comparisons; a knowledge-gradient-like greedy step), or
+    none when every use's answer is decided or equivalent. Only finalists are redeployed: a
+    rival that is not one is compared through the pick's redeployments alone."""
+    pairs = open_pairs(data)
+    wanted = [n for n in finalists
+              if any(n in (p.pick, p.other) for p in pairs)]
+    if not wanted:
+        if pairs:
+            return RoundDecision((), "confirmation stops: the comparisons still undecided involve "
+                                     "no finalist")
+        return RoundDecision((), "confirmation stops: every use's answer is decided or "
+                                 "equivalent (interactive, throughput, balanced)")
+    now = wrong_chance(data, pairs)
+    gain = {n: now - wrong_chance(data, pairs, extra=n) for n in wanted}
+    best = max(wanted, key=lambda n: (gain[n], -wanted.index(n)))
+    return RoundDecision((best,), (
+        f"#{best}: its redeployment most reduces the chance that a pick is wrong "
+        f"({len(pairs)} comparison(s) undecided)"))

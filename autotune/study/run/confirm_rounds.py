@@ -1,15 +1,16 @@
 """Confirmation of finalists: the front's members and the baseline (or the trials asked for),
 deployed again and measured in interleaved rounds (A, B, base, then B, base, A, ...), so that
-drift of the machine hits every finalist alike. A capacity profile is not searched again:
-each redeployment re-probes the boundary the trial's search found (``BenchPlan.around``).
+drift of the machine hits every finalist alike. A capacity profile is not searched again: each
+redeployment re-probes the boundary the trial's search found (``BenchPlan.around``).
 
-It is planned inside the time budget (``core.plan.confirmation.plan_confirmation``), and
-after the first round a round redeploys only the finalists whose answer is still open
-(``open_finalists``). Each deployment's runs are stored the moment it is torn down
-(``state.add_confirmed``, one call per deployment), and the confirmation's plan with the
-deployments it finished (``state.write_confirmation``): an interrupted confirmation keeps them,
-and `confirm` run again continues it. The confirmed runs are what recommendations, exports and
-reports use."""
+It is planned inside the time budget (``core.plan.confirmation.plan_confirmation``); after the
+first round (every finalist once) each step redeploys the one finalist that most reduces the
+chance that a use's pick is wrong (``next_deployment``), until every use is decided or
+equivalent, the budget ends, or the deployments that the asked rounds would take are spent.
+Each deployment's runs are stored the moment it is torn down (``state.add_confirmed``, one call
+per deployment), and the confirmation's plan with the deployments it finished
+(``state.write_confirmation``): an interrupted confirmation keeps them, and `confirm` run again
+continues it. The confirmed runs are what recommendations, exports and reports use."""
 
 from __future__ import annotations
 
@@ -21,11 +22,7 @@ import optuna
 
 from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.maths.durations import duration_text
-from autotune.core.plan.confirmation import (
-    by_priority,
-    open_finalists,
-    plan_confirmation,
-)
+from autotune.core.plan.confirmation import by_priority, next_deployment, plan_confirmation
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
@@ -105,18 +102,20 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     walls: list[float] = []
     runs: dict[int, dict[str, list]] = {t.number: {} for t in chosen}
     folder = plan.workdir / "trials" / plan.study_name
-    total = state["rounds"]
+    # Step 0 deploys every finalist once; each later step deploys the one finalist that most
+    # reduces the chance of a wrong pick, up to the deployments the asked rounds would take.
+    total = 1 + (state["rounds"] - 1) * len(chosen)
     stop, budget_ended = "", False
     for r in range(total):
         members = state["round_trials"].get(str(r))
         if members is None:
             members = [t.number for t in chosen]
             if r > 0:
-                decision = open_finalists(study_data(study), members, plan.request.smallest_difference)
+                decision = next_deployment(study_data(study), members)
                 if not decision.open:
                     stop = decision.reason
                     break
-                say(f"confirm round {r + 1}/{total}: {decision.reason}")
+                say(f"confirm step {r + 1} of up to {total}: {decision.reason}")
                 members = list(decision.open)
             state["round_trials"][str(r)] = members
             write_confirmation(study, state)
@@ -134,7 +133,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
                         f"{plan.study_name}` continues it")
                 budget_ended = True
                 break
-            tag = f"confirm round {r + 1}/{total}, {i + 1}/{len(order)}: trial {t.label}"
+            tag = f"confirm step {r + 1} of up to {total}, {i + 1}/{len(order)}: trial {t.label}"
             count = deployed.get(str(t.number), 0) + 1
             while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
                 count += 1
@@ -158,7 +157,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             break
     state["finished"] = not budget_ended  # one the budget cut short is continued by `confirm`
     write_confirmation(study, state)
-    say(stop or f"confirmation done: {len(state['done'])} deployment(s) in {total} round(s)")
+    say(stop or f"confirmation done: {len(state['done'])} deployment(s), the most the asked "
+               f"rounds allow")
     _write_notes(study, plan, say)
     return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
             for n, by_profile in runs.items() if by_profile}

@@ -59,7 +59,8 @@ def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
                      loads={p.name: p.load for p in plan.profiles} if plan else {},
                      repeats=plan.repeats if plan else 1,
                      confirmed=frozenset(t.number for t in found if t.number in again),
-                     deployment_s=deployment_cost_s(found, again=True))
+                     deployment_s=deployment_cost_s(found, again=True),
+                     smallest_difference=plan.smallest_difference if plan else 0.05)
 
 
 def with_confirmed(search: Mapping[str, ProfileResult], confirmed: Mapping[str, ProfileResult]
