@@ -72,9 +72,9 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True,
             reached = t.reached(o.profile)
             cells.append(data.objective_estimate(t, o).text + (f"\n({reached})" if reached else ""))
             if data.baseline is not None:
-                change = data.versus_baseline(t, o.profile, o.metric)
-                cells.append("-" if change is None else change.text + (
-                    " *" if change.significant else " (tie)"))
+                versus = data.versus_baseline(t, o.profile, o.metric)
+                cells.append("-" if versus is None else
+                             f"{versus.change.text}\n{versus.verdict.value}")
         cells += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
         if changes_column:
             cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
@@ -91,7 +91,9 @@ def print_front(data: StudyData, title: str) -> bool:
         out.print("no feasible trial yet")
         return False
     if data.baseline is not None:
-        out.print("* beyond the noise; (tie): the interval of the difference contains zero")
+        out.print("vs baseline: better/worse: the 95% interval of the difference excludes 0;")
+        out.print(f"  equivalent: its 90% interval lies within +/-{100 * data.smallest_difference:g}%; "
+                  "undecided: neither")
     return True
 
 

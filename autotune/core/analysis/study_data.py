@@ -12,17 +12,15 @@ from dataclasses import dataclass, field
 
 from autotune.core.maths.pareto import pareto_front
 from autotune.core.maths.stats import (
-    Change,
     Comparison,
     Estimate,
     Noise,
     NoiseModel,
-    compare,
     deployment_noise,
     judge,
     redeployment_prior,
 )
-from autotune.core.metrics.registry import THROUGHPUT_METRIC
+from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.space.search_space import Value
 from autotune.core.trial.capacity_search import Incumbent, by_load
 from autotune.core.trial.objectives import Objective
@@ -98,14 +96,17 @@ class StudyData:
         return judge(self.objective_estimate(t, o), self.objective_estimate(other, o),
                      margin=self.smallest_difference, minimize=o.minimize)
 
-    def versus_baseline(self, t: TrialOutcome, profile: str, metric: str) -> Change | None:
+    def versus_baseline(self, t: TrialOutcome, profile: str, metric: str) -> Comparison | None:
+        """``t`` against the baseline on one metric, by the one verdict rule (None: no
+        baseline, ``t`` is it, or a value <= 0 leaves no ratio)."""
         b = self.baseline
         if b is None or not b.feasible or not b.has(profile, metric) or b.number == t.number:
             return None
         mine, theirs = self.estimate(t, profile, metric), self.estimate(b, profile, metric)
         if not (mine.mean > 0 and theirs.mean > 0):
             return None  # no ratio of a value <= 0 (a hit rate of 0): no relative change
-        return compare(mine, theirs)
+        higher = METRICS[metric].higher_is_better if metric in METRICS else False
+        return judge(mine, theirs, margin=self.smallest_difference, minimize=not higher)
 
 
 def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:

@@ -115,8 +115,8 @@ def report_sections(report: Report) -> list[Section]:
         for o in data.objectives:
             cells.append(data.objective_estimate(t, o).text)
             if base is not None:
-                change = data.versus_baseline(t, o.profile, o.metric)
-                cells.append(change.text if change else "-")
+                versus = data.versus_baseline(t, o.profile, o.metric)
+                cells.append(versus.text if versus else "-")
         cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
         rows.append(cells)
     per_objective = (lambda o: (o.label, "vs baseline")) if base is not None else (lambda o: (o.label,))
