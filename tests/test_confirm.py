@@ -127,7 +127,7 @@ def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecide
     assert sum(times.values()) == 9
     steps = [line for line in said if line.startswith("confirm step ") and "reduces" in line]
     assert len(steps) == 6 and all(f"#{o0}:" not in line for line in steps)
-    assert read_confirmation(study)["done"][-1][1] in (base, mtp)
+    assert read_confirmation(study).done[-1][1] in (base, mtp)
 
 
 def test_a_confirmation_stops_when_every_answer_is_equivalent_or_decided(tmp_path):
@@ -170,7 +170,7 @@ def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_con
     with pytest.raises(KeyboardInterrupt):
         confirm(study, plan, setup, k=2, rounds=1, trial_fn=cut)
     kept = read_confirmed(study)
-    assert len(read_confirmation(study)["done"]) == len(kept) == 1  # the one torn down
+    assert len(read_confirmation(study).done) == len(kept) == 1  # the one torn down
     assert all(len(r.runs) == 2 for by in kept.values() for r in by.values())  # repeats 2
     said: list[str] = []
     again = StandIn(seed=8)
@@ -179,20 +179,20 @@ def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_con
     assert 1 + len(again.calls) == len(uninterrupted.calls)
     assert {n: {p: len(r.runs) for p, r in by.items()} for n, by in read_confirmed(study).items()} \
         == {n: {p: len(r.runs) for p, r in by.items()} for n, by in read_confirmed(whole).items()}
-    assert read_confirmation(study)["finished"]
+    assert read_confirmation(study).finished
 
 
 def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continued(tmp_path):
     """A search resumed after an interrupted confirmation can change the front: the stored
     confirmation's trials are then not the finalists, and a new confirmation is planned."""
     from autotune.core.analysis.study_data import finalists
+    from autotune.core.plan.confirmation import ConfirmationState
     from autotune.study.store.state import write_confirmation
 
     plan, study, served = served_study(tmp_path)
     chosen = {t.number for t in finalists(study_data(study, confirmed=False), 2)}
     stale = next(n for n in served if n not in chosen)
-    write_confirmation(study, {"trials": [stale], "rounds": 1, "done": [], "round_trials": {},
-                               "deployed": {}, "finished": False})
+    write_confirmation(study, ConfirmationState((stale,), 1))
     said: list[str] = []
     stand_in = StandIn(seed=9)
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
@@ -227,4 +227,15 @@ def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the
     assert said[0] == "confirmation: 3 trial(s) x 1 round(s), about 5 min of 6 min 40 s left"
     assert said[-1].startswith("confirmation stops: the time budget ends (2 min 30 s left, a "
                                "deployment takes ~4 min 10 s)")
-    assert not read_confirmation(study)["finished"]  # `confirm` continues it
+    assert not read_confirmation(study).finished  # `confirm` continues it
+
+
+def test_a_stored_confirmation_reads_back_as_the_same_record_and_keeps_the_stored_layout():
+    from autotune.core.plan.confirmation import ConfirmationState
+
+    state = ConfirmationState((3, 1), 2).with_step([3, 1]).with_done(0, 3, 1).with_done(0, 1, 2)
+    stored = state.to_dict()
+    assert stored == {"trials": [3, 1], "rounds": 2, "round_trials": {"0": [3, 1]},
+                      "done": [[0, 3], [0, 1]], "deployed": {"1": 2, "3": 1}, "finished": False}
+    assert ConfirmationState.from_dict(stored) == state
+    assert (state.total_steps, state.deployments_of(1), ConfirmationState().total_steps) == (3, 2, 0)

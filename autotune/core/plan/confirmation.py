@@ -16,8 +16,9 @@ rounds. Two decisions are made here, from numbers the study measured:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from scipy.special import ndtr
@@ -198,3 +199,51 @@ def next_deployment(data: StudyData, finalists: Sequence[int]) -> RoundDecision:
     return RoundDecision((best,), (
         f"#{best}: its redeployment most reduces the chance that a pick is wrong "
         f"({len(pairs)} comparison(s) undecided)"))
+
+
+@dataclass(frozen=True)
+class ConfirmationState:
+    """A confirmation's plan and progress, as stored in the study so that an interrupted one
+    is continued: the trials (by priority) and the rounds asked, the trials each step deploys
+    once decided (step 0: all of them; later steps: one each, ``next_deployment``), the
+    deployments finished as (step, trial), each trial's confirmation deployments over every
+    confirmation (they name its folders), and whether it finished."""
+
+    trials: tuple[int, ...] = ()
+    rounds: int = 0
+    steps: tuple[tuple[int, ...], ...] = ()
+    done: tuple[tuple[int, int], ...] = ()
+    deployed: tuple[tuple[int, int], ...] = ()  # (trial, deployments so far)
+    finished: bool = False
+
+    @property
+    def total_steps(self) -> int:
+        """Step 0, then one deployment a step up to what the asked rounds would deploy."""
+        return 1 + (self.rounds - 1) * len(self.trials) if self.trials and self.rounds else 0
+
+    def deployments_of(self, trial: int) -> int:
+        return dict(self.deployed).get(trial, 0)
+
+    def with_step(self, members: Sequence[int]) -> ConfirmationState:
+        return dataclasses.replace(self, steps=(*self.steps, tuple(members)))
+
+    def with_done(self, step: int, trial: int, count: int) -> ConfirmationState:
+        deployed = {**dict(self.deployed), trial: count}
+        return dataclasses.replace(self, done=(*self.done, (step, trial)),
+                                   deployed=tuple(sorted(deployed.items())))
+
+    def to_dict(self) -> dict:
+        """The stored layout (that of earlier versions: ``round_trials`` names the steps)."""
+        return {"trials": list(self.trials), "rounds": self.rounds,
+                "round_trials": {str(i): list(m) for i, m in enumerate(self.steps)},
+                "done": [list(d) for d in self.done],
+                "deployed": {str(n): c for n, c in self.deployed}, "finished": self.finished}
+
+    @classmethod
+    def from_dict(cls, stored: Mapping) -> ConfirmationState:
+        steps = stored.get("round_trials", {})
+        return cls(tuple(stored.get("trials", ())), int(stored.get("rounds", 0)),
+                   tuple(tuple(steps[str(i)]) for i in range(len(steps)) if str(i) in steps),
+                   tuple((int(s), int(n)) for s, n in stored.get("done", ())),
+                   tuple(sorted((int(n), int(c)) for n, c in stored.get("deployed", {}).items())),
+                   bool(stored.get("finished", False)))

@@ -22,7 +22,12 @@ import optuna
 
 from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.maths.durations import duration_text
-from autotune.core.plan.confirmation import by_priority, next_deployment, plan_confirmation
+from autotune.core.plan.confirmation import (
+    ConfirmationState,
+    by_priority,
+    next_deployment,
+    plan_confirmation,
+)
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
@@ -51,13 +56,58 @@ def chosen_trials(data: StudyData, numbers: Sequence[int]) -> list[TrialOutcome]
     return [served[n] for n in dict.fromkeys(numbers)]
 
 
-def _unfinished(stored: dict, trials: Sequence[int] | None, finalists_now: Sequence[int]) -> bool:
+def _unfinished(stored: ConfirmationState, trials: Sequence[int] | None,
+                finalists_now: Sequence[int]) -> bool:
     """A stored confirmation that did not finish, and that this call asks for again: the same
     trials, or (asked for the finalists) trials that are all finalists still; a search resumed
     since may have changed the front."""
-    return bool(stored.get("trials")) and not stored.get("finished") and (
-        set(stored["trials"]) <= set(finalists_now) if trials is None
-        else set(trials) == set(stored["trials"]))
+    return bool(stored.trials) and not stored.finished and (
+        set(stored.trials) <= set(finalists_now) if trials is None
+        else set(trials) == set(stored.trials))
+
+
+def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequence[int] | None,
+                   rounds: int, left_s: float | None, say: Callable[[str], None]
+                   ) -> ConfirmationState:
+    """The confirmation to run: the unfinished one stored in the study, when this call asks for
+    it again, or a new one of ``trials`` (default: up to ``k`` finalists and the baseline)
+    planned to fit ``left_s`` (``plan_confirmation``), stored before anything deploys."""
+    stored = read_confirmation(study)
+    base = data.baseline.number if data.baseline is not None else None
+    finalists_now = by_priority([t.number for t in finalists(data, k)], base) if trials is None else []
+    if _unfinished(stored, trials, finalists_now):
+        say(f"continuing the confirmation stored in the study: {len(stored.done)} of up to "
+            f"{len(stored.trials) * stored.rounds} deployment(s) done")
+        return stored
+    numbers = finalists_now if trials is None else [t.number for t in chosen_trials(data, trials)]
+    planned = plan_confirmation(numbers, rounds, left_s=left_s, deployment_s=data.deployment_s)
+    say(planned.message)
+    state = ConfirmationState(planned.trials, planned.rounds, deployed=stored.deployed,
+                              finished=not planned.trials)
+    write_confirmation(study, state)
+    return state
+
+
+def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: TrialOutcome,
+                count: int, *, trial_fn: TrialFunction, say: Callable[[str], None],
+                tag: str) -> dict[str, ProfileResult]:
+    """Deploy trial ``t`` once more (its ``count``-th confirmation deployment) with the study's
+    benchmark, a capacity profile re-probing the boundary its search found; its runs are stored
+    the moment it is torn down. Returns them ({} when it failed, which is said)."""
+    folder = plan.workdir / "trials" / plan.study_name
+    while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
+        count += 1
+    here = dataclasses.replace(setup, model=plan.model.name,
+                               workdir=folder / f"confirm-{t.number:04d}-{count}")
+    bench = dataclasses.replace(plan.bench, around={
+        p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
+    m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
+    if m.failure is not None:
+        say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
+        return {}
+    if m.results:
+        add_confirmed(study, {t.number: dict(m.results)})
+    return dict(m.results)
 
 
 def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int = 0,
@@ -66,49 +116,30 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             say: Callable[[str], None] = lambda text: None,
             budget_end: float | None = None,
             clock: Callable[[], float] = time.time) -> dict[int, dict[str, ProfileResult]]:
-    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) for up to ``rounds``
-    rounds, rotating the order every round; from the second round on, only the finalists
-    whose answer is still open. With ``budget_end`` (epoch seconds) the confirmation is
-    planned to fit and no deployment starts whose expected end passes it. An unfinished
-    confirmation stored in the study is continued instead of starting a new one. Returns the
-    runs this call added; a trial that fails a redeployment keeps the runs of the rounds it
-    served, and the failure is said."""
+    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
+    at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
+    every use is decided or equivalent or the deployments ``rounds`` rounds would take are
+    spent. With ``budget_end`` (epoch seconds) the confirmation is planned to fit and no
+    deployment starts whose expected end passes it. An unfinished confirmation stored in the
+    study is continued instead of starting a new one. Returns the runs this call added; a trial
+    that fails a redeployment keeps the runs it served, and the failure is said."""
     check_rounds(rounds)
     data = study_data(study, confirmed=False)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
-    stored = read_confirmation(study)
-    cost = data.deployment_s  # a redeployment: deployment_cost_s(again=True)
-    base = data.baseline.number if data.baseline is not None else None
-    finalists_now = by_priority([t.number for t in finalists(data, k)], base) if trials is None else []
-    if _unfinished(stored, trials, finalists_now):
-        state = stored
-        say(f"continuing the confirmation stored in the study: {len(state['done'])} of up to "
-            f"{len(state['trials']) * state['rounds']} deployment(s) done")
-    else:
-        numbers = finalists_now if trials is None else [t.number for t in chosen_trials(data, trials)]
-        left = None if budget_end is None else max(budget_end - clock(), 0.0)
-        planned = plan_confirmation(numbers, rounds, left_s=left, deployment_s=cost)
-        say(planned.message)
-        state = {"trials": list(planned.trials), "rounds": planned.rounds, "done": [],
-                 "round_trials": {}, "deployed": stored.get("deployed", {}),
-                 "finished": not planned.trials}
-        write_confirmation(study, state)
-    chosen = [served[n] for n in state["trials"] if n in served]
+    left = None if budget_end is None else max(budget_end - clock(), 0.0)
+    state = plan_or_resume(study, data, k=k, trials=trials, rounds=rounds, left_s=left, say=say)
+    chosen = [served[n] for n in state.trials if n in served]
     if not chosen:
         _write_notes(study, plan, say)  # a skipped confirmation still leaves the notes confirmed
         return {}
-    done = {(r, n) for r, n in state["done"]}
-    deployed: dict[str, int] = dict(state.get("deployed", {}))
     walls: list[float] = []
     runs: dict[int, dict[str, list]] = {t.number: {} for t in chosen}
-    folder = plan.workdir / "trials" / plan.study_name
-    # Step 0 deploys every finalist once; each later step deploys the one finalist that most
-    # reduces the chance of a wrong pick, up to the deployments the asked rounds would take.
-    total = 1 + (state["rounds"] - 1) * len(chosen)
+    total = state.total_steps
     stop, budget_ended = "", False
     for r in range(total):
-        members = state["round_trials"].get(str(r))
-        if members is None:
+        if r < len(state.steps):
+            members = list(state.steps[r])
+        else:
             members = [t.number for t in chosen]
             if r > 0:
                 decision = next_deployment(study_data(study), members)
@@ -117,47 +148,36 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
                     break
                 say(f"confirm step {r + 1} of up to {total}: {decision.reason}")
                 members = list(decision.open)
-            state["round_trials"][str(r)] = members
+            state = state.with_step(members)
             write_confirmation(study, state)
         these = [served[n] for n in members if n in served]
         order = these[r % len(these):] + these[:r % len(these)] if these else []
         for i, t in enumerate(order):
-            if (r, t.number) in done:
+            if (r, t.number) in state.done:
                 continue
-            each = sum(walls) / len(walls) if walls else cost
+            each = sum(walls) / len(walls) if walls else data.deployment_s
             now = clock()
             if budget_end is not None and (now >= budget_end or (
                     each is not None and now + each > budget_end)):
-                stop = (f"confirmation stops: the time budget ends ({duration_text(max(budget_end - now, 0))} "
-                        f"left, a deployment takes ~{duration_text(each or 0)}); `autotune confirm --study "
+                stop = (f"confirmation stops: the time budget ends "
+                        f"({duration_text(max(budget_end - now, 0))} left, a deployment takes "
+                        f"~{duration_text(each or 0)}); `autotune confirm --study "
                         f"{plan.study_name}` continues it")
                 budget_ended = True
                 break
+            count = state.deployments_of(t.number) + 1
             tag = f"confirm step {r + 1} of up to {total}, {i + 1}/{len(order)}: trial {t.label}"
-            count = deployed.get(str(t.number), 0) + 1
-            while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
-                count += 1
-            here = dataclasses.replace(setup, model=plan.model.name,
-                                       workdir=folder / f"confirm-{t.number:04d}-{count}")
-            bench = dataclasses.replace(plan.bench, around={
-                p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
-            m = trial_fn(t.argv, bench, here, lambda ph, tag=tag: say(f"{tag}: {ph}"))
+            got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag)
             walls.append(clock() - now)
-            if m.failure is not None:
-                say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
-            elif m.results:
-                add_confirmed(study, {t.number: dict(m.results)})  # this deployment, stored now
-                for profile, result in m.results.items():
-                    runs[t.number].setdefault(profile, []).extend(result.runs)
-            deployed[str(t.number)] = count
-            state["done"].append([r, t.number])
-            state["deployed"] = deployed
+            for profile, result in got.items():
+                runs[t.number].setdefault(profile, []).extend(result.runs)
+            state = state.with_done(r, t.number, count)
             write_confirmation(study, state)
         if stop:
             break
-    state["finished"] = not budget_ended  # one the budget cut short is continued by `confirm`
+    state = dataclasses.replace(state, finished=not budget_ended)  # else `confirm` continues it
     write_confirmation(study, state)
-    say(stop or f"confirmation done: {len(state['done'])} deployment(s), the most the asked "
+    say(stop or f"confirmation done: {len(state.done)} deployment(s), the most the asked "
                f"rounds allow")
     _write_notes(study, plan, say)
     return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}

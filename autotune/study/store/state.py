@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import optuna
 
+from autotune.core.plan.confirmation import ConfirmationState
 from autotune.core.plan.request import LAYOUT1_TIME_BUDGET, PlanRequest
 from autotune.core.trial.outcome import ProfileResult
 from autotune.core.trial.precision import RunStop
@@ -121,13 +122,11 @@ def add_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, Profil
 _CONFIRMATION = "confirmation"  # the last confirmation's plan and the deployments it finished
 
 
-def read_confirmation(study: optuna.Study) -> dict:
-    """The stored plan of the study's last confirmation: ``trials`` (numbers, by priority),
-    ``rounds``, ``done`` ([round, trial] per deployment finished, failed ones included) and
-    ``deployed`` (trial number -> confirmation deployments of it so far, every confirmation's);
-    {} before any."""
-    return dict(study.user_attrs.get(_CONFIRMATION, {}))
+def read_confirmation(study: optuna.Study) -> ConfirmationState:
+    """The stored plan and progress of the study's last confirmation (an empty one before
+    any)."""
+    return ConfirmationState.from_dict(study.user_attrs.get(_CONFIRMATION, {}))
 
 
-def write_confirmation(study: optuna.Study, confirmation: Mapping) -> None:
-    study.set_user_attr(_CONFIRMATION, dict(confirmation))
+def write_confirmation(study: optuna.Study, confirmation: ConfirmationState) -> None:
+    study.set_user_attr(_CONFIRMATION, confirmation.to_dict())
