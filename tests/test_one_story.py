@@ -26,7 +26,7 @@ from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.maths.durations import duration_text
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.core.trial.verdict import finite_values
+from autotune.core.trial.told import finite_values
 from autotune.study.output.notes import launch_command, study_note, trial_note
 from autotune.study.run.one_trial import TrialSetup
 from autotune.study.store.optuna_internals import live_trial

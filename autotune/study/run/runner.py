@@ -7,7 +7,7 @@ PostgreSQL). The budget is study-wide (``core.plan.scheduling``); every running 
 heartbeats, and a worker that looks for work first fails the trials of dead workers (Optuna
 re-enqueues them) and kills what is left of their servers on its own host.
 
-What the sampler is told of a measured trial is ``core.trial.verdict``'s; a trial that fails for
+What the sampler is told of a measured trial is ``core.trial.told``'s; a trial that fails for
 a reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's
 or ours) is run once more, and a second such failure stops the study (``StudyError``); a
 configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
@@ -58,7 +58,7 @@ from autotune.core.plan.scheduling import (
 from autotune.core.space.search_space import drawable_points, params_key, sample
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
-from autotune.core.trial.verdict import finite_values, judge
+from autotune.core.trial.told import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
@@ -346,7 +346,7 @@ class StudyRunner:
         """Write the outcome with its verdict's constraints; returns the objective values
         (None: a failure that is not the configuration's, nothing to tell the sampler)."""
         plan = self.plan
-        verdict = judge(outcome, plan.objectives, plan.slos, plan.capacity_profiles)
+        verdict = what_to_tell(outcome, plan.objectives, plan.slos, plan.capacity_profiles)
         write_outcome(trial, verdict.outcome)
         for name, value in verdict.constraints.items():
             trial.set_constraint(name, value)

@@ -37,7 +37,7 @@ def capacity_key(profile: str) -> str:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Told:
     """The outcome to store (SLO failures classified), its constraints and objective values
     (None: nothing to tell the sampler, the failure is not the configuration's)."""
 
@@ -46,15 +46,15 @@ class Verdict:
     values: list[float] | None
 
 
-def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence[Slo],
-          capacity_profiles: Sequence[str]) -> Verdict:
+def what_to_tell(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence[Slo],
+          capacity_profiles: Sequence[str]) -> Told:
     """The verdict on ``outcome``: constraints served, then one per SLO and capacity profile."""
     if outcome.failure is not None and not outcome.failure.blames_configuration:
-        return Verdict(outcome, {}, None)
+        return Told(outcome, {}, None)
     if outcome.failure is not None:
         constraints = {FEASIBLE: 1.0, **{slo.key: 1.0 for slo in slos},
                        **{capacity_key(p): 1.0 for p in capacity_profiles}}
-        return Verdict(outcome, constraints, [o.infeasible_value for o in objectives])
+        return Told(outcome, constraints, [o.infeasible_value for o in objectives])
     means = {p: r.means() for p, r in outcome.results.items()}
     violations = {slo.key: slo.violation(means[slo.profile][slo.metric]) for slo in slos}
     past = [key for key, v in violations.items() if v > 0]
@@ -74,7 +74,7 @@ def judge(outcome: TrialOutcome, objectives: Sequence[Objective], slos: Sequence
     # of a trial that carried nothing there (the trial itself is dominated).
     values = [objective_values([o], means)[0] if o.profile in means else o.infeasible_value
               for o in objectives]
-    return Verdict(outcome, constraints, values)
+    return Told(outcome, constraints, values)
 
 
 def finite_values(values: Sequence[float], objectives: Sequence[Objective],
