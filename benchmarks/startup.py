@@ -14,13 +14,23 @@ temporary folder it names.
     .venv/bin/python benchmarks/startup.py [--starts 1] [--fresh-caches] [--option=--flag ...]
     .venv/bin/python benchmarks/startup.py --gpus 0 --tp 1 --model DIR [--option=-O3 ...]  # a GPU
     .venv/bin/python benchmarks/startup.py --imports 3
+    .venv/bin/python benchmarks/startup.py --pairs 3 --env-a VLLM_WORKER_MULTIPROC_METHOD=spawn \
+        --env-b VLLM_WORKER_MULTIPROC_METHOD=fork
+
+``--pairs N`` starts one configuration 2N times, alternating the environments ``--env-a`` and
+``--env-b`` (A first in odd pairs, B first in even ones, so that a drift of the machine's load
+falls on both; after one uncounted warm-up start of A that fills the compile caches), and
+prints each start's ready time and phases, each pair's ratio B/A, and the geometric mean
+ratio with its range and a 95% t interval over the pairs' log ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +77,46 @@ def starts(count: int, fresh: bool, options: list[str], slot: Slot, model: str |
     print(f"| caches grown, MiB | {' | '.join(grown)} |")
 
 
+def pairs(count: int, env_a: list[str], env_b: list[str], options: list[str], slot: Slot,
+          model: str | None) -> None:
+    root = Path(tempfile.mkdtemp(prefix="startup-pairs-"))
+    model = model or make_model(root / "dense", kind="dense", seed=0).name
+    envs = {"A": tuple(tuple(e.split("=", 1)) for e in env_a),
+            "B": tuple(tuple(e.split("=", 1)) for e in env_b)}
+    ready: dict[str, list[float]] = {"A": [], "B": []}
+    # A warm-up start first (A's environment, not counted): the first start of a configuration
+    # compiles afresh, and would weigh on one side only.
+    order = [(-1, "A")] + [(i, side) for i in range(count) for side in ("AB" if i % 2 == 0 else "BA")]
+    for i, side in order:
+        spec = DeploymentSpec(model=model, options=("--tensor-parallel-size",
+                                                    str(slot.tensor_parallel_size), *options),
+                              slot=slot, log_path=root / f"server-{i + 1}{side}.log", extra_env=envs[side])
+        with ServerProcess(spec) as dep:
+            seconds, phases = dep.startup_s, dep.phases()
+        (root / f"server-{i + 1}{side}.stamped.log").write_text(stamped_text(dep.startup_lines()))
+        if i >= 0:
+            ready[side].append(seconds)
+        named = ", ".join(f"{p.key[:-2]} {getattr(phases, p.key):.1f}" for p in PHASES
+                          if phases and getattr(phases, p.key))
+        print(f"pair {i + 1 if i >= 0 else 'warm-up'} {side} "
+              f"({' '.join('='.join(e) for e in envs[side]) or 'as is'}): ready {seconds:.1f} s; "
+              f"{named}; unnamed {phases.unnamed_s if phases else 0:.1f}", flush=True)
+    logs = [math.log(b / a) for a, b in zip(ready["A"], ready["B"], strict=True)]
+    ratios = [math.exp(x) for x in logs]
+    mean = statistics.fmean(logs)
+    half = (T95[len(logs) - 1] * statistics.stdev(logs) / math.sqrt(len(logs))
+            if len(logs) > 1 else math.nan)
+    print(f"logs in {root}")
+    print(f"ready A: {', '.join(f'{x:.1f}' for x in ready['A'])} s; B: "
+          f"{', '.join(f'{x:.1f}' for x in ready['B'])} s")
+    print(f"ratio B/A per pair: {', '.join(f'{r:.3f}' for r in ratios)}; geometric mean "
+          f"{math.exp(mean):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}, 95% interval "
+          f"{math.exp(mean - half):.3f}-{math.exp(mean + half):.3f})")
+
+
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
 def imports(count: int) -> None:
     walls = []
     for _ in range(count):
@@ -89,6 +139,9 @@ def main() -> None:
     ap.add_argument("--fresh-caches", action="store_true")
     ap.add_argument("--option", action="append", default=[], help="a vLLM flag, e.g. --option=-O0")
     ap.add_argument("--imports", type=int, default=0)
+    ap.add_argument("--pairs", type=int, default=0, help="interleaved starts of --env-a and --env-b")
+    ap.add_argument("--env-a", action="append", default=[], help="VAR=VALUE for the A starts")
+    ap.add_argument("--env-b", action="append", default=[], help="VAR=VALUE for the B starts")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--gpus", help="GPU ids, e.g. 0 (default: the CPU build on cores 0..tp-1)")
     ap.add_argument("--model", help="model folder (default: the generated dense model)")
@@ -97,6 +150,8 @@ def main() -> None:
             else Slot("cpu", tuple(range(args.tp)), args.tp))
     if args.imports:
         imports(args.imports)
+    elif args.pairs:
+        pairs(args.pairs, args.env_a, args.env_b, args.option, slot, args.model)
     else:
         starts(args.starts, args.fresh_caches, args.option, slot, args.model)
 

@@ -290,3 +290,20 @@ def test_runs_opening_line_states_the_budget_that_will_end_it():
     assert _budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 4 min"
     # --time-budget without --trials: the time alone decides, not ten thousand trials
     assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"
+
+
+def test_a_dry_run_puts_every_planned_configuration_to_vllm_and_names_the_rejected_ones(
+        autotune_in, tmp_path):
+    from autotune.shell.modelgen import write_config
+
+    model = write_config(tmp_path / "model", kind="moe", mtp=True)  # native context 32768
+    result = autotune_in(tmp_path, "run", "--dry-run", "--model", str(model), "--seed-references",
+                         "--trials", "8")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    named = next(i for i, line in enumerate(lines) if "(no-yarn): vllm serve" in line)
+    # vLLM's own message: 81920 tokens without YaRN over the model's 32768.
+    assert lines[named + 1].startswith("  rejected by vLLM: User-specified max_model_len (81920)")
+    assert sum(line.startswith("  rejected by vLLM") for line in lines) == 1
+    assert ("vLLM's parser: 7 of 8 planned configuration(s) accepted, 1 rejected; a rejected one "
+            "costs a validation, not one of the 8 trial(s)") in result.stdout

@@ -276,10 +276,61 @@ def test_the_real_trial_takes_the_runners_verdict_so_vllm_is_asked_once_per_tria
                        deploy=lambda spec, on_phase: StandInDeployment(spec, on_phase))
     study = StudyRunner(plan, setup, poll_s=0.1).work()  # run_trial, the real trial function
     found = outcomes(study)
-    assert [t.reference for t in found] == ["base", "o0", "ep"]
+    assert [t.reference for t in found[:3]] == ["base", "o0", "ep"]
     assert sorted(vllm.asked) == sorted(t.argv for t in found)  # once per trial, by the runner
-    assert [t.failure for t in found] == [None, None, failures.CONFIG_REJECTED]
+    assert [t.failure for t in found[:3]] == [None, None, failures.CONFIG_REJECTED]
     assert found[2].failure_message == f"vLLM rejected the flags: {CountingVllm.REJECTED}"  # as alone
+
+
+class RejectingAll(CountingVllm):
+    """A stand-in for vLLM's resolution that rejects every flag set (a space of rejects)."""
+
+    def resolve(self, model: str, options) -> dict:
+        self.asked.append(tuple(options))
+        raise ValidationError("max_model_len (81920) is greater than the derived max_model_len")
+
+
+def _validated_run(tmp_path, trials: int, vllm: CountingVllm) -> tuple[optuna.Study, Said, list]:
+    """The real trial function (run_trial) with a stand-in for vLLM's resolution, deployment
+    and benchmark (test_trial.py's): what the runner counts, not what a deployment measures."""
+    plan = make_plan(tmp_path, trials=trials)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, Heartbeat())
+    deployed: list = []
+
+    def deploy(spec, on_phase):
+        deployed.append(spec)
+        return StandInDeployment(spec, on_phase)
+
+    setup = TrialSetup(model="", workdir=plan.workdir, validator=vllm, run_profile=StandInBench(),
+                       deploy=deploy)
+    said = Said()
+    return StudyRunner(plan, setup, progress=said, poll_s=0.1).work(), said, deployed
+
+
+def test_a_configuration_vllm_rejects_costs_a_validation_not_one_of_the_trials(tmp_path):
+    study, said, deployed = _validated_run(tmp_path, 3, CountingVllm())
+    found = outcomes(study)
+    rejected = [t for t in found if t.failure is failures.CONFIG_REJECTED]
+    counted = [t for t in found if t.failure is not failures.CONFIG_REJECTED]
+    assert rejected and found[2].reference == "ep"  # expert parallel: rejected by "vLLM"
+    assert len(counted) == 3 and len(deployed) == 3  # the budget: three deployed trials
+    assert all(t.startup_s is None for t in rejected)
+    assert ("trial #2: rejected by vLLM, not deployed; not counted toward --trials 3 (the study "
+            "ends at 9 trials in all)") in said.said
+    last = said.said[-1]
+    assert last.startswith("the study stops after 0:00:") and last.endswith(
+        f"the budget is met: 3 of 3 trial(s) finished, and {len(rejected)} rejected by vLLM "
+        "(not counted)")
+
+
+def test_a_space_of_rejects_ends_at_three_times_the_trials(tmp_path):
+    study, said, deployed = _validated_run(tmp_path, 2, RejectingAll())
+    found = outcomes(study)
+    assert len(found) == 6 and deployed == []
+    assert all(t.failure is failures.CONFIG_REJECTED for t in found)
+    assert said.said[-1].endswith("6 trials ended, 6 of them rejected by vLLM: the cap of 3 x "
+                                  "--trials (6) is reached with 0 of 2 counted")
 
 
 def test_a_trial_past_its_slo_is_infeasible_with_its_measurements(tmp_path):

@@ -21,6 +21,7 @@ from autotune.core.plan.scheduling import (
     next_step,
     over_budget,
     position,
+    stop_text,
     worker_seed,
 )
 from autotune.errors import ConfigError, StudyError
@@ -42,6 +43,17 @@ def test_a_worker_asks_while_the_budget_has_room_waits_while_running_trials_may_
     assert next_step(Counts(finished=2, running=[5, 6]), budget=4) is Step.WAIT
     assert next_step(Counts(finished=4, running=[]), budget=4) is Step.STOP
     assert next_step(Counts(finished=4, running=[9]), budget=4) is Step.STOP
+
+
+def test_rejected_trials_stay_out_of_the_budget_until_three_times_it_have_ended():
+    # vLLM's rejection costs a validation: the budget of 4 still has room after 5 of them.
+    assert next_step(Counts(finished=3, running=[], rejected=5), budget=4) is Step.ASK
+    assert next_step(Counts(finished=3, running=[12], rejected=8), budget=4) is Step.WAIT
+    stopped = Counts(finished=3, running=[], rejected=9)
+    assert next_step(stopped, budget=4) is Step.STOP
+    assert stop_text(stopped, 4) == ("12 trials ended, 9 of them rejected by vLLM: the cap of "
+                                     "3 x --trials (12) is reached with 3 of 4 counted")
+    assert stop_text(Counts(finished=4, running=[]), 4) == "the budget is met: 4 of 4 trial(s) finished"
 
 
 def test_of_two_simultaneous_claims_on_the_last_place_only_the_later_backs_out():

@@ -208,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
     from autotune.study.run.creation import dry_run_argv, prepare_study
     from autotune.study.run.planning import build_plan
+    from autotune.study.run.space_check import check_planned, checkable_model, dry_run_verdicts
     from autotune.study.store.state import start_clock
     from autotune.study.store.storage import hostname, redact
 
@@ -222,9 +223,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         # A time budget without --trials decides the count as it goes: show the references and
         # the first sampled trials, not the unbounded budget's ten thousand.
         shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
-        for label, argv in dry_run_argv(plan, shown):
-            out.print(f"{label}: {shlex.join(['vllm', 'serve', plan.model.name, *argv])}",
+        with checkable_model(plan.model.name) as model:
+            checks = check_planned(setup.validator, model, dry_run_argv(plan, shown))
+        for c in checks:
+            out.print(f"{c.label}: {shlex.join(['vllm', 'serve', plan.model.name, *c.argv])}",
                       soft_wrap=True, markup=False)
+            if c.rejected:
+                out.print(f"  rejected by vLLM: {c.rejected}", soft_wrap=True, markup=False)
+        out.print(dry_run_verdicts(checks, plan.trials if plan.trials < UNBOUNDED_TRIALS else None),
+                  soft_wrap=True, markup=False)
         if shown < plan.trials:
             out.print(f"... then sampled trials until the time budget ends ({shown} shown)")
         out.print("dry run: nothing launched, nothing written")

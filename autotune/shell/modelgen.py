@@ -39,6 +39,13 @@ class ModelShape:
     experts_per_tok: int = 2
 
 
+# The model `autotune run` generates on the CPU build: a native context the shipped spaces'
+# 81920 tokens fit without YaRN, so that their configurations deploy rather than being rejected
+# (issue #41). Its folder name says so (study.run.planning.GENERATED_MODEL), so that a model
+# generated before at 32768 tokens is not taken for it.
+RUN_SHAPE = ModelShape(native_context=131072)
+
+
 def planned_model_info(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> ModelInfo:
     """What ``make_model`` would write to ``out``, without writing it (a dry run)."""
     rope = {"rope_type": "default", "rope_theta": 10000.0}
@@ -51,6 +58,22 @@ def planned_model_info(out: str | Path, *, kind: str, mtp: bool, shape: ModelSha
         num_attention_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
         vocab_size=shape.vocab_size, rope_parameters=rope,
     )
+
+
+def write_config(out: str | Path, *, kind: str, mtp: bool, shape: ModelShape = ModelShape()) -> Path:
+    """The config.json and tokenizer ``make_model`` would write to ``out``, without weights:
+    enough for vLLM's parser and config checks (a dry run checks flags against it)."""
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    hf_config(kind, shape, mtp).save_pretrained(path)
+    write_tokenizer(path, shape.vocab_size)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["head_dim"] = shape.hidden_size // shape.num_heads
+    # What saving the model adds: vLLM resolves the architecture (and MTP) from it.
+    cfg["architectures"] = ["Glm4MoeForCausalLM" if kind == "moe" else "LlamaForCausalLM"]
+    cfg["dtype"] = "bfloat16"
+    (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def write_tokenizer(out: Path, vocab_size: int, *, plain_words: bool = True) -> None:

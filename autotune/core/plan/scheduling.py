@@ -4,7 +4,10 @@ Workers (slots on one node, or processes on several nodes) coordinate only throu
 study's storage. The budget counts finished trials study-wide; a worker asks for a new trial
 while finished + running trials leave room, waits while running trials could still fail and
 need a retry, and stops once the budget is met. A time budget stops the asking once the next
-trial's expected cost would overrun it (``TimeLeft``). Two workers can ask at the same moment; the
+trial's expected cost would overrun it (``TimeLeft``). A configuration vLLM's parser rejects
+costs a validation, not a deployment: it is kept apart from the budget (``Counts.rejected``),
+and the study stops once ``REJECTED_CAP`` times the budget of trials ended, so that a space of
+rejections alone still ends. Two workers can ask at the same moment; the
 trial numbers the storage hands out decide which one is over the budget and backs out.
 """
 
@@ -26,16 +29,33 @@ class Step(StrEnum):
 class Counts:
     """The study's trials as a worker sees them."""
 
-    finished: int  # COMPLETE: measured, or infeasible with a failure class
+    finished: int  # COMPLETE: measured, or infeasible with a failure class, rejections aside
     running: Sequence[int]  # numbers of RUNNING trials, this worker's included
+    rejected: int = 0  # COMPLETE, rejected by vLLM (config_rejected): outside the budget
+
+
+REJECTED_CAP = 3  # trials in all (rejected ones included), as a multiple of the budget
 
 
 def next_step(counts: Counts, budget: int) -> Step:
-    if counts.finished >= budget:
+    ended = counts.finished + counts.rejected
+    if counts.finished >= budget or ended >= REJECTED_CAP * budget:
         return Step.STOP
-    if counts.finished + len(counts.running) >= budget:
+    if counts.finished + len(counts.running) >= budget or \
+            ended + len(counts.running) >= REJECTED_CAP * budget:
         return Step.WAIT
     return Step.ASK
+
+
+def stop_text(counts: Counts, budget: int) -> str:
+    """Why ``next_step`` says STOP, in one line."""
+    rejected = (f", and {counts.rejected} rejected by vLLM (not counted)" if counts.rejected
+                else "")
+    if counts.finished >= budget:
+        return f"the budget is met: {counts.finished} of {budget} trial(s) finished{rejected}"
+    return (f"{counts.finished + counts.rejected} trials ended, {counts.rejected} of them rejected "
+            f"by vLLM: the cap of {REJECTED_CAP} x --trials ({REJECTED_CAP * budget}) is reached "
+            f"with {counts.finished} of {budget} counted")
 
 
 def position(number: int, counts: Counts) -> int:

@@ -11,6 +11,7 @@ from typing import TypeVar
 import optuna
 from optuna.trial import TrialState
 
+from autotune.core.deployment.failures import CONFIG_REJECTED
 from autotune.core.plan.scheduling import Counts
 from autotune.errors import StudyError
 from autotune.shell.processes import kill_processes, marked_processes
@@ -60,8 +61,11 @@ def riding_out_outages(action: Callable[[], _T], message: Callable[[str], None],
 
 
 def count_trials(study: optuna.Study) -> Counts:
-    """The study's finished trials and the numbers of its running ones."""
+    """The study's finished trials (a copy of a measured engine aside), those vLLM rejected
+    apart, and the numbers of its running ones."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-    return Counts(finished=sum(t.state == TrialState.COMPLETE
-                               and read_outcome(t).same_engine_as is None for t in trials),
+    ended = [o for o in (read_outcome(t) for t in trials if t.state == TrialState.COMPLETE)
+             if o.same_engine_as is None]
+    rejected = sum(o.failure is CONFIG_REJECTED for o in ended)
+    return Counts(finished=len(ended) - rejected, rejected=rejected,
                   running=[t.number for t in trials if t.state == TrialState.RUNNING])

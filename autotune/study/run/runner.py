@@ -32,6 +32,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Protocol
 
 import optuna
@@ -47,12 +48,14 @@ from autotune.core.deployment.flags import to_argv
 from autotune.core.plan.budget import TimeLeft
 from autotune.core.plan.confirmation import deployment_cost_s, failed_deployment_cost_s
 from autotune.core.plan.scheduling import (
+    REJECTED_CAP,
     Claim,
     Step,
     duplicate_of,
     next_step,
     over_budget,
     position,
+    stop_text,
     worker_seed,
 )
 from autotune.core.space.search_space import drawable_points, params_key, sample
@@ -163,6 +166,7 @@ class StudyRunner:
         store = FileSystemArtifactStore(str(store_dir))
         waiting_said = False
         time_said = -1
+        began = self.clock()
         say, retry = self.progress.message, {"retries": self.storage_retries,
                                              "retry_s": self.storage_retry_s}
         while True:
@@ -170,6 +174,9 @@ class StudyRunner:
             now = riding_out_outages(lambda: count_trials(study), say, **retry)
             step = next_step(now, plan.trials)
             if step is Step.STOP:
+                self.progress.message(f"{self.label or 'the study'} stops after "
+                                      f"{timedelta(seconds=round(self.clock() - began))}: "
+                                      f"{stop_text(now, plan.trials)}")
                 return study
             if step is Step.WAIT:
                 if not waiting_said:
@@ -371,6 +378,11 @@ class StudyRunner:
             self.progress.message(str(exc))
         front = sorted(t.number for t in data.front())
         self.progress.trial_done(number, self.plan.trials, outcome, front)
+        if outcome.failure is failures.CONFIG_REJECTED:  # docs/studies.md, "rejected trials"
+            self.progress.message(
+                f"trial #{trial_number}: rejected by vLLM, not deployed; not counted toward "
+                f"--trials {self.plan.trials} (the study ends at {REJECTED_CAP * self.plan.trials} "
+                "trials in all)")
 
     def _copy_failure(self, study: optuna.Study, trial: optuna.Trial, claim: TrialOutcome,
                       previous: FrozenTrial) -> None:

@@ -3,14 +3,18 @@ parser, and the distinct engines it holds, as records. Prints nothing (the CLI d
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 
 from autotune.core.deployment.flags import to_argv
+from autotune.core.plan.scheduling import REJECTED_CAP
 from autotune.core.space.search_space import (
     ModelContext,
     Reference,
@@ -123,3 +127,68 @@ def count_engines(space: SearchSpace, ctx: ModelContext,
         except ValidationError:
             rejected += 1
     return EngineCount(combinations, drawable, len(found), rejected)
+
+
+@dataclass(frozen=True)
+class PlannedCheck:
+    """One planned trial of a dry run and vLLM's verdict on it: ``rejected`` holds vLLM's
+    message ("" where accepted); ``unchecked`` why vLLM could not check it here."""
+
+    label: str
+    argv: tuple[str, ...]
+    rejected: str = ""
+    unchecked: str = ""
+
+
+def check_planned(validator: VllmValidator | None, model: str,
+                  planned: Sequence[tuple[str, Sequence[str]]]) -> list[PlannedCheck]:
+    """Each planned trial (label, argv) put to vLLM's parser and config checks for ``model``
+    (a folder holding the model's config.json), as a trial's validation would be."""
+    found = []
+    for label, argv in planned:
+        if validator is None:
+            found.append(PlannedCheck(label, tuple(argv), unchecked="vLLM cannot be imported here"))
+            continue
+        try:
+            validator.check(model, argv)
+            found.append(PlannedCheck(label, tuple(argv)))
+        except ValidationError as exc:
+            found.append(PlannedCheck(label, tuple(argv), rejected=str(exc)))
+        except AutotuneError as exc:  # ValidationUnavailable: checked when it deploys
+            found.append(PlannedCheck(label, tuple(argv), unchecked=str(exc)))
+    return found
+
+
+def dry_run_verdicts(checks: Sequence[PlannedCheck], trials: int | None) -> str:
+    """One line: how many planned trials vLLM accepts and rejects, and what a rejection costs
+    (``trials``: the study's --trials; None where a time budget decides the count)."""
+    unchecked = [c for c in checks if c.unchecked]
+    if unchecked:
+        return (f"vLLM's parser did not check these flags here ({unchecked[0].unchecked}): "
+                "each is checked when its trial starts")
+    rejected = sum(bool(c.rejected) for c in checks)
+    head = (f"vLLM's parser: {len(checks) - rejected} of {len(checks)} planned configuration(s) "
+            f"accepted, {rejected} rejected")
+    if not rejected:
+        return head
+    if trials is None:
+        return f"{head}; a rejected one costs a validation, not a deployment"
+    return (f"{head}; a rejected one costs a validation, not one of the {trials} trial(s), and "
+            f"another draw takes its place (at most {REJECTED_CAP * trials} trials in all)")
+
+
+@contextlib.contextmanager
+def checkable_model(model: str) -> Iterator[str]:
+    """The model to check flags against: ``model`` itself, or, where it is the generated
+    model not written yet (a dry run in a fresh folder), its config.json and tokenizer in a
+    temporary folder removed afterwards (``shell.modelgen.write_config``; no weights)."""
+    from autotune.study.run.planning import GENERATED_MODEL
+
+    if (Path(model) / "config.json").exists() or not model.endswith(GENERATED_MODEL):
+        yield model
+        return
+    from autotune.shell import modelgen
+
+    with tempfile.TemporaryDirectory(prefix="autotune-dry-run-") as folder:
+        yield str(modelgen.write_config(Path(folder) / Path(model).name, kind="moe", mtp=True,
+                                        shape=modelgen.RUN_SHAPE))
