@@ -72,3 +72,13 @@ def test_every_deployment_forks_its_engine_core_unless_the_user_chose_otherwise(
     assert environment(Slot("cpu", (0, 1), 2), 1)["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     assert environment(Slot("cpu", (0, 1), 2), 1)["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+
+
+def test_vllms_cpu_build_spawns_its_engine_core_whatever_the_variable_says():
+    # A fact of the installed vLLM, read from its source: the CPU platform's config check (run
+    # in the API server before the engine core starts) sets spawn unconditionally, so FORK_ENV
+    # changes nothing on CPU (measured: docs/startup.md, "Forking the engine core").
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    source = (Path(spec.submodule_search_locations[0]) / "platforms" / "cpu.py").read_text()
+    assert 'os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"' in source
