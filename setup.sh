@@ -10,6 +10,11 @@ case "${1:-}" in
   ""|--for-tests) ;;
   *) echo "setup.sh: unknown option ${1}; valid: --for-tests" >&2; exit 2 ;;
 esac
+installer="${AUTOTUNE_INSTALLER:-uv}"
+case "$installer" in
+  uv|pip) ;;
+  *) echo "setup.sh: AUTOTUNE_INSTALLER=${installer}: valid values are uv, pip" >&2; exit 2 ;;
+esac
 if [ "${1:-}" = "--for-tests" ] && ! command -v chromium >/dev/null 2>&1; then
   echo "setup.sh: installing Chromium (Debian packages)"
   apt-get update -qq
@@ -28,19 +33,14 @@ python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-# The installer: uv where it is on PATH or installs (about 1 min for a fresh venv, against about 2
-# with pip: docs/startup.md), else pip. AUTOTUNE_INSTALLER=pip forces pip.
-installer="${AUTOTUNE_INSTALLER:-uv}"
-case "$installer" in
-  uv|pip) ;;
-  *) echo "setup.sh: AUTOTUNE_INSTALLER=${installer}: valid values are uv, pip" >&2; exit 2 ;;
-esac
+# The installer: uv where it is on PATH or installs into the venv (a few seconds), else pip;
+# AUTOTUNE_INSTALLER=pip forces pip. Both measured in docs/startup.md ("Setup with uv").
 uv=""
 if [ "$installer" = "uv" ]; then
   if command -v uv >/dev/null 2>&1; then
     uv="$(command -v uv)"
-  elif [ -x .venv/bin/uv ] || .venv/bin/python -m pip install --disable-pip-version-check -q uv \
-      > .venv/uv-install.log 2>&1; then
+  elif [ -x .venv/bin/uv ] || .venv/bin/python -m pip install --disable-pip-version-check -q \
+      --timeout 15 --retries 1 uv > .venv/uv-install.log 2>&1; then
     uv=.venv/bin/uv
   else
     echo "setup.sh: uv could not be installed (.venv/uv-install.log); using pip"
