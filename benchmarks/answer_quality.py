@@ -52,6 +52,7 @@ message until it is, so that the hook exists.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import json
@@ -61,7 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -89,6 +90,7 @@ from autotune.core.space.search_space import complete, params_key  # noqa: E402
 from autotune.core.trial.outcome import Measurement, ProfileResult  # noqa: E402
 from autotune.core.trial.precision import RunStop  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
+from benchmarks.seed_stats import proportion_interval  # noqa: E402
 
 (PlanRequest,) = _compat("autotune.core.plan.request", "autotune.core.analysis.stored_plan",
                          "PlanRequest")
@@ -280,17 +282,28 @@ class GpuTable:
 # ------------------------------------------------------------------------- one replay
 
 
-def as_gpu() -> None:
+@contextlib.contextmanager
+def as_gpu() -> Iterator[None]:
     """The space's ``when: {platform: gpu}`` (expert parallel) as on a GPU machine: the study
     asks ``shell.install.detect_platform``, a stand-in for the machine here, not for anything
-    measured."""
+    measured; restored on leaving."""
     import autotune.shell.install as install
 
+    real = install.detect_platform
     install.detect_platform = lambda: "cuda"
+    try:
+        yield
+    finally:
+        install.detect_platform = real
 
 
 def one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, table: str) -> dict:
-    as_gpu()
+    """One study of ``variant`` at ``budget_s`` device seconds, scored on the truth table."""
+    with as_gpu():
+        return _one(code, variant, seed, budget_s, model_dir, table)
+
+
+def _one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, table: str) -> dict:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rows = read_table(Path(table))
     truth = {key(r): r for r in rows if r["status"] == "served"}
@@ -365,19 +378,13 @@ def vs_baseline(rec) -> str:
 # ------------------------------------------------------------------------- summaries
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def share(flags: Sequence[bool]) -> str:
+    """'k/n p% [low, high]' with the Wilson 95% interval (``seed_stats.proportion_interval``)."""
     k, n = sum(flags), len(flags)
-    lo, hi = wilson(k, n)
-    return f"{k}/{n} {k / n:.0%} [{lo:.0%}, {hi:.0%}]" if n else "-"
+    if not n:
+        return "-"
+    got = proportion_interval(k, n)
+    return f"{k}/{n} {got.value:.0%} [{max(got.low, 0):.0%}, {min(got.high, 1):.0%}]"
 
 
 def budget_text(seconds: float) -> str:
