@@ -473,3 +473,12 @@ def test_a_trace_profile_is_announced_as_sending_every_request(monkeypatch, caps
     shown = " ".join((captured.out + captured.err).split())
     assert code == 0 and "low-concurrency mean_e2el_ms; trace: every request" in shown
     assert "trace mean" not in shown and "trace output" not in shown
+
+
+def test_the_balanced_length_script_prints_before_and_after_for_each_case():
+    from benchmarks.balanced_length import old_requests, table, whole
+
+    assert old_requests(0.005) == 10 and old_requests(0.13) == 100  # the 10 and 100
+    assert (whole(9.2), whole(51.0), whole(math.inf)) == (10, 52, 100)
+    shown = "\n".join(table())
+    assert all(case in shown for case in ("GPU, no MTP", "GPU, MTP", "CPU, 2 cores"))
