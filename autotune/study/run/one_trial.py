@@ -80,6 +80,11 @@ class BenchPlan:
     # are (core.trial.precision); a profile not named sends its num_prompts every run.
     pinned: Mapping[str, Pinned] = field(default_factory=dict)
 
+    @property
+    def balanced(self) -> bool:
+        """Whether some profile's runs stop at the balanced length (``precision.Balance``)."""
+        return any(p.rule.balance is not None for p in self.pinned.values())
+
     def measured(self, data: StudyData) -> BenchPlan:
         """This plan with its balanced stop rules set from what the study ``data`` measured:
         its spread between deployments and its cost of a deployment, where it has them."""
