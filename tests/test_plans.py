@@ -188,3 +188,17 @@ def test_a_run_that_joins_a_study_whose_data_file_changed_is_refused(tmp_path):
     data.write_text(data.read_text() + "\n")
     with pytest.raises(ConfigError, match="reqs.jsonl: its content changed since the study was created"):
         store_plan(study, build_plan(request_in(tmp_path, profiles=(chat,), objectives=(), slos=())))
+
+
+def test_a_study_stored_with_the_old_default_precision_resumes_at_the_balanced_length(tmp_path):
+    """Before #40 every plan stored the 1.25% target: a `run` that gives no --precision joins
+    such a study (and its runs go on at the balanced length); one that gives another target
+    is refused as before."""
+    study = optuna.create_study(study_name="p")
+    store_plan(study, build_plan(request_in(tmp_path, precision=0.0125)))
+    assert read_plan(study).precision == 0.0125
+    store_plan(study, build_plan(request_in(tmp_path)))  # the new default: not refused
+    assert read_plan(study).balanced and build_plan(request_in(tmp_path)).bench.pinned[
+        "high-concurrency"].rule.balance is not None
+    with pytest.raises(ConfigError, match="precision differ"):
+        store_plan(study, build_plan(request_in(tmp_path, precision=0.02)))
