@@ -54,7 +54,7 @@ class Case:
 def stored_runs(path: Path) -> list[tuple[bool, float, float]]:
     """(MTP on, sigma_w, c_r) of every low-concurrency run of the stored GPU studies."""
     runs = []
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
         rows = db.execute("select a.trial_id, a.key, a.value_json from trial_user_attributes a "
                           "where a.key in ('argv', 'repeats')").fetchall()
     by_trial: dict[int, dict[str, object]] = {}
