@@ -13,7 +13,16 @@ import pytest
 from aiohttp import web
 
 from autotune.core.metrics.summary import to_vllm_json
-from autotune.core.trial.precision import CEILING, PRECISE, Pinned, RunStop, StopRule, recheck
+from autotune.core.trial.precision import (
+    BALANCED,
+    CEILING,
+    PRECISE,
+    Balance,
+    Pinned,
+    RunStop,
+    StopRule,
+    recheck,
+)
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts, arrival_gaps_s
 from autotune.shell.client import Target, run_profile, run_profile_async, send_request
@@ -42,7 +51,7 @@ async def _bench_against(handler, profile: WorkloadProfile, api_key: str, **kwar
     app.router.add_route("*", "/{tail:.*}", route)
     async with stand_in_http(app) as url:
         return await run_profile_async(Target(url, "m", api_key=api_key), profile, seed=0,
-                                       source=RandomPrompts(100), **kwargs)
+                                       **{"source": RandomPrompts(100), **kwargs})
 
 
 def bench(handler, profile=PROFILE, api_key="k", **kwargs):
@@ -153,6 +162,42 @@ def test_a_run_at_a_request_rate_sends_every_request_whatever_its_precision():
     run = bench(handler, profile, until=until)
     assert len(run.requests) == run.summary.completed == 12
     assert run.stop is not None and run.stop.reason != PRECISE  # "ceiling": every request sent
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.001], ids=["all-at-once", "spread"])
+def test_a_trace_whose_requests_carry_send_times_sends_every_request(gap_s):
+    """The plan does not announce the stop for a trace (``stops_early``) and the client does
+    not apply it, even where every send time is 0 and the offsets alone cannot tell."""
+    from autotune.core.workload.datasets.common import LoadedRequests
+    from autotune.core.workload.requests import Request
+
+    async def handler(request):
+        await request.read()
+        await asyncio.sleep(0.01)
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    trace = LoadedRequests(tuple(Request((5, 6, 7, 8), 4, 3, i * gap_s) for i in range(16)), "t")
+    profile = dataclasses.replace(PROFILE, num_prompts=12)
+    until = Pinned(StopRule(0.5, min_requests=4), ("mean_e2el_ms", "output_throughput"))
+    run = bench(handler, profile, until=until, source=trace)
+    assert len(run.requests) == run.summary.completed == 12
+    assert run.stop is not None and run.stop.reason == CEILING
+
+
+def test_balanced_runs_stop_in_the_client_as_recheck_replays_them():
+    """The client asks the one rule (``Pinned.stop``) that ``recheck`` replays: a balanced run
+    of agreeing requests stops at its floor, and its records give the same stop again."""
+    async def handler(request):
+        await request.read()
+        await asyncio.sleep(0.02)
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=60)
+    until = Pinned(StopRule(min_requests=4, balance=Balance(0.5, 1.0)), ("mean_e2el_ms",))
+    run = bench(handler, profile, until=until)
+    assert run.stop is not None and run.stop.reason == BALANCED and run.stop.requests < 60
+    assert recheck(run.requests, until.rule, metrics=until.metrics, concurrency=2,
+                   ceiling=60) == run.stop
 
 
 def test_recheck_of_a_noisy_runs_requests_reproduces_the_clients_own_stop():

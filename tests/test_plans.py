@@ -204,3 +204,17 @@ def test_the_model_run_generates_fits_the_reference_space_without_yarn_and_has_i
     ctx = model_context(space, info)
     assert ctx.max_model_len == 81920 and "yarn" in inapplicable(space, ctx)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_study_stored_with_the_old_default_precision_resumes_at_the_balanced_length(tmp_path):
+    """Before #40 every plan stored the 1.25% target: a `run` that gives no --precision joins
+    such a study (and its runs go on at the balanced length); one that gives another target
+    is refused as before."""
+    study = optuna.create_study(study_name="p")
+    store_plan(study, build_plan(request_in(tmp_path, precision=0.0125)))
+    assert read_plan(study).precision == 0.0125
+    store_plan(study, build_plan(request_in(tmp_path)))  # the new default: not refused
+    assert read_plan(study).balanced and build_plan(request_in(tmp_path)).bench.pinned[
+        "high-concurrency"].rule.balance is not None
+    with pytest.raises(ConfigError, match="precision differ"):
+        store_plan(study, build_plan(request_in(tmp_path, precision=0.02)))

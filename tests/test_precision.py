@@ -10,16 +10,19 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.maths.stats import compare, estimate, pooled_noise
+from autotune.core.maths.stats import REDEPLOYMENT_LOG_SD, compare, estimate, pooled_noise
 from autotune.core.metrics.summary import RequestResult, summarize
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.core.trial.precision import (
+    BALANCED,
     CEILING,
     PRECISE,
     TIME_LIMIT,
+    Balance,
     Pinned,
     RunStop,
     StopRule,
+    balanced_pins,
     half_width,
     precision,
     recheck,
@@ -165,6 +168,8 @@ def test_recheck_from_a_stored_jsonl_reproduces_the_stop(tmp_path):
 def test_the_rule_refuses_a_target_it_cannot_mean():
     with pytest.raises(ValueError, match="target_rel"):
         StopRule(0.0)
+    with pytest.raises(ValueError, match="between_log_sd"):
+        Balance(0.0, 100.0)
 
 
 class PrecisionBench:
@@ -227,24 +232,26 @@ def test_each_fixed_profile_pins_the_metrics_its_objectives_and_slos_use():
     objectives = (Objective("low", "mean_e2el_ms", "minimize"),
                   Objective("high", "output_throughput", "maximize"))
     slos = (parse_slo("high:p90_ttft_ms<=500", ["low", "high", "idle"]),)
-    pinned = pinned_metrics((low, high, idle), objectives, slos, 0.0125)
+    sources = dict.fromkeys(("low", "high", "idle"), RandomPrompts(512))
+    pinned = pinned_metrics((low, high, idle), objectives, slos, StopRule(0.0125), sources)
     assert {p: v.metrics for p, v in pinned.items()} == {
         "low": ("mean_e2el_ms",), "high": ("output_throughput", "p90_ttft_ms"), "idle": SHOWN}
     assert {v.rule for v in pinned.values()} == {StopRule(0.0125)}
-    assert pinned_metrics((low,), objectives, (), 0.0) == {}  # --precision 0: num_prompts
+    assert pinned_metrics((low,), objectives, (), None, sources) == {}  # --precision 0: num_prompts
 
 
-def test_the_default_precision_is_a_quarter_of_the_smallest_difference_and_is_stored():
+def test_the_default_is_the_balanced_length_and_a_given_precision_is_stored():
     from autotune.core.plan.request import PlanRequest
 
     request = PlanRequest(profiles=(WorkloadProfile(name="low"),), model="m", space_yaml="x")
-    assert request.precision is None and request.effective_precision == pytest.approx(0.0125)
+    assert request.precision is None and request.balanced
+    assert PlanRequest.from_dict(request.to_dict(), "t").balanced  # stored as None: balanced
     stored = PlanRequest.from_dict(PlanRequest(**{**request.__dict__, "precision": 0.02}).to_dict(), "t")
-    assert stored.precision == 0.02 and stored.effective_precision == 0.02
+    assert stored.precision == 0.02 and not stored.balanced
     older = {k: v for k, v in request.to_dict().items() if k != "precision"}
     # a study stored before runs stopped early goes on sending every request, as its trials did
-    assert PlanRequest.from_dict(older, "t").effective_precision == 0.0
-    # one study measures alike: a run that joins it with another precision is refused
+    assert PlanRequest.from_dict(older, "t").precision == 0.0
+    # a run that joins with another explicit precision is refused
     assert stored.differences(PlanRequest(**{**request.__dict__, "precision": 0.0125})) == ["precision"]
 
 
@@ -340,11 +347,13 @@ def test_the_requests_needed_script_counts_from_the_rules_floor_and_runs_on_synt
 
 
 @pytest.mark.parametrize("flag, said", [
-    ([], "within 1.25% of their value (--precision): low-concurrency mean_e2el_ms; "
+    ([], "runs stop at the balanced length n* = sigma_w/sigma_b x sqrt(C_d/c_r), where more "
+         "requests buy less than another deployment (sigma_b 20.00%, C_d 90 s until the study "
+         "measures them; --precision X for a target instead): low-concurrency mean_e2el_ms; "
          "high-concurrency output_throughput"),
     (["--precision", "2%"], "within 2% of their value (--precision)"),
     (["--precision", "0"], "runs send every profile's num_prompts (--precision 0)"),
-], ids=["default-quarter-of-5pct", "given", "off"])
+], ids=["default-balanced", "given", "off"])
 def test_run_states_where_its_runs_stop(monkeypatch, capsys, tmp_path, flag, said):
     from autotune.cli import main
 
@@ -355,3 +364,121 @@ def test_run_states_where_its_runs_stop(monkeypatch, capsys, tmp_path, flag, sai
     captured = capsys.readouterr()
     shown = " ".join((captured.out + captured.err).split())
     assert code == 0 and said in shown
+
+
+# The balanced length (docs/precision.md): n* = sigma_w / sigma_b x sqrt(C_d / c_r).
+
+def alternating(spread: float, count: int) -> list[float]:
+    """Latencies of mean 1 s whose per-request relative spread is ``spread`` (1 -+ spread in
+    turn): a run of known sigma_w."""
+    return [1 - spread if i % 2 == 0 else 1 + spread for i in range(count)]
+
+
+def balanced_stop(latencies, concurrency, balance, ceiling):
+    return recheck(closed_loop(latencies, concurrency), StopRule(balance=balance),
+                   metrics=("mean_e2el_ms", "output_throughput"), concurrency=concurrency,
+                   ceiling=ceiling)
+
+
+@pytest.mark.parametrize("concurrency, floor", [(1, 10), (2, 10), (4, 12), (8, 16)],
+                         ids=["c1", "c2", "c4", "c8"])
+def test_a_run_whose_requests_agree_stops_at_the_floor_under_the_balance(concurrency, floor):
+    stop = balanced_stop([0.5] * 200, concurrency, Balance(0.03, 100.0), 200)
+    assert (stop.requests, stop.reason) == (floor, BALANCED)
+
+
+@pytest.mark.parametrize("concurrency, expected, stop_at", [(4, 77.97, 80), (2, 55.14, 56)],
+                         ids=["c4", "c2"])
+def test_an_mtp_like_run_stops_at_the_first_whole_wave_past_the_balanced_length(
+        concurrency, expected, stop_at):
+    """sigma_w 12% (MTP acceptance), sigma_b 3%, C_d 95 s; at concurrency C a request of 1 s
+    costs c_r = 1/C s, so n* = 0.12 / 0.03 x sqrt(95 x C): far below the 400-request ceiling."""
+    n_star = 0.12 / 0.03 * math.sqrt(95.0 / (1.0 / concurrency))
+    assert n_star == pytest.approx(expected, abs=0.01)
+    stop = balanced_stop(alternating(0.12, 400), concurrency, Balance(0.03, 95.0), 400)
+    assert (stop.requests, stop.reason) == (stop_at, BALANCED)
+    assert stop.requests == math.ceil(n_star / concurrency) * concurrency
+
+
+def test_with_a_small_spread_between_deployments_an_mtp_like_run_uses_its_whole_ceiling():
+    """At the GPU's measured 0.7% between deployments, n* = 0.12 / 0.007 x sqrt(100 x 4) = 343
+    requests: the run's own spread is what limits the trial, so it goes to its 100."""
+    stop = balanced_stop(alternating(0.12, 100), 4, Balance(0.007, 100.0), 100)
+    assert (stop.requests, stop.reason) == (100, CEILING)
+
+
+def test_the_balanced_length_minimises_variance_times_cost():
+    """Variance of a configuration's mean from k deployments of n requests: (sb^2 + sw^2/n)/k,
+    at a cost of k (C_d + n c_r); their product does not depend on k and is least at n*."""
+    sb, sw, cd, cr = 0.01, 0.12, 100.0, 0.8
+    n = np.arange(1, 5000)
+    best = int(n[np.argmin((sb**2 + sw**2 / n) * (cd + n * cr))])
+    assert Balance(sb, cd).requests(sw, cr) == pytest.approx(best, abs=1)
+    assert Balance(sb, cd).requests(math.inf, cr) == math.inf  # spread not known yet: go on
+
+
+def test_the_stop_rule_takes_one_rule_a_target_or_a_balance():
+    with pytest.raises(ValueError, match="one of target_rel"):
+        StopRule()
+    with pytest.raises(ValueError, match="one of target_rel"):
+        StopRule(0.01, balance=Balance(0.03, 100.0))
+    assert StopRule(0.01).reason == PRECISE and StopRule(balance=Balance(0.03, 1.0)).reason == BALANCED
+
+
+def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_the_priors(
+        monkeypatch):
+    import autotune.study.run.planning as planning
+    from autotune.core.plan.request import PlanRequest
+
+    monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")
+    request = PlanRequest(profiles=(WorkloadProfile(name="low"),))
+    assert planning.stop_rule(request) == StopRule(balance=Balance(REDEPLOYMENT_LOG_SD["gpu"], 100.0))
+    assert planning.stop_rule(PlanRequest(profiles=(), precision=0.02)) == StopRule(0.02)
+    assert planning.stop_rule(PlanRequest(profiles=(), precision=0.0)) is None
+
+
+def test_a_studys_measured_spread_and_deployment_cost_replace_the_balances_priors():
+    from autotune.core.maths.stats import Noise, NoiseModel
+
+    prior = Balance(0.03, 100.0)
+    pinned = {"low": Pinned(StopRule(balance=prior), ("mean_e2el_ms", "output_throughput")),
+              "high": Pinned(StopRule(balance=prior), ("output_throughput",)),
+              "fixed": Pinned(StopRule(0.02), ("mean_e2el_ms",))}
+    noise = NoiseModel({"low:mean_e2el_ms": Noise(0.009, 4, "between deployments"),
+                        "low:output_throughput": Noise(0.006, 4, "between deployments"),
+                        "high:output_throughput": Noise(0.05, math.inf, "assumed")}, "gpu")
+    known = balanced_pins(pinned, noise, 120.0)
+    assert known["low"].rule.balance == Balance(0.006, 120.0)  # the smallest: the longer run
+    assert known["high"].rule.balance == Balance(0.03, 120.0)  # assumed noise: the prior's
+    assert known["fixed"] == pinned["fixed"]  # --precision: the target rule, untouched
+    assert balanced_pins(pinned, NoiseModel({}), None) == pinned  # nothing measured yet
+
+
+def test_a_trace_profile_is_announced_as_sending_every_request(monkeypatch, capsys, tmp_path):
+    """One decision (``stops_early``) for the plan and the client: a profile whose requests
+    carry send times is not listed among the profiles whose runs stop early."""
+    from autotune.cli import main
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    rows = [json.dumps({"prompt_token_ids": [5, 6, 7, 8], "output_len": 4, "timestamp_ms": 10 * i})
+            for i in range(40)]
+    (tmp_path / "trace.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "p.yaml").write_text(
+        "trace:\n  num_prompts: 20\n  warmup_requests: 1\n"
+        f"  dataset: {json.dumps({'format': 'jsonl', 'path': str(tmp_path / 'trace.jsonl')})}\n")
+    code = main(["run", "--dry-run", "--profile", "low-concurrency", "--profile", "trace",
+                 "--profile-file", str(tmp_path / "p.yaml")])
+    captured = capsys.readouterr()
+    shown = " ".join((captured.out + captured.err).split())
+    assert code == 0 and "low-concurrency mean_e2el_ms; trace: every request" in shown
+    assert "trace mean" not in shown and "trace output" not in shown
+
+
+def test_the_balanced_length_script_prints_before_and_after_for_each_case():
+    from benchmarks.balanced_length import old_requests, table, whole
+
+    assert old_requests(0.005) == 10 and old_requests(0.13) == 100  # the issue's 10 and 100
+    assert (whole(9.2), whole(51.0), whole(math.inf)) == (10, 52, 100)
+    shown = "\n".join(table())
+    assert all(case in shown for case in ("GPU, no MTP", "GPU, MTP", "CPU, 2 cores"))

@@ -798,3 +798,29 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
             clock=clock)
     assert clock.now <= budget_s
     assert said[0].startswith(("confirmation: ", "confirmation shrunk", "confirmation skipped"))
+
+
+class RecordingBalance(StandIn):
+    """The stand-in trial function, recording the balance each trial's low-concurrency runs
+    were given (the runner's wiring above a trial is what is under test)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.balances: list = []
+
+    def __call__(self, argv, bench, setup, on_phase) -> Measurement:
+        self.balances.append(bench.pinned["low-concurrency"].rule.balance)
+        return super().__call__(argv, bench, setup, on_phase)
+
+
+def test_each_trial_runs_at_the_balance_of_what_the_study_measured_before_it(tmp_path):
+    """Before any served trial the plan's priors; after one, its measured deployment cost."""
+    from autotune.core.plan.confirmation import deployment_cost_s
+
+    stand_in = RecordingBalance()
+    plan = make_plan(tmp_path, trials=3)
+    study = run(plan, stand_in)
+    prior = plan.bench.pinned["low-concurrency"].rule.balance
+    assert prior is not None and stand_in.balances[0] == prior
+    first = deployment_cost_s(outcomes(study)[:1], again=True)  # the baseline's wall
+    assert first is not None and stand_in.balances[1] == dataclasses.replace(prior, deployment_s=first)

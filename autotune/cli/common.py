@@ -202,13 +202,13 @@ def add_precision(p: argparse.ArgumentParser) -> None:
                    help="a fixed profile's run stops once the 95%% interval of every metric the "
                         "study uses from it is within PCT of its value, at whole waves, after at "
                         "least 10 requests and 2 waves, at most the profile's num_prompts "
-                        "(default: a quarter of --smallest-difference; 0: every run sends "
-                        "num_prompts; docs/precision.md)")
+                        "(default: the balanced length, where more requests buy less than "
+                        "another deployment; 0: every run sends num_prompts; docs/precision.md)")
 
 
 def parse_precision(text: str | None) -> float | None:
-    """``--precision``: ``1.25%`` or ``1.25`` as 0.0125, ``0`` as off; None (not given): derived
-    from the smallest difference. A one-line error otherwise."""
+    """``--precision``: ``1.25%`` or ``1.25`` as 0.0125, ``0`` as off; None (not given): the
+    balanced length. A one-line error otherwise."""
     if text is None:
         return None
     if text.strip().removesuffix("%").strip() in ("0", "0.0"):

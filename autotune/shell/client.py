@@ -32,8 +32,8 @@ from autotune.core.trial.precision import (
     TIME_LIMIT_ERROR,
     Pinned,
     RunStop,
-    precision,
     reason_for,
+    stops_early,
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
@@ -167,16 +167,16 @@ async def _run_batch(
     prompt_of: Callable[[Request], list[int] | str],
     stop: Callable[[Sequence[RequestResult]], bool] | None = None,
     until: Pinned | None = None,
-) -> tuple[list[RequestResult], bool]:
+) -> tuple[list[RequestResult], str]:
     """Send every request at its offset from now; requests still open at the profile's time
-    limit count as failed. Returns the requests sent, in send order, and whether ``until``
-    stopped the run.
+    limit count as failed. Returns the requests sent, in send order, and why ``until``
+    stopped the run ('' where it did not).
 
-    ``until`` (a fixed profile's precision rule) is asked as each request completes, when the
-    requests sent so far are a whole number of waves (the profile's concurrency) and at least
-    its floor; once it says the numbers are known, nothing more is sent and the requests in
-    flight are awaited, never cancelled: the run is then what ``vllm bench serve --num-prompts
-    n`` measures with the same first n prompts, its throughput including the drain.
+    ``until`` (a fixed profile's stop rule) is asked as each request completes
+    (``Pinned.stop``: at whole waves, at least its floor); once it says stop, nothing more is
+    sent and the requests in flight are awaited, never cancelled: the run is then what ``vllm
+    bench serve --num-prompts n`` measures with the same first n prompts, its throughput
+    including the drain.
 
     ``stop`` (a capacity probe's settle rule) is asked after each completion; once it says yes,
     no request is sent any more and those in flight are cancelled (vLLM aborts a request whose
@@ -191,7 +191,7 @@ async def _run_batch(
     no_more = asyncio.Event()  # send nothing more (halted, or until said precise)
     tasks: list[asyncio.Task[RequestResult | None]] = []
     sent = 0
-    precise = False
+    early = ""
 
     async def guarded(r: Request) -> RequestResult | None:
         nonlocal sent
@@ -201,7 +201,7 @@ async def _run_batch(
         return await send_request(client, target, prompt_of(r), r.prompt_len, profile, r.output_len)
 
     async def limited(r: Request) -> RequestResult | None:
-        nonlocal precise
+        nonlocal early
         start = time.perf_counter()
         try:
             async with sem:
@@ -215,7 +215,8 @@ async def _run_batch(
             )
         if result is None:
             return None
-        result = dataclasses.replace(result, done_s=time.perf_counter())
+        ended = time.perf_counter()
+        result = dataclasses.replace(result, done_s=ended)
         on_done()
         done.append(result)
         if stop is not None and not halted.is_set() and stop(done):
@@ -224,11 +225,12 @@ async def _run_batch(
             for task in tasks:
                 if task is not asyncio.current_task():
                     task.cancel()  # a no-op on those already done
-        if (until is not None and not no_more.is_set()
-                and until.rule.asks(sent, profile.max_concurrency, profile.num_prompts)
-                and precision(done, until.metrics, until.rule.target_rel).precise):
-            precise = True
-            no_more.set()
+        if until is not None and not no_more.is_set():
+            early = until.stop(done, sent=sent, concurrency=profile.max_concurrency,
+                               ceiling=profile.num_prompts,
+                               elapsed_s=ended - min(r.start_s for r in done))
+            if early:
+                no_more.set()
         return result
 
     for request, offset in zip(requests, offsets_s, strict=True):
@@ -241,7 +243,7 @@ async def _run_batch(
         tasks.append(asyncio.create_task(limited(request)))
     if tasks:
         await asyncio.wait(tasks)
-    return [r for t in tasks if not t.cancelled() and (r := t.result()) is not None], precise
+    return [r for t in tasks if not t.cancelled() and (r := t.result()) is not None], early
 
 
 async def run_profile_async(
@@ -284,12 +286,12 @@ async def run_profile_async(
             on_progress(done, measured)
 
         offsets = send_offsets_s(requests[warm:], profile, seed)
-        if any(offsets):  # an arrival process (a rate, or the requests' own send times) is the
-            until = None  # load: a prefix of it drains differently, so every request is sent
+        if not stops_early(profile, source):  # the one decision the plan announces too
+            until = None
         finished = asyncio.Event()
         sampler = asyncio.create_task(sample_gauges(client, target.url, target.headers(), finished))
         start, cpu_start = time.perf_counter(), time.process_time()
-        results, precise = await _run_batch(
+        results, early = await _run_batch(
             client, target, requests[warm:], profile=profile, offsets_s=offsets, on_done=tick,
             prompt_of=prompt_of, stop=stop, until=until)
         duration, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
@@ -300,7 +302,7 @@ async def run_profile_async(
                         server=server_values(before, after, samples), server_samples=len(samples),
                         client_cpu_s=cpu_s)
     ended = RunStop(len(results), reason_for(results, sent=len(results), ceiling=measured,
-                                             precise=precise),
+                                             early=early),
                     summary.max_concurrent_requests, profile.max_concurrency)
     return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results),
                         stop=ended)

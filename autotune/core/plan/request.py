@@ -66,9 +66,9 @@ class PlanRequest:
     cap_cuda_graphs: bool = False  # capture only up to the study's load (core.deployment.graph_cap)
     # The difference a tie's cost is stated for (`run --smallest-difference`; note and report).
     smallest_difference: float = SMALLEST_DIFFERENCE
-    # The precision a fixed profile's run stops at (core.trial.precision: its 95% interval's
-    # half-width relative to the value; 0: every run sends num_prompts). None: a quarter of
-    # the smallest difference; the plan built from the request stores the effective target.
+    # Where a fixed profile's run stops (core.trial.precision). None: the balanced length
+    # (stored as None); > 0: once its 95% intervals are within this fraction of the value
+    # (`--precision`, stored); 0: every run sends num_prompts.
     precision: float | None = None
     imported_from: str | None = None  # results imported from this file: no worker can run it
     workdir: Path = Path(".")  # LOCAL_FIELDS from here on
@@ -81,10 +81,9 @@ class PlanRequest:
         return self.imported_from is None and self.space_yaml is not None
 
     @property
-    def effective_precision(self) -> float:
-        """The precision target runs stop at: the one given, else a quarter of the smallest
-        difference (5% -> 1.25%), so that noise within a run is small beside what is compared."""
-        return self.precision if self.precision is not None else self.smallest_difference / 4
+    def balanced(self) -> bool:
+        """Whether runs stop at the balanced length (no precision target given)."""
+        return self.precision is None
 
     @property
     def defaults(self) -> dict[str, Value]:
@@ -98,9 +97,12 @@ class PlanRequest:
         return tuple(parse_objective(o, names) for o in self.objectives)
 
     def differences(self, other: PlanRequest) -> list[str]:
-        """The shape fields in which ``other`` differs from this plan."""
+        """The shape fields in which ``other`` (a `run` joining this stored plan) differs from
+        it. A run that gives no ``--precision`` joins whatever this plan stored (a study stored
+        with the old default target, 0.0125, resumes), and goes on at the balanced length."""
         mine, theirs = self.to_dict(), other.to_dict()
-        return [k for k in SHAPE_FIELDS if mine.get(k) != theirs.get(k)]
+        return [k for k in SHAPE_FIELDS if mine.get(k) != theirs.get(k)
+                and not (k == "precision" and other.precision is None)]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": VERSION}

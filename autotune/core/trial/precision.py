@@ -1,9 +1,22 @@
-"""When a fixed profile's run knows its numbers: the precision stop rule. Pure: the client asks
-it, it sends nothing.
+"""When a fixed profile's run knows its numbers: the stop rule. Pure: the client asks it, it
+sends nothing.
 
-A run stops once the 95% interval of every metric the study uses from that profile is within
-``target_rel`` of its value (the interval's half-width relative to the value). How each metric's
-interval is formed, from the requests completed so far (successful ones):
+Which runs may stop early is one decision, ``stops_early``: a fixed profile (no capacity search)
+at a fixed concurrency (an infinite request rate) whose requests carry no send times. The plan
+announces the rule for those profiles only, and the client applies it to those only.
+
+Two rules, one ``StopRule`` (docs/precision.md):
+
+- **balanced** (the default, ``Balance``): a run stops once its requests reach
+  n* = (sigma_w / sigma_b) x sqrt(C_d / c_r), where the variance of a configuration's mean over
+  its deployments per unit of device time is smallest. sigma_w is the run's own per-request
+  relative spread (the largest over the pinned metrics, each metric's 95% half-width times
+  sqrt(n) over t), c_r its own cost per request (elapsed seconds over requests completed, at its
+  concurrency), sigma_b the spread between deployments and C_d the cost of a deployment;
+- **precise** (``run --precision X``): every pinned metric's 95% interval is within
+  ``target_rel`` of its value (the interval's half-width relative to the value).
+
+How each metric's interval is formed, from the requests completed so far (successful ones):
 
 - a per-request mean (mean TTFT, TPOT, E2EL): Student's t on the per-request values;
 - mean ITL, which vLLM averages over every token gap of every request: the ratio of the
@@ -18,13 +31,15 @@ interval is formed, from the requests completed so far (successful ones):
 A metric the requests cannot pin (a server metric, goodput) is left out of the rule.
 
 The rule is asked only when a request completes and the requests sent so far are a whole
-number of waves (the profile's concurrency) and at least ``StopRule.floor``; once it says stop,
-nothing more is sent and the requests in flight are awaited (``shell.client``). ``recheck``
-replays a stored run's per-request records through the same function and recomputes its stop.
+number of waves (the profile's concurrency) and at least ``StopRule.floor`` (``Pinned.stop``,
+the one check the client and ``recheck`` share); once it says stop, nothing more is sent and
+the requests in flight are awaited (``shell.client``). ``recheck`` replays a stored run's
+per-request records through the same function and recomputes its stop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -32,11 +47,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.core.maths.stats import t_quantile
+from autotune.core.maths.stats import REDEPLOYMENT_LOG_SD, NoiseModel, t_quantile
 from autotune.core.metrics.summary import RequestResult, max_concurrency, tpot_s
+from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RequestSource
 
-PRECISE, CEILING, TIME_LIMIT = "precise", "ceiling", "time limit"
-STOP_REASONS = (PRECISE, CEILING, TIME_LIMIT)
+PRECISE, BALANCED, CEILING, TIME_LIMIT = "precise", "balanced", "ceiling", "time limit"
+STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT)
+# What one deployment costs before a study has measured one (seconds of device time: start-up,
+# the runs of the other profiles, teardown): the balance's prior. On 2 CPU cores the main job's
+# redeployments took 57-64 s and its trials 94 s; a GPU trial of the 25 GB model about 120 s,
+# its redeployment about 100 s (issue #40).
+DEPLOYMENT_S_PRIOR = {"cpu": 90.0, "gpu": 100.0}
 TIME_LIMIT_ERROR = "run time limit"  # how the client words a request cut by the profile's timeout_s
 
 _MEAN = re.compile(r"^mean_(ttft|tpot|e2el)_ms$")
@@ -44,20 +66,78 @@ _PERCENTILE = re.compile(r"^(?:p(\d+(?:\.\d+)?)|median)_(ttft|tpot|itl|e2el)_ms$
 _THROUGHPUT = ("output_throughput", "total_token_throughput", "request_throughput")
 
 
-@dataclass(frozen=True)
-class StopRule:
-    """A fixed profile's run stops once every pinned metric's 95% interval is within
-    ``target_rel`` (0.0125: +-1.25%) of its value, after at least ``min_requests`` requests and
-    ``min_waves`` whole waves; its ceiling is the profile's ``num_prompts``."""
+def stops_early(profile: WorkloadProfile, source: RequestSource) -> bool:
+    """Whether a run of ``profile`` with requests from ``source`` may stop before its
+    ``num_prompts``: only at a fixed concurrency. A capacity probe has its own settle rule; a
+    profile whose load is an arrival process (a request rate, or requests that carry their own
+    send times: a trace) sends every request, because a prefix of it would measure a shorter
+    trace and its drain, with a throughput that Little's law at a fixed concurrency does not
+    describe. The plan announces the rule by this, and the client applies it by this."""
+    return (profile.capacity is None and math.isinf(profile.request_rate)
+            and not getattr(source, "timed", False))
 
-    target_rel: float
-    min_requests: int = 10
-    min_waves: int = 2
+
+@dataclass(frozen=True)
+class Balance:
+    """Where a run's length balances against its deployment (docs/precision.md): the
+    spread of a configuration's deployment means (``between_log_sd``, sigma_b) and the cost of
+    one deployment (``deployment_s``, C_d). A run of relative per-request spread sigma_w at
+    c_r seconds a request is worth n* = sigma_w / sigma_b x sqrt(C_d / c_r) requests: beyond
+    that, the same device time buys more certainty as another deployment."""
+
+    between_log_sd: float
+    deployment_s: float
 
     def __post_init__(self) -> None:
-        if not self.target_rel > 0 or self.min_requests < 2 or self.min_waves < 1:
-            raise ValueError(f"StopRule: target_rel {self.target_rel} must be > 0, min_requests "
-                             f"{self.min_requests} >= 2 and min_waves {self.min_waves} >= 1")
+        if not (self.between_log_sd > 0 and self.deployment_s > 0):
+            raise ValueError(f"Balance: between_log_sd {self.between_log_sd} and deployment_s "
+                             f"{self.deployment_s} must be > 0")
+
+    def requests(self, within_sd: float, request_s: float) -> float:
+        """n*: the balanced number of requests of a run (inf where the spread or the cost is
+        not known yet)."""
+        if not (math.isfinite(within_sd) and request_s > 0):
+            return math.inf
+        return within_sd / self.between_log_sd * math.sqrt(self.deployment_s / request_s)
+
+    @classmethod
+    def prior(cls, platform: str) -> Balance:
+        """Before a study has measured anything: the platform's assumed spread between
+        deployments (``stats.REDEPLOYMENT_LOG_SD``) and deployment cost (``DEPLOYMENT_S_PRIOR``);
+        an unknown platform gets the GPU's (the smaller spread: the longer runs)."""
+        known = platform if platform in DEPLOYMENT_S_PRIOR else "gpu"
+        return cls(REDEPLOYMENT_LOG_SD[known], DEPLOYMENT_S_PRIOR[known])
+
+    @property
+    def text(self) -> str:
+        return f"sigma_b {self.between_log_sd:.2%}, C_d {self.deployment_s:.0f} s"
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """A fixed profile's run stops once its requests reach the balanced n* (``balance``), or,
+    with ``target_rel`` instead (``--precision``), once every pinned metric's 95% interval is
+    within ``target_rel`` (0.0125: +-1.25%) of its value; either after at least
+    ``min_requests`` requests and ``min_waves`` whole waves. Its ceiling is the profile's
+    ``num_prompts``."""
+
+    target_rel: float | None = None
+    min_requests: int = 10
+    min_waves: int = 2
+    balance: Balance | None = None
+
+    def __post_init__(self) -> None:
+        one = (self.target_rel is None) != (self.balance is None)
+        if (not one or (self.target_rel is not None and not self.target_rel > 0)
+                or self.min_requests < 2 or self.min_waves < 1):
+            raise ValueError(f"StopRule: one of target_rel {self.target_rel} (> 0) or balance "
+                             f"{self.balance}, min_requests {self.min_requests} >= 2 and "
+                             f"min_waves {self.min_waves} >= 1")
+
+    @property
+    def reason(self) -> str:
+        """The stop reason this rule gives: ``balanced`` or ``precise``."""
+        return BALANCED if self.balance is not None else PRECISE
 
     def floor(self, concurrency: int) -> int:
         """The fewest requests sent before the rule is asked."""
@@ -76,6 +156,25 @@ class Pinned:
 
     rule: StopRule
     metrics: tuple[str, ...]
+
+    def stop(self, done: Sequence[RequestResult], *, sent: int, concurrency: int, ceiling: int,
+             elapsed_s: float) -> str:
+        """The rule's answer as a request completes ('': go on, else the stop reason), with
+        ``sent`` requests sent, ``done`` completed and ``elapsed_s`` seconds from the first
+        send among ``done`` to this completion. Asked only at a whole wave, at least the floor
+        and below the ``ceiling``; then ``precise`` once every metric is within the target,
+        ``balanced`` once ``sent`` reaches n*. A failed request stops nothing. The client and
+        ``recheck`` ask only this."""
+        rule = self.rule
+        if not rule.asks(sent, concurrency, ceiling):
+            return ""
+        if rule.balance is None:
+            target = float(rule.target_rel or 0.0)
+            return PRECISE if precision(done, self.metrics, target).precise else ""
+        if not done or any(not r.success for r in done):
+            return ""
+        spread = max((within_sd(done, m) for m in self.metrics if pinnable(m)), default=0.0)
+        return BALANCED if sent >= rule.balance.requests(spread, elapsed_s / len(done)) else ""
 
 
 @dataclass(frozen=True)
@@ -192,6 +291,16 @@ def half_width(ok: Sequence[RequestResult], metric: str) -> float:
     raise ValueError(f"{metric!r} cannot be pinned from per-request records")
 
 
+def within_sd(ok: Sequence[RequestResult], metric: str) -> float:
+    """``metric``'s spread per request relative to its value (sigma_w): its 95% half-width
+    times sqrt(n) over Student's t, so that for a per-request mean it is the requests'
+    standard deviation over their mean, and for a ratio, a percentile or ITL the per-request
+    spread that gives the same interval (inf where the requests cannot tell yet)."""
+    n = sum(1 for r in ok if r.success)
+    half = half_width([r for r in ok if r.success], metric)
+    return half * math.sqrt(n) / t_quantile(n - 1) if n >= 2 and math.isfinite(half) else math.inf
+
+
 def precision(results: Sequence[RequestResult], metrics: Sequence[str], target_rel: float
               ) -> Precision:
     """Whether ``results`` (the requests completed so far) pin every pinnable metric of
@@ -205,13 +314,33 @@ def precision(results: Sequence[RequestResult], metrics: Sequence[str], target_r
     return Precision(not failed and all(h <= target_rel for h in halves.values()), halves)
 
 
-def reason_for(results: Sequence[RequestResult], *, sent: int, ceiling: int, precise: bool) -> str:
+def reason_for(results: Sequence[RequestResult], *, sent: int, ceiling: int, early: str) -> str:
     """Why a run that sent ``sent`` of ``ceiling`` requests ended: ``time limit`` where a
-    request was cut by the profile's time limit, else ``precise`` when the rule said so, else
-    ``ceiling``."""
+    request was cut by the profile's time limit, else the rule's reason (``early``: ``precise``
+    or ``balanced``) when it stopped the run, else ``ceiling``."""
     if any(TIME_LIMIT_ERROR in r.error for r in results if not r.success):
         return TIME_LIMIT
-    return PRECISE if precise and sent < ceiling else CEILING
+    return early if early and sent < ceiling else CEILING
+
+
+def balanced_pins(pinned: Mapping[str, Pinned], noise: NoiseModel, deployment_s: float | None
+                  ) -> dict[str, Pinned]:
+    """The plan's balanced rules with what a study has measured: its measured spread between
+    deployments (the smallest over each profile's pinned metrics: the longer run) where it has
+    one, else the rule's prior; its measured cost of a deployment where it has one. A rule
+    with a precision target is left as it is."""
+    out = dict(pinned)
+    for profile, pin in pinned.items():
+        balance = pin.rule.balance
+        if balance is None:
+            continue
+        measured = [n.log_sd for m in pin.metrics
+                    if (n := noise.by_metric.get(f"{profile}:{m}")) is not None
+                    and not n.assumed and n.log_sd > 0]
+        known = Balance(min(measured, default=balance.between_log_sd),
+                        deployment_s if deployment_s and deployment_s > 0 else balance.deployment_s)
+        out[profile] = dataclasses.replace(pin, rule=dataclasses.replace(pin.rule, balance=known))
+    return out
 
 
 def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequence[str],
@@ -219,18 +348,22 @@ def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequen
     """The stop a run's per-request ``records`` (every request it sent) lead to under ``rule``:
     the client's own decision replayed. The rule is asked as each request completes (at its
     ``done_s``, when the client saw it end; its send time plus its latency for records without
-    one), counting as sent the requests sent before that moment; the first precise answer
-    stops the run with that many sent."""
+    one), counting as sent the requests sent before that moment and as elapsed the time since
+    the first send of the requests completed; the first stop answer ends the run with that
+    many sent."""
     ends = [r.done_s if r.done_s is not None else r.start_s + r.latency_s for r in records]
     starts = sorted(r.start_s for r in records)
+    pinned = Pinned(rule, tuple(metrics))
     done: list[RequestResult] = []
     for i in sorted(range(len(records)), key=lambda k: ends[k]):
         done.append(records[i])
         sent = int(np.searchsorted(starts, ends[i], side="left"))
-        if rule.asks(sent, concurrency, ceiling) and precision(done, metrics, rule.target_rel).precise:
-            return RunStop(sent, PRECISE, max_concurrency(records), concurrency)
+        said = pinned.stop(done, sent=sent, concurrency=concurrency, ceiling=ceiling,
+                           elapsed_s=ends[i] - min(r.start_s for r in done))
+        if said:
+            return RunStop(sent, said, max_concurrency(records), concurrency)
     return RunStop(len(records), reason_for(records, sent=len(records), ceiling=ceiling,
-                                            precise=False), max_concurrency(records), concurrency)
+                                            early=""), max_concurrency(records), concurrency)
 
 
 def request_line(r: RequestResult, t0_s: float) -> dict[str, object]:

@@ -32,7 +32,9 @@ class Request:
 
 
 class RequestSource(Protocol):
-    """Where a profile's requests come from."""
+    """Where a profile's requests come from. A source whose requests carry their own send
+    times (a trace) says so with a ``timed`` attribute that is true (``LoadedRequests``); its
+    runs send every request (``core.trial.precision.stops_early``)."""
 
     def requests(self, profile: WorkloadProfile, count: int, seed: int) -> list[Request]:
         """``count`` requests for ``profile``; the same seed gives the same requests."""

@@ -99,7 +99,8 @@ def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: Tria
         count += 1
     here = dataclasses.replace(setup, model=plan.model.name,
                                workdir=folder / f"confirm-{t.number:04d}-{count}")
-    bench = dataclasses.replace(plan.bench, around={
+    bench = plan.bench.measured(study_data(study)) if plan.bench.balanced else plan.bench
+    bench = dataclasses.replace(bench, around={
         p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
     m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
     if m.failure is not None:

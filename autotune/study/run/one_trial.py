@@ -13,6 +13,7 @@ branches pass stand-ins. Knows nothing of Optuna.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment import failures
 from autotune.core.deployment.failures import FailureClass
 from autotune.core.deployment.slots import Slot
@@ -37,7 +39,13 @@ from autotune.core.trial.capacity_search import (
 )
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import Measurement, ProfileResult
-from autotune.core.trial.precision import Pinned, RunStop, request_from_line, request_line
+from autotune.core.trial.precision import (
+    Pinned,
+    RunStop,
+    balanced_pins,
+    request_from_line,
+    request_line,
+)
 from autotune.core.trial.racing import Race, beaten, run_order
 from autotune.core.trial.settle import SettleRule
 from autotune.core.workload.profiles import WorkloadProfile
@@ -71,6 +79,17 @@ class BenchPlan:
     # By fixed profile: the metrics its runs must pin and the rule that stops them once they
     # are (core.trial.precision); a profile not named sends its num_prompts every run.
     pinned: Mapping[str, Pinned] = field(default_factory=dict)
+
+    @property
+    def balanced(self) -> bool:
+        """Whether some profile's runs stop at the balanced length (``precision.Balance``)."""
+        return any(p.rule.balance is not None for p in self.pinned.values())
+
+    def measured(self, data: StudyData) -> BenchPlan:
+        """This plan with its balanced stop rules set from what the study ``data`` measured:
+        its spread between deployments and its cost of a deployment, where it has them."""
+        return dataclasses.replace(self, pinned=balanced_pins(self.pinned, data.noise,
+                                                              data.deployment_s))
 
 
 class Served(Protocol):

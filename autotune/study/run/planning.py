@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,9 @@ from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
-from autotune.core.trial.precision import Pinned, StopRule, pinnable
+from autotune.core.trial.precision import Balance, Pinned, StopRule, pinnable, stops_early
 from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.requests import RequestSource
 from autotune.errors import ConfigError, StudyError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.shell.install import Entrypoint
@@ -101,14 +101,22 @@ class StudyPlan:
 
     @property
     def precision_text(self) -> str:
-        """One line: where each fixed profile's runs stop (docs/precision.md); '' without a
-        fixed profile."""
-        target = self.request.effective_precision
+        """One line: where each fixed profile's runs stop and by which rule (docs/precision.md);
+        '' where no profile's runs stop early and no --precision 0 was given."""
+        target = self.request.precision
         if not self.bench.pinned:
-            return "" if target else "runs send every profile's num_prompts (--precision 0)"
+            return "runs send every profile's num_prompts (--precision 0)" if target == 0 else ""
         pins = "; ".join(f"{p} {', '.join(v.metrics)}" for p, v in self.bench.pinned.items())
-        return (f"runs stop once their 95% intervals are within {target * 100:g}% of their value "
-                f"(--precision): {pins}")
+        every = [p.name for p in self.bench.profiles
+                 if p.capacity is None and p.name not in self.bench.pinned]
+        rest = f"; {', '.join(every)}: every request (an arrival process)" if every else ""
+        balance = next(iter(self.bench.pinned.values())).rule.balance
+        if balance is None:
+            return (f"runs stop once their 95% intervals are within {float(target) * 100:g}% of "
+                    f"their value (--precision): {pins}{rest}")
+        return (f"runs stop at the balanced length n* = sigma_w/sigma_b x sqrt(C_d/c_r), where "
+                f"more requests buy less than another deployment ({balance.text} until the "
+                f"study measures them; --precision X for a target instead): {pins}{rest}")
 
     @property
     def profile_names(self) -> list[str]:
@@ -186,8 +194,8 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         raise ConfigError(f"--profile: each profile once, got {names}")
     if request.trials < 1 or request.repeats < 1 or request.confirm < 0:
         raise ConfigError("--trials and --repeats must be >= 1, --confirm >= 0")
-    if not 0 <= request.effective_precision < 1:
-        raise ConfigError(f"--precision {request.effective_precision:.4g}: a fraction in [0, 1), "
+    if request.precision is not None and not 0 <= request.precision < 1:
+        raise ConfigError(f"--precision {request.precision:.4g}: a fraction in [0, 1), "
                           "e.g. 1.25% (0: every run sends num_prompts)")
     if request.sampler not in SAMPLERS:
         raise ConfigError(f"--sampler {request.sampler!r}: valid samplers are {', '.join(SAMPLERS)}")
@@ -225,7 +233,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         say(f"dry run without the model: the datasets' files, formats and fields were checked; "
             f"{WAITS_FOR_THE_MODEL} wait for the model (the first run makes it)")
     filled = dataclasses.replace(
-        request, model=model.name, precision=request.effective_precision, space_yaml=space.text,
+        request, model=model.name, space_yaml=space.text,
         tp=space.deployment.tensor_parallel_size, max_model_len=max_model_len, profiles=profiles,
         objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
         slos=tuple(slo.key for slo in slos), storage=storage,
@@ -235,28 +243,39 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         slos=slos, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
                                    seed=request.seed or 0, objectives=objectives,
                                    pinned=pinned_metrics(profiles, objectives, slos,
-                                                         request.effective_precision)))
+                                                         stop_rule(request), sources)))
 
 
 # What a fixed profile that no objective or SLO uses pins: the numbers its tables show.
 SHOWN = ("mean_e2el_ms", "output_throughput")
 
 
+def stop_rule(request: PlanRequest) -> StopRule | None:
+    """The rule a study's runs stop by: the balanced length from the platform's priors (the
+    runner refines them from what the study measures), or the ``--precision`` target; None
+    at ``--precision 0`` (every run sends its num_prompts)."""
+    if request.precision is None:
+        return StopRule(balance=Balance.prior(platform_fact()))
+    return StopRule(request.precision) if request.precision > 0 else None
+
+
 def pinned_metrics(profiles: Sequence[WorkloadProfile], objectives: Sequence[Objective],
-                   slos: Sequence[Slo], target_rel: float) -> dict[str, Pinned]:
-    """By fixed profile, the stop rule at ``target_rel`` and the metrics it must pin: those of
-    the objectives and SLOs on that profile that the requests can pin (core.trial.precision),
-    else ``SHOWN``. Nothing at ``target_rel`` 0: every run sends its num_prompts."""
-    if target_rel <= 0:
+                   slos: Sequence[Slo], rule: StopRule | None,
+                   sources: Mapping[str, RequestSource]) -> dict[str, Pinned]:
+    """By profile whose runs may stop early (``precision.stops_early``), ``rule`` and the
+    metrics it must pin: those of the objectives and SLOs on that profile that the requests
+    can pin (core.trial.precision), else ``SHOWN``. Nothing without a rule: every run sends
+    its num_prompts."""
+    if rule is None:
         return {}
     out = {}
     for p in profiles:
-        if p.capacity is not None or not math.isinf(p.request_rate):  # a rate: every request
+        if not stops_early(p, sources[p.name]):
             continue
         used = [o.metric for o in objectives if o.profile == p.name]
         used += [s.metric for s in slos if s.profile == p.name]
         metrics = tuple(m for m in dict.fromkeys(used) if pinnable(m))
-        out[p.name] = Pinned(StopRule(target_rel), metrics or SHOWN)
+        out[p.name] = Pinned(rule, metrics or SHOWN)
     return out
 
 

@@ -309,7 +309,8 @@ class StudyRunner:
         )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
-        bench = plan.bench
+        # Balanced runs: the spread between deployments and their cost as measured so far.
+        bench = plan.bench.measured(study_data(study)) if plan.bench.balanced else plan.bench
         capacity = [p.name for p in bench.profiles if p.capacity is not None]
         if capacity or plan.race:
             data = study_data(study, confirmed=False)

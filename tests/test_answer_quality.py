@@ -1,0 +1,77 @@
+"""The GPU replay of issue #40 (benchmarks/answer_quality.py): its truth table is the stated
+derivation, its runs stop where the study's own rule stops them, and a whole study replayed on
+it measures and scores what the docs say (docs/answers.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from autotune.core.trial.precision import Pinned, StopRule
+from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.study.run.one_trial import BenchPlan
+from benchmarks import answer_quality as aq
+
+
+def test_the_stored_truth_table_is_the_stated_derivation():
+    stored = aq.read_table(aq.TABLE)
+    fresh = aq.truth_rows()
+    assert len(stored) == len(fresh) == 4 * 3 * 2 * 2 * 2
+    for got, want in zip(stored, fresh, strict=True):
+        assert got["status"] == want["status"]
+        if want["status"] == "served":
+            assert got["low_e2el_ms"] == pytest.approx(want["low_e2el_ms"], abs=0.01)
+            assert got["high_output_throughput"] == pytest.approx(want["high_output_throughput"],
+                                                                  abs=0.1)
+
+
+def test_the_truth_is_anchored_at_opt3_baseline_with_the_reference_effects():
+    rows = {aq.key(r): r for r in aq.truth_rows()}
+    base = rows[aq.key(aq.BASELINE_PARAMS)]
+    no_mtp = rows[aq.key({**aq.BASELINE_PARAMS, "mtp": False})]
+    assert (base["low_e2el_ms"], base["high_output_throughput"]) == (1548.0, 6555.0)
+    assert no_mtp["low_e2el_ms"] / base["low_e2el_ms"] == pytest.approx(2505.243 / 1930.785, rel=1e-4)
+    assert no_mtp["high_output_throughput"] / base["high_output_throughput"] == pytest.approx(
+        1785.471 / 1663.330, rel=1e-4)
+    assert rows[aq.key({**aq.BASELINE_PARAMS, "yarn": False})]["status"] == "config_rejected"
+
+
+def test_runs_stop_where_the_study_rule_stops_them():
+    low = get_profile("low-concurrency", ProfileOverrides(token_ids=True))
+    bench = BenchPlan(profiles=(low,), sources={},
+                      pinned={low.name: Pinned(StopRule(0.0125), ("mean_e2el_ms",))})
+    assert aq.requests_of(bench, low, aq.CV[False]) == (10, "precise")  # as the H100 measured
+    assert aq.requests_of(bench, low, aq.CV[True]) == (low.num_prompts, "ceiling")  # MTP
+    unpinned = BenchPlan(profiles=(low,), sources={})
+    assert aq.requests_of(unpinned, low, aq.CV[False]) == (low.num_prompts, "ceiling")
+
+
+def test_a_nine_minute_study_with_references_measures_and_keeps_the_baseline(tmp_path):
+    import autotune.shell.install as install
+
+    real = install.detect_platform
+    (tmp_path / "config.json").write_text(aq.MODEL_CONFIG.read_text())
+    got = aq.one("test", "refs", 0, 540.0, str(tmp_path), str(aq.TABLE))
+    assert install.detect_platform is real  # the GPU stand-in does not outlive the replay
+    assert got["baseline_measured"] and got["served"] >= 1
+    assert got["device_s"] <= 540.0
+    for use in aq.USES:
+        assert got["uses"][use]["pick"] == aq.key(aq.BASELINE_PARAMS)
+        assert got["uses"][use]["vs_baseline"] == "keep"
+        assert not got["uses"][use]["worse_than_baseline"]
+    # opt3-baseline is 0.5% short of the best latency, 8.5% short of the best throughput
+    assert got["uses"]["interactive"]["within_5"] and not got["uses"]["throughput"]["within_5"]
+    assert json.loads(json.dumps(got)) == got  # a JSON line as saved
+
+
+def test_summary_gives_wilson_intervals_per_budget_and_use():
+    runs = [{"code": "c", "variant": "refs", "seed": s, "budget_s": 540.0, "served": 1,
+             "device_s": 300.0, "uses": {u: {"within_5": s < 15, "worse_than_baseline": False,
+                                              "decided": True} for u in aq.USES}}
+            for s in range(30)]
+    text = aq.summarize(runs)
+    assert "| 9 min | refs | c | 30 | interactive | 15/30 50% [33%, 67%] | 0/30 0% [0%, 11%] | " \
+           "30/30 100% [89%, 100%] | 1 | 5.0 |" in text
+    assert math.isclose(aq.parse_budget("1h"), 3600) and aq.parse_budget("9m") == 540
