@@ -319,7 +319,7 @@ def test_a_configuration_vllm_rejects_costs_a_validation_not_one_of_the_trials(t
     assert ("trial #2: rejected by vLLM, not deployed; not counted toward --trials 3 (the study "
             "ends at 9 trials in all)") in said.said
     last = said.said[-1]
-    assert last.startswith("the study stops after 0:00:") and last.endswith(
+    assert last.startswith("search stops after 0:00:") and last.endswith(
         f"the budget is met: 3 of 3 trial(s) finished, and {len(rejected)} rejected by vLLM "
         "(not counted)")
 

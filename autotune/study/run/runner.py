@@ -174,9 +174,9 @@ class StudyRunner:
             now = riding_out_outages(lambda: count_trials(study), say, **retry)
             step = next_step(now, plan.trials)
             if step is Step.STOP:
-                self.progress.message(f"{self.label or 'the study'} stops after "
-                                      f"{timedelta(seconds=round(self.clock() - began))}: "
-                                      f"{stop_text(now, plan.trials)}")
+                who = f"worker {self.label}" if self.label else "search"
+                self.progress.message(f"{who} stops after {timedelta(seconds=round(self.clock() - began))}"
+                                      f": {stop_text(now, plan.trials)}")
                 return study
             if step is Step.WAIT:
                 if not waiting_said:
@@ -379,7 +379,7 @@ class StudyRunner:
             self.progress.message(str(exc))
         front = sorted(t.number for t in data.front())
         self.progress.trial_done(number, self.plan.trials, outcome, front)
-        if outcome.failure is failures.CONFIG_REJECTED:  # docs/studies.md, "rejected trials"
+        if outcome.failure is failures.CONFIG_REJECTED:  # docs/studies.md, "The search"
             self.progress.message(
                 f"trial #{trial_number}: rejected by vLLM, not deployed; not counted toward "
                 f"--trials {self.plan.trials} (the study ends at {REJECTED_CAP * self.plan.trials} "
