@@ -30,7 +30,7 @@ from autotune.core.analysis.recommend import (
     recommend_each,
 )
 from autotune.core.analysis.recommend import table as recommendation_table
-from autotune.core.analysis.study_data import StudyData, format_params
+from autotune.core.analysis.study_data import StudyData, format_params, noise_line
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
@@ -94,6 +94,7 @@ def print_front(data: StudyData, title: str) -> bool:
         out.print("vs baseline: better/worse: the 95% interval of the difference excludes 0;")
         out.print(f"  equivalent: its 90% interval lies within +/-{100 * data.smallest_difference:g}%; "
                   "undecided: neither")
+    out.print(noise_line(data), soft_wrap=True, markup=False, highlight=False)
     return True
 
 
