@@ -22,6 +22,7 @@ from autotune.cli.common import (
     out,
     parse_percent,
     print_fitting,
+    print_wrapped,
     storage_of_args,
 )
 from autotune.core.analysis.recommend import (
@@ -94,7 +95,7 @@ def print_front(data: StudyData, title: str) -> bool:
         out.print("vs baseline: better/worse: the 95% interval of the difference excludes 0;")
         out.print(f"  equivalent: its 90% interval lies within +/-{100 * data.smallest_difference:g}%; "
                   "undecided: neither")
-    out.print(noise_line(data), soft_wrap=True, markup=False, highlight=False)
+    print_wrapped(noise_line(data))
     return True
 
 

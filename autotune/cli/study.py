@@ -32,6 +32,7 @@ from autotune.cli.common import (
     parse_percent,
     parse_precision,
     print_fitting,
+    print_wrapped,
     profiles_of,
     slots_of,
     storage_of_args,
@@ -202,7 +203,7 @@ def _finish(plan: StudyPlan, code: int) -> int:
     study = load_existing(plan.study_name, plan.storage)
     data = study_data(study, confirmed=False)
     print_trials(outcomes(study), data)
-    out.print(noise_line(data), soft_wrap=True, markup=False, highlight=False)
+    print_wrapped(noise_line(data))
     print_front_and_recommendations(study_data(study), plan.study_name,
                                     TieSettings(plan.study_name, plan.request.smallest_difference))
     return code

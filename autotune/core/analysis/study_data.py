@@ -189,7 +189,7 @@ def noise_line(data: StudyData) -> str:
     for o in data.objectives:
         n = data.noise.of(o.name)
         kind = "assumed" if n.assumed else f"measured, {n.df:.0f} df"
-        parts.append(f"{o.metric} {kind}, log-sd {n.log_sd:.3f} ({n.source})")
+        parts.append(f"{o.label}: {kind}, log-sd {n.log_sd:.3f} ({n.source})")
     return "noise: " + ("; ".join(parts) or "no objective")
 
 
