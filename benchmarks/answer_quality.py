@@ -211,17 +211,24 @@ def key(params: Mapping[str, object]) -> str:
 # ------------------------------------------------------------------------- the trial function
 
 
-def requests_of(bench, profile, cv: float) -> tuple[int, str]:
+def requests_of(bench, profile, cv: float, request_s: float) -> tuple[int, str]:
     """How many requests a run of ``profile`` sends under the study's own stop rule
-    (``bench.pinned``): the first count the rule asks at whose t-interval of the mean, with
-    per-request variation ``cv``, is within its target; else the ceiling."""
+    (``bench.pinned``), with per-request variation ``cv`` and ``request_s`` device seconds a
+    request: the balanced rule stops at the first count it asks at that reaches n*
+    (docs/precision.md); the target rule (``--precision``, and the code before the balance)
+    at the first whose t-interval of the mean is within its target; else the ceiling."""
     ceiling = profile.num_prompts
     pinned = getattr(bench, "pinned", {}).get(profile.name)
     if pinned is None:
         return ceiling, "ceiling"
     rule, c = pinned.rule, profile.max_concurrency
+    balance = getattr(rule, "balance", None)
     for n in range(2, ceiling):
-        if rule.asks(n, c, ceiling) and t_quantile(n - 1) * cv / math.sqrt(n) <= rule.target_rel:
+        if not rule.asks(n, c, ceiling):
+            continue
+        if balance is not None and n >= balance.requests(cv, request_s):
+            return n, "balanced"
+        if balance is None and t_quantile(n - 1) * cv / math.sqrt(n) <= rule.target_rel:
             return n, "precise"
     return ceiling, "ceiling"
 
@@ -258,10 +265,13 @@ class GpuTable:
         for profile in bench.profiles:
             f = math.exp(self.rng.normal(0.0, DEPLOYMENT_LOG_SD))
             runs, stops = [], []
+            low = profile.name == PROFILES[0]
+            true_tput = (profile.max_concurrency * profile.output_len / (row["low_e2el_ms"] / 1000)
+                         if low else row["high_output_throughput"])
             for _ in range(bench.repeats):
-                n, why = requests_of(bench, profile, cv)
+                n, why = requests_of(bench, profile, cv, profile.output_len / true_tput)
                 e = math.exp(self.rng.normal(0.0, cv / math.sqrt(n)))
-                if profile.name == PROFILES[0]:  # Little's law at concurrency C
+                if low:  # Little's law at concurrency C
                     lat = row["low_e2el_ms"] * f * e
                     tput = profile.max_concurrency * profile.output_len / (lat / 1000)
                 else:

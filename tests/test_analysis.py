@@ -113,12 +113,13 @@ def test_recommendations_pick_each_use_and_never_separate_what_does_nothing():
     assert recommend(data, "interactive").trial.params["mtp"] is True
     throughput = recommend(data, "throughput")
     assert throughput.trial.params["mtp"] is False
-    # noop=a/b/c do nothing: never separated from the pick (one deployment each, at the GPU's
-    # assumed noise they are undecided, not yet equivalent: "not separated" is not "equal")
+    # noop=a/b/c do nothing: never separated from the pick; one deployment each, at the GPU's
+    # assumed 1% between deployments (issue #40: measured 0.6-0.8%) they are equivalent within
+    # the smallest difference (5%); at 3% they were undecided (test_stats: wide noise never is)
     twins = [r for r in throughput.rivals if r.trial.params["mtp"] is False
              and r.trial.params["level"] == 2]
-    assert {r.verdict for r in twins} == {Verdict.UNDECIDED}
-    assert "Undecided against it" in throughput.reason
+    assert {r.verdict for r in twins} == {Verdict.EQUIVALENT}
+    assert "Equivalent to it" in throughput.reason
 
 
 def test_uses_are_named_by_the_profiles_concurrency_not_by_the_order_of_the_objectives():

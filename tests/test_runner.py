@@ -70,7 +70,9 @@ class StandIn:
         if "--enable-expert-parallel" in argv:
             return Measurement(failure=failures.ENGINE_DIED, failure_message="worker died with exit code -11",
                                log_tail="segfault", startup_s=1.0)
-        slow = 0.5 if argv[argv.index("--optimization-level") + 1] == "0" else 1.0
+        # vLLM's defaults (a baseline) set no --optimization-level: -O2, vLLM's default
+        slow = 0.5 if "--optimization-level" in argv and \
+            argv[argv.index("--optimization-level") + 1] == "0" else 1.0
         mtp = "--speculative-config" in argv
         results = {}
         for p in bench.profiles:

@@ -355,3 +355,12 @@ def vllm_validator(space: SearchSpace, say: Callable[[str], None]) -> tuple[Vllm
     for note in notes:
         say(note)
     return validator, space
+
+
+def print_wrapped(text: str) -> None:
+    """A line of results wrapped at the terminal's width between words (never inside one)."""
+    import textwrap
+
+    for line in textwrap.wrap(text, out.width, subsequent_indent="  ", break_on_hyphens=False,
+                              break_long_words=False):
+        out.print(line, markup=False, highlight=False)

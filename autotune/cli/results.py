@@ -22,6 +22,7 @@ from autotune.cli.common import (
     out,
     parse_percent,
     print_fitting,
+    print_wrapped,
     storage_of_args,
 )
 from autotune.core.analysis.recommend import (
@@ -30,7 +31,7 @@ from autotune.core.analysis.recommend import (
     recommend_each,
 )
 from autotune.core.analysis.recommend import table as recommendation_table
-from autotune.core.analysis.study_data import StudyData, format_params
+from autotune.core.analysis.study_data import StudyData, format_params, noise_line
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
@@ -94,6 +95,7 @@ def print_front(data: StudyData, title: str) -> bool:
         out.print("vs baseline: better/worse: the 95% interval of the difference excludes 0;")
         out.print(f"  equivalent: its 90% interval lies within +/-{100 * data.smallest_difference:g}%; "
                   "undecided: neither")
+    print_wrapped(noise_line(data))
     return True
 
 

@@ -32,13 +32,15 @@ from autotune.cli.common import (
     parse_percent,
     parse_precision,
     print_fitting,
+    print_wrapped,
     profiles_of,
     slots_of,
     storage_of_args,
     vllm_validator,
 )
 from autotune.core.analysis.recommend import TieSettings
-from autotune.core.analysis.study_data import StudyData, format_params
+from autotune.core.analysis.study_data import StudyData, format_params, noise_line
+from autotune.core.deployment.from_flags import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import duration_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
@@ -141,6 +143,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         smallest_difference=parse_percent(args.smallest_difference, "--smallest-difference"),
         precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
+        baseline=args.baseline, baseline_references=args.references, calibrate=not args.no_calibrate,
     )
 
 
@@ -198,7 +201,9 @@ def _finish(plan: StudyPlan, code: int) -> int:
     from autotune.study.store.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
-    print_trials(outcomes(study), study_data(study, confirmed=False))
+    data = study_data(study, confirmed=False)
+    print_trials(outcomes(study), data)
+    print_wrapped(noise_line(data))
     print_front_and_recommendations(study_data(study), plan.study_name,
                                     TieSettings(plan.study_name, plan.request.smallest_difference))
     return code
@@ -219,7 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if plan.precision_text:
         console.print(plan.precision_text)
     if args.dry_run:
-        refs = len(plan.references.configs) if plan.references else 0
+        refs = (len(plan.references.configs) if plan.references else 0) + (plan.baseline is not None)
         # A time budget without --trials decides the count as it goes: show the references and
         # the first sampled trials, not the unbounded budget's ten thousand.
         shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
@@ -368,7 +373,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--references", default=DEFAULT_REFERENCES,
                    help=f"reference configs (default {DEFAULT_REFERENCES})")
     p.add_argument("--seed-references", action="store_true",
-                   help="run the applicable reference configs first (enqueued once per study)")
+                   help="run the applicable reference configs after the baseline (enqueued once "
+                        "per study)")
+    p.add_argument("--baseline", default=VLLM_DEFAULTS, metavar="WHAT",
+                   help="what you run today, measured first and compared with every pick: "
+                        f"{VLLM_DEFAULTS} (default: no tuned flag, the model's native context), a "
+                        "reference name of --references, a file `autotune export` wrote "
+                        "(yaml/json/shell) or flags, e.g. '--max-num-seqs 128'")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="do not deploy the baseline a second time right after it is served (that "
+                        "redeployment measures the spread between deployments, docs/noise.md)")
     p.add_argument("--trials", type=int,
                    help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
                         "--time-budget alone, the time decides)")

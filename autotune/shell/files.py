@@ -1,4 +1,4 @@
-"""Reading the user's files: search spaces, reference configs, model configs. The core parses
+"""Reading the user's files: search spaces, reference configs, model configs, exported flags. The core parses
 the text; this module finds and reads it, and turns a missing or unreadable file into a
 one-line error naming it.
 """
@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+from autotune.core.deployment.flags import Options
+from autotune.core.deployment.from_flags import options_of_text
 from autotune.core.space.model_facts import ModelInfo, parse_config
 from autotune.core.space.search_space import ReferenceSet, SearchSpace
 from autotune.core.space.space_yaml import parse_references, parse_space
@@ -82,3 +84,21 @@ def read_model_info(model: str) -> ModelInfo:
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read model config: {exc}") from exc
     return parse_config(model, config)
+
+
+def read_flags_file(path: str | Path) -> Options:
+    """vLLM options from a file as `autotune export` writes it: ``.yaml``/``.yml`` (a ``vllm
+    serve --config`` mapping), ``.json`` (export's JSON) or anything else as a shell command;
+    a file that does not parse is a one-line ConfigError naming it."""
+    import yaml
+
+    text = read_text(path)
+    suffix = Path(path).suffix.lower()
+    where = f"--baseline {path}"
+    try:
+        if suffix in (".yaml", ".yml"):
+            return options_of_text(json.dumps(yaml.safe_load(text)), where, kind="yaml")
+        return options_of_text(text, where, kind="json" if suffix == ".json" else "shell")
+    except (yaml.YAMLError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: cannot parse as {suffix.lstrip('.') or 'a shell command'}: "
+                          f"{str(exc).splitlines()[0]}") from None

@@ -21,7 +21,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.core.analysis.study_data import StudyData, format_params
+from autotune.core.analysis.study_data import StudyData, format_params, noise_line
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.pareto import knee
 from autotune.core.maths.stats import (
@@ -434,8 +434,7 @@ def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> 
         v = r.versus
         if v is not None and v.cost is not None:
             lines += _wrap(f"{r.use}: undecided against the baseline; deciding it: {v.cost.price}")
-    for line in noise_lines(data):
-        lines += _wrap(f"noise: {line}")
+    lines += _wrap(noise_line(data))
     lines += [rec for rec in recs if isinstance(rec, str)]
     for t in {r.trial.number: r.trial for r in picks}.values():  # a load its runs never had
         for o in objectives:
@@ -446,14 +445,3 @@ def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> 
         lines.append(f"{r.use}: " + shlex.join(["autotune", "export", "--study", study, "--for",
                                                  r.use]))
     return lines
-
-
-def noise_lines(data: StudyData) -> list[str]:
-    """Per objective, whether the noise behind its intervals is measured (and on how many
-    degrees of freedom) or assumed."""
-    out = []
-    for o in data.objectives:
-        n = data.noise.of(o.name)
-        kind = "assumed" if n.assumed else f"measured, {n.df:.0f} df"
-        out.append(f"{o.metric} {kind}: log-sd {n.log_sd:.3f} ({n.source})")
-    return out

@@ -6,9 +6,12 @@ happens elsewhere.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from autotune.core.maths.pareto import pareto_front
 from autotune.core.maths.stats import (
@@ -16,8 +19,10 @@ from autotune.core.maths.stats import (
     Estimate,
     Noise,
     NoiseModel,
+    Spread,
     deployment_noise,
     judge,
+    pooled_sd,
     redeployment_prior,
 )
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
@@ -120,11 +125,10 @@ def incumbents(data: StudyData, profile: str) -> tuple[Incumbent, ...]:
         for t in data.feasible if profile in t.capacity)
 
 
-def noise_of(outcomes: Sequence[TrialOutcome], platform: str = "") -> NoiseModel:
-    """The noise of one deployment's mean per ``profile:metric`` (``stats.deployment_noise``):
-    between the deployments of every feasible trial deployed more than once, never below the
-    repeats within its deployments (for a capacity profile: the runs at every load its search
-    measured more than once); before any redeployment, ``platform``'s assumed spread."""
+def _spread_groups(outcomes: Sequence[TrialOutcome]
+                   ) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]]]:
+    """Per ``profile:metric``, the runs of each deployment (within) and each configuration's
+    deployment means where it was deployed more than once (between)."""
     within: dict[str, list[list[float]]] = defaultdict(list)
     between: dict[str, list[list[float]]] = defaultdict(list)
     for t in outcomes:
@@ -142,13 +146,51 @@ def noise_of(outcomes: Sequence[TrialOutcome], platform: str = "") -> NoiseModel
             for runs in by_load(found.probes).values():
                 for metric in runs[0]:
                     within[f"{profile}:{metric}"].append([r[metric] for r in runs if metric in r])
+    return within, between
+
+
+def noise_of(outcomes: Sequence[TrialOutcome], platform: str = "",
+             inherited: Mapping[str, Spread] | None = None) -> NoiseModel:
+    """The noise of one deployment's mean per ``profile:metric`` (``stats.deployment_noise``):
+    between the deployments of every feasible trial deployed more than once, pooled with the
+    spread ``inherited`` from other studies under the same conditions, never below the repeats
+    within its deployments (for a capacity profile: the runs at every load its search measured
+    more than once); before any redeployment, measured or inherited, ``platform``'s assumed
+    spread."""
+    within, between = _spread_groups(outcomes)
+    inherited = inherited or {}
     out: dict[str, Noise] = {}
     for key in {**within, **between}:
         noise = deployment_noise(within.get(key, []), between.get(key, []),
-                                 redeployment_prior(key, platform))
+                                 redeployment_prior(key, platform), inherited.get(key))
         if noise is not None:
             out[key] = noise
     return NoiseModel(out, platform)
+
+
+def measured_spreads(outcomes: Sequence[TrialOutcome]) -> dict[str, tuple[float, int]]:
+    """This study's own spread between deployments per ``profile:metric`` (log-sd, degrees of
+    freedom), from its trials deployed more than once: what another study may inherit."""
+    _, between = _spread_groups(outcomes)
+    out = {}
+    for key, groups in between.items():
+        logs = [np.log(np.asarray(g, dtype=float)) for g in groups
+                if all(v > 0 and math.isfinite(v) for v in g)]
+        found = pooled_sd(logs)
+        if found is not None:
+            out[key] = (found[0], found[1])
+    return out
+
+
+def noise_line(data: StudyData) -> str:
+    """One line under every table that rests on noise: per objective, whether the spread
+    behind its intervals is measured (with its degrees of freedom) or assumed, and how large."""
+    parts = []
+    for o in data.objectives:
+        n = data.noise.of(o.name)
+        kind = "assumed" if n.assumed else f"measured, {n.df:.0f} df"
+        parts.append(f"{o.label}: {kind}, log-sd {n.log_sd:.3f} ({n.source})")
+    return "noise: " + ("; ".join(parts) or "no objective")
 
 
 def differing_params(t: TrialOutcome, baseline: TrialOutcome | None) -> dict[str, Value]:

@@ -17,15 +17,15 @@ from autotune.core.space.search_space import ModelContext, Params, SearchSpace
 Options = dict[str, Any]
 
 
-def _substitute(obj: Any, derived: Mapping[str, Any]) -> Any:
+def substitute(obj: Any, derived: Mapping[str, Any]) -> Any:
     """Replace ``"${name}"`` by a derived value; a ``"<<"`` key merges a derived mapping
     under the other keys (``{"<<": "${rope_parameters}", "rope_type": "yarn"}`` keeps the
     model's rope_theta and partial rotary factor and changes only the type)."""
     if isinstance(obj, dict):
         out: dict[str, Any] = {}
         if "<<" in obj:
-            out.update(copy.deepcopy(_substitute(obj["<<"], derived)) or {})
-        out.update({k: _substitute(v, derived) for k, v in obj.items() if k != "<<"})
+            out.update(copy.deepcopy(substitute(obj["<<"], derived)) or {})
+        out.update({k: substitute(v, derived) for k, v in obj.items() if k != "<<"})
         return out
     if isinstance(obj, str) and obj.startswith("${") and obj.endswith("}"):
         return derived[obj[2:-1]]
@@ -64,7 +64,7 @@ def to_options(space: SearchSpace, ctx: ModelContext, params: Params) -> Options
         blob = options.setdefault(p.json.flag, {})
         if p.type == "bool":
             if value and p.json.set:
-                _merge(blob, _substitute(p.json.set, derived))
+                _merge(blob, substitute(p.json.set, derived))
             elif p.json.key:
                 _put(blob, p.json.key, value)
         else:

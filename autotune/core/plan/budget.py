@@ -1,5 +1,6 @@
 """A study's time budget as one record: what is used and left, whether one more deployment
-fits beside the confirmation's reserve, and the lines that say so. Pure."""
+fits beside the confirmation's reserve, and the lines that say so; and the sampler's random
+start sized to the trials the budget allows (``StartUp``). Pure."""
 
 from __future__ import annotations
 
@@ -53,3 +54,51 @@ class TimeLeft:
             return f"{said}, {duration_text(self.budget_s - self.used_s)} to spare"
         return (f"{said}, {duration_text(self.used_s - self.budget_s)} over: a deployment outlasted its "
                 "expected cost (the first one has none: nothing was measured before it)")
+
+    def affords(self, cost_s: float) -> bool:
+        """Whether a deployment of ``cost_s`` more (a calibration redeployment) fits beside the
+        confirmation's reserve."""
+        return self.used_s + cost_s + self.reserve_s <= self.budget_s
+
+
+# What a trial costs before a study has measured one (issue #40: about 2 minutes on one H100
+# with the 25 GB model; 94 s on 2 CPU cores for the main job, docs/startup.md).
+ASSUMED_TRIAL_S = {"cpu": 90.0, "gpu": 120.0}
+STARTUP_SHARE = 4  # a quarter of the expected trials are the sampler's random start ...
+STARTUP_RANGE = (2, 5)  # ... within these bounds (docs/samplers.md, "A start that fits")
+
+
+@dataclass(frozen=True)
+class StartUp:
+    """How many random trials the sampler starts with, from the trials a study expects to run:
+    a quarter of them, within ``STARTUP_RANGE`` (a 9-minute GPU study of 4 trials is no random
+    sample of 5; a long one keeps the 5 the replay chose), and where that expectation comes
+    from."""
+
+    random_trials: int
+    expected_trials: int
+    source: str  # "--trials 10" | "time budget 0:09:00 / ~0:02:00 a trial (assumed on GPU)"
+
+    @property
+    def text(self) -> str:
+        low, high = STARTUP_RANGE
+        return (f"the sampler starts with {self.random_trials} random trial(s): a quarter of the "
+                f"{self.expected_trials} expected ({self.source}), within [{low}, {high}] "
+                "(docs/samplers.md)")
+
+
+def start_up(trials: int, *, budget_s: float | None, trial_s: float | None,
+             platform: str) -> StartUp:
+    """The sampler's random start for a study of at most ``trials`` trials within ``budget_s``
+    seconds (None: no time budget), at ``trial_s`` a trial (None: none measured yet, the
+    platform's assumed cost)."""
+    expected, source = trials, f"--trials {trials}"
+    if budget_s is not None:
+        each = trial_s or ASSUMED_TRIAL_S.get(platform, ASSUMED_TRIAL_S["gpu"])
+        by_time = max(int(budget_s // each), 1)
+        if by_time < trials:
+            how = "measured" if trial_s else f"assumed on {(platform or 'gpu').upper()}"
+            expected, source = by_time, (f"time budget {duration_text(budget_s)} / "
+                                         f"~{duration_text(each)} a trial, {how}")
+    low, high = STARTUP_RANGE
+    return StartUp(min(max(expected // STARTUP_SHARE, low), high), expected, source)

@@ -32,7 +32,9 @@ SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slo
                 "cap_cuda_graphs", "precision")
 # Where this node runs the study: another node has its own, so none is stored. The references
 # are enqueued once, by the `run` that creates the study (its baseline is in the study's state).
-LOCAL_FIELDS = ("workdir", "storage", "study_name", "references_path")
+# The baseline is resolved and enqueued once by that `run` too, and stored as its own record.
+LOCAL_FIELDS = ("workdir", "storage", "study_name", "references_path", "baseline",
+                "baseline_references")
 # Layout 1 kept the budget and time budget as attributes of their own, beside the plan.
 LAYOUT1_BUDGET, LAYOUT1_TIME_BUDGET = "budget", "time_budget"
 
@@ -71,10 +73,17 @@ class PlanRequest:
     # (`--precision`, stored); 0: every run sends num_prompts.
     precision: float | None = None
     imported_from: str | None = None  # results imported from this file: no worker can run it
+    # Right after the baseline is served, deploy it once more: the study's first measurement of
+    # the spread between deployments (docs/noise.md), where none is inherited and time allows.
+    calibrate: bool = True
     workdir: Path = Path(".")  # LOCAL_FIELDS from here on
     storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
     study_name: str | None = None
-    references_path: str | None = None  # given: its references are enqueued first
+    references_path: str | None = None  # given: its references are enqueued after the baseline
+    # What the user runs today, measured first (`run --baseline`: "vllm-defaults", a reference
+    # name, an exported flags file or a flag string); None: no baseline trial (replays, tests).
+    baseline: str | None = None
+    baseline_references: str | None = None  # where a reference name given as --baseline is found
 
     @property
     def runnable(self) -> bool:

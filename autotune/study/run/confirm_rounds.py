@@ -33,7 +33,7 @@ from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
 from autotune.study.run.one_trial import TrialFunction, TrialSetup, run_trial
 from autotune.study.run.planning import StudyPlan
-from autotune.study.store.records import study_data
+from autotune.study.store.records import store_noise, study_data
 from autotune.study.store.state import add_confirmed, read_confirmation, write_confirmation
 
 CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
@@ -108,6 +108,7 @@ def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: Tria
         return {}
     if m.results:
         add_confirmed(study, {t.number: dict(m.results)})
+        store_noise(study)  # the spread between deployments, for later studies to inherit
     return dict(m.results)
 
 

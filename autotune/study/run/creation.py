@@ -10,11 +10,18 @@ from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 from autotune.core.deployment.flags import to_argv
-from autotune.core.space.search_space import resolve_references, sample
+from autotune.core.deployment.from_flags import Baseline
+from autotune.core.space.search_space import Params, resolve_references, sample
 from autotune.errors import StudyError
 from autotune.study.run.planning import StudyPlan, store_plan
 from autotune.study.run.samplers import make_sampler
-from autotune.study.store.state import make_uid, mark_references, references_enqueued
+from autotune.study.store.state import (
+    baseline_config,
+    make_uid,
+    mark_baseline,
+    mark_references,
+    references_enqueued,
+)
 from autotune.study.store.storage import Heartbeat, open_storage, storage_errors
 
 
@@ -44,14 +51,24 @@ def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | 
 
 
 def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = True) -> list[str]:
-    """Enqueue the applicable references once per study: by the `run` that created it, or
-    into a study that has none and no trials yet. Returns messages for skipped ones."""
-    if plan.references is None:
+    """Enqueue, once per study (by the `run` that created it, or into a study that has no trials
+    yet), the baseline first (what the user runs today; every verdict compares with it), then
+    the applicable references (`--seed-references`). Returns messages for skipped ones."""
+    if plan.references is None and plan.baseline is None:
         return []
-    if references_enqueued(study) or (study.trials and not created):
+    if references_enqueued(study) or baseline_config(study) is not None or (
+            study.trials and not created):
         return []
     notes = []
+    base = plan.baseline
+    if base is not None:
+        study.enqueue_trial(dict(base.params), user_attrs={"reference": base.name})
+        mark_baseline(study, base)
+    if plan.references is None:
+        return notes
     for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
+        if base is not None and ref.name == base.name:
+            continue  # the baseline itself, enqueued above
         if ref.skipped:
             notes.append(f"reference {ref.name}: skipped, {ref.skipped}")
             continue
@@ -61,16 +78,31 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = Tru
 
 
 def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
-    """The argv of the first ``count`` trials (references first), from an in-memory copy of
-    the study: nothing is launched or written."""
+    """The argv of the first ``count`` trials (the baseline, then the references), from an
+    in-memory copy of the study: nothing is launched or written."""
     study = optuna.create_study(directions=[o.direction for o in plan.objectives],
                                 sampler=make_sampler(plan.seed, plan.sampler))
     enqueue_references(study, plan)
     out = []
     for _ in range(count):
         trial = study.ask()
-        params = sample(plan.space, plan.ctx, trial)
+        _, argv = trial_flags(plan, trial, plan.baseline)
         label = trial.user_attrs.get("reference") or "sampled"
-        out.append((f"trial {trial.number} ({label})", to_argv(plan.space, plan.ctx, params)))
+        if plan.baseline is not None and label == plan.baseline.name and trial.number == 0:
+            label = f"baseline: {label}"
+        out.append((f"trial {trial.number} ({label})", argv))
         study.tell(trial, state=TrialState.FAIL)
     return out
+
+
+def trial_flags(plan: StudyPlan, trial: optuna.Trial, baseline: Baseline | None
+                ) -> tuple[Params, list[str]]:
+    """A trial's parameters and argv: the baseline's own (its context, its argv: vLLM's
+    defaults deploy without --max-model-len) for the baseline's enqueued trial, else sampled
+    in the study's context."""
+    if baseline is not None and trial.user_attrs.get("reference") == baseline.name:
+        params = sample(plan.space, baseline.context(plan.ctx), trial)
+        if params == dict(baseline.params):
+            return params, list(baseline.argv)
+    params = sample(plan.space, plan.ctx, trial)
+    return params, to_argv(plan.space, plan.ctx, params)

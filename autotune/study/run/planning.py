@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,19 +21,38 @@ from typing import Any
 
 import optuna
 
+from autotune.core.deployment.from_flags import (
+    VLLM_DEFAULTS,
+    Baseline,
+    baseline_of_options,
+    defaults_baseline,
+    options_of_argv,
+    reference_baseline,
+)
 from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
 from autotune.core.plan.request import PlanRequest
 from autotune.core.space.model_facts import ModelInfo
-from autotune.core.space.search_space import ModelContext, ReferenceSet, SearchSpace
+from autotune.core.space.search_space import (
+    ModelContext,
+    ReferenceSet,
+    SearchSpace,
+    resolve_references,
+)
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
 from autotune.core.trial.precision import Balance, Pinned, StopRule, pinnable, stops_early
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 from autotune.errors import ConfigError, StudyError
-from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
+from autotune.shell.files import (
+    locate_shipped,
+    read_flags_file,
+    read_model_info,
+    read_references,
+    read_space,
+)
 from autotune.shell.install import Entrypoint
 from autotune.shell.validation import VllmValidator
 from autotune.shell.workloads import WAITS_FOR_THE_MODEL, check_unchanged, load_tokenizer, sources_for
@@ -58,6 +78,7 @@ class StudyPlan:
     objectives: tuple[Objective, ...]
     references: ReferenceSet | None = None
     slos: tuple[Slo, ...] = ()
+    baseline: Baseline | None = None  # what the user runs today: the study's first trial
 
     @property
     def trials(self) -> int:
@@ -225,6 +246,8 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
     model = model_info(request.model, request.workdir, describe_only=dry_run, say=say)
     max_model_len = model_context(space, model, request.max_model_len).max_model_len
+    baseline = resolve_baseline(request, space, ModelContext(model, max_model_len, platform_fact()),
+                                references)
     tokenizer = load_tokenizer(model.name)
     waits = tokenizer is None and dry_run
     profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
@@ -240,10 +263,45 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         study_name=request.study_name or default_study_name(model.name, space.name, names))
     return StudyPlan(
         request=filled, model=model, space=space, objectives=objectives, references=references,
-        slos=slos, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
+        slos=slos, baseline=baseline, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
                                    seed=request.seed or 0, objectives=objectives,
                                    pinned=pinned_metrics(profiles, objectives, slos,
                                                          stop_rule(request), sources)))
+
+
+def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext,
+                     references: ReferenceSet | None) -> Baseline | None:
+    """The baseline ``request.baseline`` names: vLLM's defaults; flags (a string starting with
+    ``-``); a file as `autotune export` writes it; or the name of a reference configuration
+    (of the references file). Anything else, or flags the space cannot express, is a one-line
+    ConfigError before anything is written."""
+    text = request.baseline
+    if text is None:
+        return None
+    where = f"--baseline {text!r}"
+    if text == VLLM_DEFAULTS:
+        return defaults_baseline(space, ctx)
+    if text.lstrip().startswith("-"):
+        options = options_of_argv(shlex.split(text), where)
+        return baseline_of_options(space, ctx, options, name="given flags", where=where)
+    if Path(text).is_file():
+        return baseline_of_options(space, ctx, read_flags_file(text), name=Path(text).name,
+                                   where=f"--baseline {text}")
+    path = request.baseline_references or request.references_path or DEFAULT_REFERENCES
+    refs = references if references is not None and references.path == path else None
+    try:
+        refs = refs or read_references(locate_shipped(path), space)
+    except ConfigError:
+        refs = None  # a references file of another space: the name is not found there
+    names = [r.name for r in refs.configs] if refs is not None else []
+    if text not in names:
+        raise ConfigError(f"{where}: not {VLLM_DEFAULTS}, a flag string (--flag value ...), a "
+                          f"file, or a reference name in {path} "
+                          f"({', '.join(names) or 'none readable'})")
+    found = next(r for r in resolve_references(space, ctx, refs.configs) if r.name == text)
+    if found.skipped:
+        raise ConfigError(f"{where}: reference {text!r} {found.skipped}")
+    return reference_baseline(space, ctx, text, found.params)
 
 
 # What a fixed profile that no objective or SLO uses pins: the numbers its tables show.

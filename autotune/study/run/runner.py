@@ -42,10 +42,11 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis.study_data import StudyData, finalists, incumbents
+from autotune.core.analysis.study_data import StudyData, finalists, incumbents, noise_line
 from autotune.core.deployment import failures
-from autotune.core.deployment.flags import to_argv
-from autotune.core.plan.budget import TimeLeft
+from autotune.core.deployment.from_flags import Baseline
+from autotune.core.maths.durations import duration_text
+from autotune.core.plan.budget import TimeLeft, start_up
 from autotune.core.plan.confirmation import deployment_cost_s, failed_deployment_cost_s
 from autotune.core.plan.scheduling import (
     REJECTED_CAP,
@@ -58,20 +59,27 @@ from autotune.core.plan.scheduling import (
     stop_text,
     worker_seed,
 )
-from autotune.core.space.search_space import drawable_points, params_key, sample
+from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.told import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
+from autotune.study.run.confirm_rounds import deploy_once
+from autotune.study.run.creation import trial_flags
 from autotune.study.run.one_trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
 from autotune.study.run.planning import StudyPlan
 from autotune.study.run.reaping import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.run.samplers import make_sampler
 from autotune.study.store import optuna_internals
-from autotune.study.store.records import TRIAL_ENV, read_outcome, study_data, write_outcome
-from autotune.study.store.state import time_budget, uid
+from autotune.study.store.records import (
+    TRIAL_ENV,
+    read_outcome,
+    study_data,
+    write_outcome,
+)
+from autotune.study.store.state import baseline_config, time_budget, uid
 from autotune.study.store.storage import (
     Heartbeat,
     hostname,
@@ -133,7 +141,8 @@ class StudyRunner:
     plan: StudyPlan
     setup: TrialSetup
     trial_fn: TrialFunction = run_trial
-    sampler_fn: Callable[[int | None, str], optuna.samplers.BaseSampler] = make_sampler
+    # None: make_sampler with a random start sized to the budget (core.plan.budget.start_up)
+    sampler_fn: Callable[[int | None, str], optuna.samplers.BaseSampler] | None = None
     storage: BaseStorage | None = None  # None: plan.storage (a replay passes an in-memory one)
     progress: Progress = field(default_factory=SilentProgress)
     heartbeat: Heartbeat = field(default_factory=Heartbeat)
@@ -147,17 +156,19 @@ class StudyRunner:
     _resamples: int = 0
     _drawable: frozenset[str] | None = None  # params keys the space can draw (None: not listable)
     _drawable_known: bool = False
+    _baseline: Baseline | None = None  # the study's measured baseline (its first trial)
 
     def work(self) -> optuna.Study:
         plan = self.plan
         storage = self.storage or open_storage(plan.storage, self.heartbeat)
         seed = worker_seed(plan.seed, self.label) if self.label else plan.seed
         try:
-            study = optuna.load_study(study_name=plan.study_name, storage=storage,
-                                      sampler=self.sampler_fn(seed, plan.sampler))
+            study = optuna.load_study(study_name=plan.study_name, storage=storage)
         except KeyError:
             raise StudyError(f"no study {plan.study_name!r} in this storage; create it with "
                              "`autotune run --storage ... --study NAME`") from None
+        study.sampler = self._sampler(study, seed)
+        self._baseline = baseline_config(study)
         refuse_shared_sqlite(plan.storage, {
             read_outcome(t).worker.get("host", hostname())
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))})
@@ -199,6 +210,19 @@ class StudyRunner:
                 self.progress.message(left.text)
                 time_said = now.finished
             self._one_trial(study, storage, store)
+
+    def _sampler(self, study: optuna.Study, seed: int | None) -> optuna.samplers.BaseSampler:
+        """The given sampler factory's, or ``make_sampler``'s with a random start sized to the
+        trials the budget allows (said once)."""
+        plan = self.plan
+        if self.sampler_fn is not None:
+            return self.sampler_fn(seed, plan.sampler)
+        data = study_data(study, confirmed=False)
+        start = start_up(plan.trials, budget_s=plan.time_budget_s,
+                         trial_s=deployment_cost_s(data.outcomes), platform=plan.ctx.platform)
+        if plan.sampler in ("tpe", "gp"):
+            self.progress.message(start.text)
+        return make_sampler(seed, plan.sampler, start.random_trials)
 
     def _search_done(self, study: optuna.Study) -> str:
         """Why the search has nothing left to measure ("" while it has): every configuration
@@ -267,8 +291,8 @@ class StudyRunner:
             self._skip(study, trial, "over budget: other workers claimed the last trials")
             return
         number = position(trial.number, now)
-        params = sample(plan.space, plan.ctx, trial)
-        argv = tuple(to_argv(plan.space, plan.ctx, params))
+        params, flags = trial_flags(plan, trial, self._baseline)
+        argv = tuple(flags)
         engine, verdict = self._engine_of(argv)
         same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
         frozen = optuna_internals.stored_trial(study, trial)
@@ -332,6 +356,37 @@ class StudyRunner:
             raise StudyError(_stop_message(trial.number, outcome))
         study.tell(trial, values)
         self._report(study, number, trial.number)
+        if self._baseline is not None and claim.reference == self._baseline.name:
+            self._calibrate(study)
+
+    def _calibrate(self, study: optuna.Study) -> None:
+        """Right after the baseline is served, deploy it once more (stored as a confirmation
+        deployment of it): the study's own spread between deployments from its start, so that
+        every interval rests on a measured noise. Skipped with --no-calibrate, where a spread is
+        already measured or inherited for every objective, or where the time budget cannot
+        afford it beside the confirmation's reserve."""
+        plan = self.plan
+        data = study_data(study)
+        baseline = data.baseline
+        if not plan.request.calibrate or baseline is None or not baseline.feasible:
+            return
+        if baseline.number in data.confirmed:
+            return  # a resumed study: calibrated already
+        if all(not data.noise.of(o.name).assumed for o in plan.objectives):
+            self.progress.message("calibration: not needed, the spread between deployments is "
+                                  f"already measured ({noise_line(data)})")
+            return
+        left = time_left(study, plan, now=self.clock())
+        cost = data.deployment_s or baseline.trial_wall_s or 0.0
+        if left is not None and not left.affords(cost):
+            self.progress.message(f"calibration skipped: redeploying the baseline "
+                                  f"(~{duration_text(cost)}) does not fit ({left.text})")
+            return
+        tag = f"calibration: trial {baseline.label} deployed again"
+        got = deploy_once(study, plan, self.setup, baseline, 1, trial_fn=self.trial_fn,
+                          say=self.progress.message, tag=tag)
+        if got:
+            self.progress.message(f"{tag}: {noise_line(study_data(study))}")
 
     def _measure(self, argv: tuple[str, ...], bench: BenchPlan, setup: TrialSetup,
                  number: int) -> Measurement:

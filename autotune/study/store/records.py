@@ -7,16 +7,25 @@ them); the study's own attributes are ``study.store.state``'s.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core.analysis.study_data import StudyData, noise_of
+from autotune.core.analysis.study_data import StudyData, measured_spreads, noise_of
+from autotune.core.maths.stats import Spread, pool_spreads
 from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.study.store import optuna_internals
-from autotune.study.store.state import baseline, read_confirmed, read_plan
+from autotune.study.store.state import (
+    baseline,
+    noise_of_attrs,
+    read_confirmed,
+    read_plan,
+    write_noise,
+)
 
 TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL)
@@ -44,17 +53,22 @@ def outcomes(study: optuna.Study) -> list[TrialOutcome]:
 def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
     """The study's trials, objectives, noise, baseline and vLLM's defaults, read once. Where
     finalists were confirmed (and ``confirmed``), each confirmation deployment is one more
-    deployment of the trial beside its search's; every other trial keeps its one."""
-    found = outcomes(study)
-    again = read_confirmed(study) if confirmed else {}
-    found = [dataclasses.replace(t, results=with_confirmed(t.results, again[t.number]))
-             if t.number in again else t for t in found]
+    deployment of the trial beside its search's; every other trial keeps its one. The noise
+    always rests on every deployment (a calibration's from the study's start) and on the spread
+    inherited from other studies of the storage under the same conditions."""
+    search = outcomes(study)
+    stored = read_confirmed(study)
+    every = [dataclasses.replace(t, results=with_confirmed(t.results, stored[t.number]))
+             if t.number in stored else t for t in search]
+    found = every if confirmed else search
+    again = stored if confirmed else {}
     name = baseline(study)
     base = next((t for t in found if name and t.reference == name), None)
     plan = read_plan(study)
     return StudyData(outcomes=tuple(found),
                      objectives=plan.parsed_objectives() if plan else (),
-                     noise=noise_of(found, platform_of(found)), baseline=base,
+                     noise=noise_of(every, platform_of(every), inherited_noise(study, every)),
+                     baseline=base,
                      defaults=plan.defaults if plan else {},
                      loads={p.name: p.load for p in plan.profiles} if plan else {},
                      repeats=plan.repeats if plan else 1,
@@ -79,6 +93,54 @@ def with_confirmed(search: Mapping[str, ProfileResult], confirmed: Mapping[str, 
                                               and len(again.stops) == len(again.runs)) else ()
         out[p] = ProfileResult(p, first.runs + again.runs, stops, deployment_sizes=sizes)
     return out
+
+
+def noise_conditions(study: optuna.Study, found: Sequence[TrialOutcome]) -> dict | None:
+    """What must match for a spread between deployments to hold in another study: the model,
+    the machine and vLLM its served trials ran on, and each profile's definition (a hash).
+    None where the study has no served trial, or its trials ran on more than one machine or
+    vLLM."""
+    plan = read_plan(study)
+    ran = {(t.hardware, t.vllm_version) for t in found if t.feasible and t.results}
+    if plan is None or len(ran) != 1:
+        return None
+    hardware, vllm = next(iter(ran))
+    return {"model": plan.model, "hardware": hardware, "vllm": vllm,
+            "profiles": {p.name: hashlib.sha256(json.dumps(p.to_dict(), sort_keys=True, default=str)
+                                                .encode()).hexdigest()[:16]
+                         for p in plan.profiles}}
+
+
+def store_noise(study: optuna.Study) -> None:
+    """Record the study's own spread between deployments (its calibration's and
+    confirmations'), with its conditions, for later studies of the storage to inherit."""
+    found = study_data(study).outcomes
+    conditions = noise_conditions(study, found)
+    spreads = measured_spreads(found)
+    if conditions is not None and spreads:
+        write_noise(study, {**conditions, "spreads": {k: list(v) for k, v in spreads.items()}})
+
+
+def inherited_noise(study: optuna.Study, found: Sequence[TrialOutcome]) -> dict[str, Spread]:
+    """Per ``profile:metric``, the spread between deployments that the other studies of the
+    storage measured under this study's conditions (``noise_conditions``), pooled."""
+    mine = noise_conditions(study, found)
+    if mine is None:
+        return {}
+    by_key: dict[str, list[Spread]] = {}
+    for other in optuna_internals.storage_of(study).get_all_studies():
+        if other.study_name == study.study_name:
+            continue
+        record = noise_of_attrs(other.user_attrs)
+        if not record or any(record.get(k) != mine[k] for k in ("model", "hardware", "vllm")):
+            continue
+        for key, (sd, df) in record.get("spreads", {}).items():
+            profile = key.rsplit(":", 1)[0]
+            theirs = record.get("profiles", {}).get(profile)
+            if theirs is not None and theirs == mine["profiles"].get(profile):
+                by_key.setdefault(key, []).append(
+                    Spread(float(sd), float(df), f"{df:g} df inherited from study {other.study_name!r}"))
+    return {k: pooled for k, v in by_key.items() if (pooled := pool_spreads(v)) is not None}
 
 
 def platform_of(found: Sequence[TrialOutcome]) -> str:

@@ -1,7 +1,8 @@
 """A study's own state in its storage: the plan it was asked to do, when its time budget's clock
-started, its uid, whether its references were enqueued and which is the baseline, and the
-confirmed rounds of its finalists. The one module that reads or writes a study's attributes
-(a trial's are ``records``'); it decides nothing.
+started, its uid, its measured baseline, whether its references were enqueued and which is the
+baseline, the confirmed rounds of its finalists and the spread between deployments it measured.
+The one module that reads or writes a study's attributes (a trial's are ``records``'); it
+decides nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 
 import optuna
 
+from autotune.core.deployment.from_flags import Baseline
 from autotune.core.plan.confirmation import ConfirmationState
 from autotune.core.plan.request import LAYOUT1_TIME_BUDGET, PlanRequest
 from autotune.core.trial.outcome import ProfileResult
@@ -20,7 +22,9 @@ _PLAN = "plan"
 _CLOCK = "time_budget_started_at"  # epoch seconds at which this `run`'s time budget started
 _UID = "uid"  # random id of the study, in the trial marker of every server it starts
 _REFERENCES = "references_enqueued"
-_BASELINE = "baseline"
+_BASELINE = "baseline"  # the name (a trial's ``reference``) of the trial verdicts compare with
+_BASELINE_CONFIG = "baseline_config"  # the measured baseline's record (from_flags.Baseline)
+_NOISE = "measured_noise"  # this study's own spread between deployments, and under what
 _CONFIRMED = "confirmed"  # trial number -> profile -> one list of runs per deployment, oldest first
 _CONFIRMED_STOPS = "confirmed_stops"  # the same layout: how each of those runs ended (RunStop)
 
@@ -66,13 +70,38 @@ def references_enqueued(study: optuna.Study) -> bool:
 
 def mark_references(study: optuna.Study, baseline: str) -> None:
     """The references were enqueued (or imported) once; ``baseline`` names the one the others
-    are compared with."""
+    are compared with, unless a measured baseline (``mark_baseline``) already is."""
     study.set_user_attr(_REFERENCES, True)
-    study.set_user_attr(_BASELINE, baseline)
+    if _BASELINE_CONFIG not in study.user_attrs:
+        study.set_user_attr(_BASELINE, baseline)
+
+
+def mark_baseline(study: optuna.Study, record: Baseline) -> None:
+    """``record`` was enqueued as the study's first trial: the one every verdict compares with."""
+    study.set_user_attr(_BASELINE_CONFIG, record.to_dict())
+    study.set_user_attr(_BASELINE, record.name)
 
 
 def baseline(study: optuna.Study) -> str | None:
     return study.user_attrs.get(_BASELINE)
+
+
+def baseline_config(study: optuna.Study) -> Baseline | None:
+    """The measured baseline's record (None: the study has none, or predates it)."""
+    data = study.user_attrs.get(_BASELINE_CONFIG)
+    return None if data is None else Baseline.from_dict(data)
+
+
+def write_noise(study: optuna.Study, record: Mapping) -> None:
+    """This study's own measured spread between deployments, with the conditions it holds
+    under (``records.store_noise`` computes it)."""
+    study.set_user_attr(_NOISE, dict(record))
+
+
+def noise_of_attrs(user_attrs: Mapping) -> Mapping | None:
+    """The stored measured spread of a study, from its attributes (those of every study in a
+    storage are read at once: ``records.inherited_noise``)."""
+    return user_attrs.get(_NOISE)
 
 
 def _groups(stored: list) -> list[list[dict]]:
