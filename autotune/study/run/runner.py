@@ -437,8 +437,7 @@ class StudyRunner:
         if outcome.failure is failures.CONFIG_REJECTED:  # docs/studies.md, "The search"
             self.progress.message(
                 f"trial #{trial_number}: rejected by vLLM, not deployed; not counted toward "
-                f"--trials {self.plan.trials} (the study ends at {REJECTED_CAP * self.plan.trials} "
-                "trials in all)")
+                f"--trials (at most {REJECTED_CAP} x --trials trials in all)")
 
     def _copy_failure(self, study: optuna.Study, trial: optuna.Trial, claim: TrialOutcome,
                       previous: FrozenTrial) -> None:
