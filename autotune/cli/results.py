@@ -177,18 +177,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     from autotune.study.output.export import export_of, pick_trial
     from autotune.study.store.storage import load_existing
 
+    output = writable_file(args.output, "--output") if args.output else None
     study = load_existing(args.study, storage_of_args(args))
     trial = pick_trial(study, number=args.trial, use=args.use)
     export = export_of(trial)
     text = export.render(args.format)
-    if args.output:
-        Path(args.output).write_text(text)
+    if output is not None:
+        output.write_text(text)
         console.print(f"wrote trial #{trial.number} as {args.format} to {args.output}")
     else:
         out.print(text, end="", soft_wrap=True, markup=False, highlight=False)
     if args.verify:
         return _verify(args, study, trial, export)
     return 0
+
+
+def writable_file(text: str, flag: str) -> Path:
+    """The file ``flag`` names, checked before anything is read or written: its folder must
+    exist, and it must not be a folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {text}: a folder; give a file name, e.g. {path / 'serve.yaml'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{flag} {text}: folder {path.parent}/ does not exist; create it or "
+                          "write into an existing folder")
+    return path
 
 
 def _verify(args, study, trial, export) -> int:
@@ -231,8 +244,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from autotune.study.output.report import write_report
     from autotune.study.store.storage import load_existing
 
-    study = load_existing(args.study, storage_of_args(args))
     out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir}: a file, not a folder; give a folder (it is created "
+                          "if missing; its report files are replaced)")
+    study = load_existing(args.study, storage_of_args(args))
     for path in write_report(study, out_dir):
         out.print(f"wrote {path}")
     return 0
