@@ -38,6 +38,11 @@ PHASES = {"imports_s": 11.0, "engine_s": 9.0, "workers_s": 20.0, "compile_s": 29
           "compile_cache": "miss"}
 
 
+def flags(params: Mapping[str, object]) -> tuple[str, ...]:
+    """``vllm serve`` flags of ``params`` (max_num_seqs=128: --max-num-seqs 128)."""
+    return tuple(w for k, v in params.items() for w in (f"--{k.replace('_', '-')}", str(v)))
+
+
 def run_metrics(e2el_ms: float, throughput: float) -> dict[str, float]:
     """One run's vLLM-keyed metrics, derived from its mean E2EL and output throughput."""
     return {"output_throughput": throughput, "request_throughput": throughput / 256,
@@ -60,15 +65,16 @@ def served(*, e2el_ms: float, throughput: float, reference: str = "",
         "high-concurrency": ProfileResult("high-concurrency", runs(4 * e2el_ms, throughput),
                                           (RunStop(200, "ceiling", 100, 100),) * 2),
     }
-    return TrialOutcome(-1, params=dict(params or {"max_num_seqs": 256}), reference=reference,
-                        model="/models/m", argv=("--max-num-seqs", "256"), results=results,
+    params = dict(params or {"max_num_seqs": 256})
+    return TrialOutcome(-1, params=params, reference=reference,
+                        model="/models/m", argv=flags(params), results=results,
                         startup_s=75.0, startup_phases=dict(PHASES), vllm_version="vllm 0.26.0")
 
 
 def failed(message: str, *, params: Mapping[str, object] | None = None) -> TrialOutcome:
     """A trial whose deployment failed (vLLM's words in ``message``)."""
-    return TrialOutcome(-1, state="fail", params=dict(params or {"max_num_seqs": 1024}),
-                        model="/models/m", argv=("--max-num-seqs", "1024"),
+    params = dict(params or {"max_num_seqs": 1024})
+    return TrialOutcome(-1, state="fail", params=params, model="/models/m", argv=flags(params),
                         failure=failures.failure_class("config_rejected"), failure_message=message)
 
 
