@@ -32,12 +32,15 @@ from autotune.core.analysis.recommend import (
 )
 from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData, format_params
+from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
+from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
+from autotune.study.output.documents import OUTPUT_FORMATS
 from autotune.study.run.planning import DEFAULT_REFERENCES
 
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -125,6 +128,50 @@ def print_front_and_recommendations(data: StudyData, title: str,
                   markup=False, highlight=False)
 
 
+def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
+    """The trial table (``trials_table``), fitted to the terminal."""
+    shown = [t for t in trials if not t.skipped]
+    print_fitting(lambda column, width: trials_table(trials, data, changes_column=column, width=width),
+                  [(t.label, format_params(data.differences(t)) or "-") for t in shown],
+                  f"what each trial changes from {data.reference_point}")
+
+
+def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True,
+                 width: int | None = None) -> Table:
+    """One row per finished trial: the objectives and, compactly, what differs from the
+    baseline (or from vLLM's defaults without one); names broken into lines of ``width`` at
+    most (``breakable``)."""
+    table = Table(title="trials")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("result", overflow="fold")
+    table.add_column("start-up")
+    for o in data.objectives:
+        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
+    capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
+    for p in capacity:
+        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
+                         overflow="fold")
+    counted = any(r.stops for t in trials for r in t.results.values())
+    if counted:  # older studies recorded no request counts
+        table.add_column("requests", overflow="fold")
+    if changes_column:
+        table.add_column(f"differs from {data.reference_point}")
+    retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
+    for t in trials:
+        if t.skipped:
+            continue  # a duplicate or over-budget claim, given back before deploying
+        result = (f"worker lost, retried as #{retried_as[t.number]}"
+                  if t.number in retried_as and t.status == t.state else t.status)
+        values = [number_text(t.value(o.profile, o.metric)) + (f"\n{t.reached(o.profile)}" if t.reached(
+            o.profile) else "") if t.feasible else "-" for o in data.objectives]
+        values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
+        values += [t.requests_cell] if counted else []
+        changes = [format_params(data.differences(t)) or "-"] if changes_column else []
+        table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
+                      t.startup_text, *values, *changes)
+    return table
+
+
 def _print_document(document: dict, rows: list, fmt: str) -> None:
     """``--format json|csv``: the records rendered as ``study.output.documents`` does."""
     from autotune.study.output.documents import render
@@ -150,7 +197,6 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 def cmd_trials(args: argparse.Namespace) -> int:
     """Every finished trial of the study (copies of another trial's engine left out, as every
     table leaves them): the trial table, or every field for scripts."""
-    from autotune.cli.study import print_trials
     from autotune.study.output.documents import trial_record
     from autotune.study.store.records import outcomes, study_data
     from autotune.study.store.storage import load_existing
@@ -388,7 +434,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def add_format(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table",
+    p.add_argument("--format", choices=OUTPUT_FORMATS, default="table",
                    help="table: for people (default); json or csv: every field, for scripts, "
                         "with vLLM's metric names (docs/outputs.md)")
 

@@ -33,7 +33,7 @@ from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import RunStop
 
-FORMATS = ("table", "json", "csv")
+OUTPUT_FORMATS = ("table", "json", "csv")
 SCHEMA = 1  # docs/outputs.md; raised when a field changes meaning or goes away
 
 
