@@ -76,3 +76,19 @@ def test_the_report_draws_the_front_and_each_picks_load_figure(data, tmp_path):
     assert "front.png" in names and any(n.startswith("load-trial-") for n in names)
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Each pick under load" in md and "load-trial-" in md
+
+
+def test_the_dashboard_gets_the_figures_as_the_studys_artifacts(data, tmp_path):
+    import optuna
+    from optuna.artifacts import get_all_artifact_meta
+
+    from autotune.core.analysis.recommend import TieSettings
+    from autotune.study.output.notes import upload_figures
+    from autotune.study.store.storage import Heartbeat, open_storage
+
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    study = optuna.load_study(study_name="s", storage=open_storage(url, Heartbeat()))
+    names = upload_figures(study, data, tmp_path / "artifacts", TieSettings("s"))
+    assert names[0] == "front.png" and all(n.startswith("load-trial-") for n in names[1:])
+    assert sorted(m.filename for m in get_all_artifact_meta(study)) == sorted(names)
+    assert len(list((tmp_path / "artifacts").iterdir())) == len(names)
