@@ -109,6 +109,7 @@ def test_recommend_json_names_each_uses_pick_its_verdict_and_flags(cli, stored):
     picks = {r["use"]: r for r in doc["recommendations"]}
     assert picks["interactive"]["trial"] == 1 and picks["throughput"]["trial"] == 0
     assert picks["interactive"]["vs_baseline"] == "better"
+    assert picks["interactive"]["comparisons"]["low-concurrency:mean_e2el_ms"]["verdict"] == "better"
     assert picks["throughput"]["vs_baseline"] == "keep"  # the baseline is the best: keep it
     assert picks["interactive"]["flags"] == ["--max-num-seqs", "128"]
     assert picks["interactive"]["reason"]

@@ -24,7 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from autotune.core.analysis.recommend import Recommendation, TieCost
+from autotune.core.analysis.recommend import Recommendation, TieCost, use_objectives
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment import failures
 from autotune.core.maths.stats import Comparison, Estimate
@@ -177,7 +177,7 @@ def recommendation_record(data: StudyData, rec: Recommendation | str, use: str) 
         return RecommendationRecord(use, None, "", {}, "", {}, (), None, (),
                                     rec.removeprefix(f"{use}: "))
     t, versus = rec.trial, rec.versus
-    names = versus.objectives if versus is not None else ()
+    names = [o.name for o in use_objectives(data, rec.use)]  # the objectives versus compares on
     return RecommendationRecord(
         use=rec.use, trial=t.number, reference=t.reference,
         objectives={o.name: Interval.of(data.objective_estimate(t, o)) for o in data.objectives},
