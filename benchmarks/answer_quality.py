@@ -44,9 +44,8 @@ The script imports autotune through ``_compat`` (the module layout after #42 ste
 flat ``autotune.study.*`` of c5a51e0), so the same file runs in a worktree at either commit.
 ``--variant``: ``refs`` (default; the ten references enqueued first, opt3-baseline the study's
 baseline) or ``space`` (the default space alone, as the 9-minute GPU study of issue #40 ran; a
-study without a measured baseline). A calibration on/off switch is not part of the plan yet
-(no PlanRequest field ``calibrate``): a variant ``...+nocal`` is accepted and refused with a
-message until it is, so that the hook exists.
+study without a measured baseline); ``+nocal`` after either (``refs+nocal``) runs it without the
+calibration redeployment of the baseline (``run --no-calibrate``), to show what it buys.
 """
 
 from __future__ import annotations
@@ -327,6 +326,7 @@ def _one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, ta
             model=model_dir, space_path=str(SPACE), tp=1,
             references_path=str(REFERENCES) if variant.startswith("refs") else None,
             trials=UNBOUNDED_TRIALS, seed=seed, study_name="replay",
+            **({"calibrate": False} if variant.endswith("+nocal") else {}),
             storage=f"sqlite:///{tmp}/r.db", time_budget_s=budget_s))
         storage = optuna.storages.InMemoryStorage()
         created, _, _ = prepare_study(plan, Heartbeat(), storage)
@@ -461,9 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                          for line in p.read_text().splitlines() if line]))
         return 0
     budgets = [parse_budget(b) for b in args.budgets.split(",")]
-    if args.variant.endswith("+nocal") or args.variant not in ("refs", "space"):
-        ap.error(f"--variant {args.variant}: valid: refs, space (a calibration switch awaits a "
-                 "PlanRequest field 'calibrate')")
+    if args.variant.removesuffix("+nocal") not in ("refs", "space"):
+        ap.error(f"--variant {args.variant}: valid: refs, space, refs+nocal, space+nocal")
     if not args.table.is_file():
         ap.error(f"--table {args.table}: no such file (write it with --write-table)")
     model_dir = Path(tempfile.mkdtemp(prefix="replay-model-"))

@@ -178,9 +178,11 @@ def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsy
     assert listing(tmp_path) == before
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()
             if line.startswith("│")]
-    finished, front = len(outcomes(study)), len(study_data(study).front())
-    assert [r[:4] for r in rows] == [[plan.study_name, str(len(study.trials)), str(finished),
-                                      str(front)]]
+    found, front = outcomes(study), len(study_data(study).front())
+    served = sum(t.state == "complete" and t.failure is None for t in found)
+    rejected = sum(t.failure is not None and t.failure.name == "config_rejected" for t in found)
+    assert [r[:6] for r in rows] == [[plan.study_name, str(len(study.trials)), str(served),
+                                      str(rejected), str(len(found) - served - rejected), str(front)]]
     missing = tmp_path / "elsewhere" / "none.db"
     assert main(["studies", "--storage", f"sqlite:///{missing}"]) == 2
     assert "no such file" in capsys.readouterr().err

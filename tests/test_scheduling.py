@@ -29,6 +29,7 @@ from autotune.shell.worker_pool import worker_argv
 from autotune.study.store import optuna_internals
 from autotune.study.store.storage import (
     Heartbeat,
+    engine_url,
     open_storage,
     redact,
     refuse_shared_sqlite,
@@ -118,11 +119,14 @@ def test_a_slot_worker_gets_its_devices_in_argv_and_never_the_storage_url(tmp_pa
 # ------------------------------------------------------------------ storage
 
 
-def test_storage_urls_hide_passwords_and_get_the_installed_postgres_driver(monkeypatch):
+def test_storage_urls_hide_passwords_as_typed_and_open_with_the_installed_postgres_driver(monkeypatch):
     assert redact("postgresql+psycopg://u:s3cret@db:5432/x") == "postgresql+psycopg://u:***@db:5432/x"
-    assert storage_url("postgresql://u:p@h/db", "x") == "postgresql+psycopg://u:p@h/db"
+    assert redact("postgresql://u:p%40ss@db/x?sslmode=require") == "postgresql://u:***@db/x?sslmode=require"
+    assert redact("sqlite:///a:b@c.db") == "sqlite:///a:b@c.db"  # no password in a file path
+    assert storage_url("postgresql://u:p@h/db", "x") == "postgresql://u:p@h/db"  # as typed
+    assert engine_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
     monkeypatch.setenv("AUTOTUNE_STORAGE", "postgres://u@h/db")
-    assert storage_url(None, "sqlite:///d.db") == "postgresql+psycopg://u@h/db"
+    assert engine_url(storage_url(None, "sqlite:///d.db")) == "postgresql+psycopg://u@h/db"
     monkeypatch.delenv("AUTOTUNE_STORAGE")
     assert storage_url(None, "sqlite:///d.db") == "sqlite:///d.db"
 
@@ -130,7 +134,7 @@ def test_storage_urls_hide_passwords_and_get_the_installed_postgres_driver(monke
 def test_unsupported_or_unreachable_storages_are_clear_errors_without_the_password():
     with pytest.raises(ConfigError, match="'mysql' is not supported"):
         open_storage("mysql://u:pw@h/db", Heartbeat())
-    with pytest.raises(StudyError) as err:
+    with pytest.raises(ConfigError) as err:  # bad input: exit 2, before anything runs
         open_storage("postgresql+psycopg://u:topsecret@127.0.0.1:1/db", Heartbeat())
     assert "topsecret" not in str(err.value) and "cannot open it" in str(err.value)
     with pytest.raises(ConfigError, match="grace period > interval"):

@@ -46,7 +46,7 @@ def test_a_four_trial_study_runs_references_first_and_records_both_profiles(four
     assert names == ["bench-high-concurrency-1.json", "bench-low-concurrency-1.json",
                      "requests-high-concurrency-1.jsonl", "requests-low-concurrency-1.jsonl",
                      "server.log"]
-    assert "trial 4/4" in result.stderr and "benchmarking high-concurrency" in result.stderr
+    assert "(4 of 4)" in result.stderr and "benchmarking high-concurrency" in result.stderr
 
 
 def test_a_crashing_trial_is_infeasible_with_its_class_and_the_study_goes_on(four_trials):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from autotune.cli import deploy, results, study
 from autotune.cli.common import DEFAULT_WORKDIR, console
 from autotune.errors import AutotuneError, ConfigError
+from autotune.study.store.storage import close_readers
 
 FAMILIES = (deploy, study, results)
 
@@ -58,3 +59,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("autotune: interrupted")
         return 130
+    finally:
+        close_readers()  # reading commands leave no file of SQLite's behind

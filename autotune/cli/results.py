@@ -17,6 +17,7 @@ from autotune.cli.common import (
     capacity_cell,
     console,
     cpu_slot,
+    fits,
     fmt,
     metric_header,
     out,
@@ -32,12 +33,15 @@ from autotune.core.analysis.recommend import (
 )
 from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData, format_params, noise_line
+from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
+from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
+from autotune.study.output.documents import OUTPUT_FORMATS
 from autotune.study.run.planning import DEFAULT_REFERENCES
 
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -126,8 +130,88 @@ def print_front_and_recommendations(data: StudyData, title: str,
                   markup=False, highlight=False)
 
 
+def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
+    """The trial table (``trials_table``), fitted to the terminal."""
+    shown = [t for t in trials if not t.skipped]
+    print_fitting(lambda column, width: trials_table(trials, data, changes_column=column, width=width),
+                  [(t.label, format_params(data.differences(t)) or "-") for t in shown],
+                  f"what each trial changes from {data.reference_point}")
+
+
+def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True,
+                 width: int | None = None) -> Table:
+    """One row per finished trial: the objectives and, compactly, what differs from the
+    baseline (or from vLLM's defaults without one); names broken into lines of ``width`` at
+    most (``breakable``)."""
+    table = Table(title="trials")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("result", overflow="fold")
+    table.add_column("start-up")
+    for o in data.objectives:
+        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
+    capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
+    for p in capacity:
+        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
+                         overflow="fold")
+    counted = any(r.stops for t in trials for r in t.results.values())
+    if counted:  # older studies recorded no request counts
+        table.add_column("requests", overflow="fold")
+    if changes_column:
+        table.add_column(f"differs from {data.reference_point}")
+    retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
+    for t in trials:
+        if t.skipped:
+            continue  # a duplicate or over-budget claim, given back before deploying
+        result = (f"worker lost, retried as #{retried_as[t.number]}"
+                  if t.number in retried_as and t.status == t.state else t.status)
+        values = [number_text(t.value(o.profile, o.metric)) + (f"\n{t.reached(o.profile)}" if t.reached(
+            o.profile) else "") if t.feasible else "-" for o in data.objectives]
+        values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
+        values += [t.requests_cell] if counted else []
+        changes = [format_params(data.differences(t)) or "-"] if changes_column else []
+        table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
+                      t.startup_text, *values, *changes)
+    return table
+
+
+def _print_document(document: dict, rows: list, fmt: str) -> None:
+    """``--format json|csv``: the records rendered as ``study.output.documents`` does."""
+    from autotune.study.output.documents import render
+
+    out.print(render(document, rows, fmt), end="", soft_wrap=True, markup=False, highlight=False)
+
+
 def cmd_pareto(args: argparse.Namespace) -> int:
-    print_front(_data(args), args.study)
+    data = _data(args)
+    if args.format == "table":
+        print_front(data, args.study)
+        return 0
+    from autotune.study.output.documents import front_records
+
+    rows = front_records(data)
+    _print_document({"study": args.study, "objectives": [o.name for o in data.objectives],
+                     "baseline": data.baseline.number if data.baseline else None,
+                     "smallest_difference": data.smallest_difference, "front": rows},
+                    rows, args.format)
+    return 0
+
+
+def cmd_trials(args: argparse.Namespace) -> int:
+    """Every finished trial of the study (copies of another trial's engine left out, as every
+    table leaves them): the trial table, or every field for scripts."""
+    from autotune.study.output.documents import trial_record
+    from autotune.study.store.records import outcomes, study_data
+    from autotune.study.store.storage import load_existing
+
+    study = load_existing(args.study, storage_of_args(args))
+    data = study_data(study)
+    if args.format == "table":
+        print_trials(outcomes(study), study_data(study, confirmed=False))
+        return 0
+    rows = [trial_record(data, t) for t in data.outcomes]
+    _print_document({"study": args.study, "objectives": [o.name for o in data.objectives],
+                     "baseline": data.baseline.number if data.baseline else None,
+                     "trials": rows}, rows, args.format)
     return 0
 
 
@@ -142,55 +226,115 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         raise ConfigError(f"--study {args.study}: no feasible trial in the study yet: "
                           "run more trials first")
     uses = (args.use,) if args.use else uses_of(data)
-    print_recommendations(data, study.study_name, TieSettings(study.study_name, smallest), uses,
-                          explain=args.explain)
+    tie = TieSettings(study.study_name, smallest)
+    if args.format == "table":
+        print_recommendations(data, study.study_name, tie, uses, explain=args.explain)
+        return 0
+    from autotune.study.output.documents import recommendation_record
+
+    rows = [recommendation_record(data, r, use)
+            for use, r in zip(uses, recommend_each(data, uses, tie), strict=True)]
+    _print_document({"study": args.study, "smallest_difference": smallest,
+                     "recommendations": rows}, rows, args.format)
     return 0
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
-    """Every study in the storage: name, trials, finished, front size, created. Reads only: a
-    storage that does not exist is an error, never created."""
+    """Every study in the storage: its trials counted apart (served, rejected, failed), the
+    front's size, when it was created. Reads only: a storage that does not exist is an error,
+    never created."""
     import optuna
+    from optuna.trial import TrialState
 
+    from autotune.study.output.documents import study_record
     from autotune.study.store.records import study_data
-    from autotune.study.store.storage import open_existing, redact
+    from autotune.study.store.storage import open_existing, redact, storage_errors
 
     storage = storage_of_args(args)
     rdb = open_existing(storage)
-    summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
-    if not summaries:
-        out.print(f"no study in {redact(storage)}", soft_wrap=True)
-        return 0
-    table = Table(title=f"studies in {redact(storage)}")
-    for col in ("study", "trials", "finished", "front", "created"):
-        table.add_column(col, justify="left" if col in ("study", "created") else "right",
-                         overflow="fold")
+    with storage_errors(f"--storage {redact(storage)}: cannot read it"):
+        summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
+    rows = []
     for s in sorted(summaries, key=lambda s: s.datetime_start or _EPOCH):
         study = optuna.load_study(study_name=s.study_name, storage=rdb)
-        data = study_data(study)
-        created = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else "-"
-        table.add_row(s.study_name, str(s.n_trials), str(len(data.outcomes)),
-                      str(len(data.front())) if data.objectives else "-", created)
-    out.print(table)
+        unfinished = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
+                                                                   TrialState.WAITING)))
+        created = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else ""
+        rows.append(study_record(s.study_name, study_data(study), trials=s.n_trials,
+                                 unfinished=unfinished, created=created))
+    if args.format != "table":
+        _print_document({"storage": redact(storage), "studies": rows}, rows, args.format)
+        return 0
+    if not rows:
+        out.print(f"no study in {redact(storage)}", soft_wrap=True)
+        return 0
+    out.print(f"studies in {redact(storage)}", soft_wrap=True, markup=False, highlight=False)
+    print_studies(rows)
     return 0
+
+
+STUDY_COLUMNS = ("trials", "served", "rejected", "failed", "front", "created")
+
+
+def studies_table(rows: list, *, boxed: bool, date_only: bool) -> Table:
+    """The studies, names whole (never wrapped); ``date_only`` drops the creation time."""
+    from rich import box
+
+    table = Table(box=box.HEAVY_HEAD if boxed else None, pad_edge=boxed)
+    table.add_column("study", no_wrap=True)
+    for col in STUDY_COLUMNS:
+        table.add_column(col, justify="left" if col == "created" else "right", no_wrap=True)
+    for r in rows:
+        created = r.created[:10] if date_only else r.created
+        table.add_row(r.study, *(f"{v:,}" for v in (r.trials, r.served, r.rejected, r.failed)),
+                      "-" if r.front is None else f"{r.front:,}", created or "-")
+    return table
+
+
+def print_studies(rows: list) -> None:
+    """The studies in the first layout that fits the terminal with every name whole: boxed,
+    then with dates only, then without borders; else one study per paragraph."""
+    for boxed, date_only in ((True, False), (True, True), (False, True)):
+        table = studies_table(rows, boxed=boxed, date_only=date_only)
+        if fits(table):
+            out.print(table, soft_wrap=False)
+            return
+    for r in rows:
+        out.print(r.study, soft_wrap=True, markup=False, highlight=False)
+        out.print(f"  {r.trials:,} trials: {r.served:,} served, {r.rejected:,} rejected, "
+                  f"{r.failed:,} failed; front {'-' if r.front is None else r.front}; "
+                  f"created {r.created or '-'}", soft_wrap=True, markup=False, highlight=False)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from autotune.study.output.export import export_of, pick_trial
     from autotune.study.store.storage import load_existing
 
+    output = writable_file(args.output, "--output") if args.output else None
     study = load_existing(args.study, storage_of_args(args))
     trial = pick_trial(study, number=args.trial, use=args.use)
     export = export_of(trial)
     text = export.render(args.format)
-    if args.output:
-        Path(args.output).write_text(text)
+    if output is not None:
+        output.write_text(text)
         console.print(f"wrote trial #{trial.number} as {args.format} to {args.output}")
     else:
         out.print(text, end="", soft_wrap=True, markup=False, highlight=False)
     if args.verify:
         return _verify(args, study, trial, export)
     return 0
+
+
+def writable_file(text: str, flag: str) -> Path:
+    """The file ``flag`` names, checked before anything is read or written: its folder must
+    exist, and it must not be a folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {text}: a folder; give a file name, e.g. {path / 'serve.yaml'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{flag} {text}: folder {path.parent}/ does not exist; create it or "
+                          "write into an existing folder")
+    return path
 
 
 def _verify(args, study, trial, export) -> int:
@@ -233,8 +377,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from autotune.study.output.report import write_report
     from autotune.study.store.storage import load_existing
 
-    study = load_existing(args.study, storage_of_args(args))
     out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir}: a file, not a folder; give a folder (it is created "
+                          "if missing; its report files are replaced)")
+    study = load_existing(args.study, storage_of_args(args))
     for path in write_report(study, out_dir):
         out.print(f"wrote {path}")
     return 0
@@ -288,10 +435,23 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=OUTPUT_FORMATS, default="table",
+                   help="table: for people (default); json or csv: every field, for scripts, "
+                        "with vLLM's metric names (docs/outputs.md)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pareto", help="the front of the study's objectives, with intervals")
     add_study_args(p)
+    add_format(p)
     p.set_defaults(handler=cmd_pareto)
+
+    p = sub.add_parser("trials", help="every finished trial: outcome, flags, every metric with "
+                       "its interval, start-up phases, how each run stopped (reads only)")
+    add_study_args(p)
+    add_format(p)
+    p.set_defaults(handler=cmd_trials)
 
     p = sub.add_parser("recommend", help="pick a trial for each use: one compact table (--explain: "
                        "the full reasoning), ties with their price in device time")
@@ -303,12 +463,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explain", action="store_true",
                    help="the full text of each recommendation: why, ties, what resolving them takes")
     add_smallest_difference(p)
+    add_format(p)
     p.set_defaults(handler=cmd_recommend)
 
-    p = sub.add_parser("studies", help="the studies in a storage: name, trials, finished, front "
-                       "size, created (reads only)")
+    p = sub.add_parser("studies", help="the studies in a storage: name, trials (served, rejected, "
+                       "failed), front size, created (reads only)")
     p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
                    "sqlite:///<workdir>/autotune.db)")
+    add_format(p)
     p.set_defaults(handler=cmd_studies)
 
     p = sub.add_parser("export", help="launch flags of a trial: shell command, vllm serve --config YAML, JSON")

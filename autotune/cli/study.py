@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from rich.markup import escape
-from rich.table import Table
 
 from autotune.cli.common import (
     add_deploy_args,
@@ -21,28 +20,25 @@ from autotune.cli.common import (
     add_profile_overrides,
     add_smallest_difference,
     add_study_args,
-    breakable,
-    capacity_cell,
     console,
     entrypoint_of,
-    fmt,
-    metric_header,
     out,
     parse_duration,
     parse_percent,
     parse_precision,
-    print_fitting,
     print_wrapped,
     profiles_of,
     slots_of,
     storage_of_args,
     vllm_validator,
 )
+from autotune.cli.results import print_trials, trials_table  # noqa: F401 (as before #42)
 from autotune.core.analysis.recommend import TieSettings
-from autotune.core.analysis.study_data import StudyData, format_params, noise_line
+from autotune.core.analysis.study_data import noise_line
 from autotune.core.deployment.from_flags import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import duration_text
+from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.plan.budget import TimeLeft
 from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
@@ -69,22 +65,25 @@ def _budget_text(plan: StudyPlan) -> str:
 
 
 class ConsoleProgress:
-    """Prints trial i of N, the phase and the elapsed time, one line per change; ``label``
-    names the worker when several print to one terminal."""
+    """Prints each trial by its number (#N, as every table names it) with how far the study is
+    ('3 of 10'), the phase and the time elapsed since ``started`` (epoch seconds; default now:
+    `run` passes its own start, so the clock runs on through confirmation), one line per
+    change; ``label`` names the worker when several print to one terminal."""
 
-    def __init__(self, label: str = "") -> None:
-        self.t0 = time.monotonic()
+    def __init__(self, label: str = "", started: float | None = None) -> None:
+        self.t0 = time.time() if started is None else started
         self.label = escape(f" [{label}]") if label else ""
 
     def _stamp(self) -> str:
-        s = int(time.monotonic() - self.t0)
+        s = int(max(time.time() - self.t0, 0))
         return f"[{duration_text(s, clock=True)}]{self.label}"
 
-    def phase(self, number: int, total: int, phase: str) -> None:
-        console.print(f"{self._stamp()} trial {_of(number, total)}: {phase}")
+    def phase(self, number: int, total: int, phase: str, trial: int | None = None) -> None:
+        name = f"#{trial} ({_of(number, total)})" if trial is not None else _of(number, total)
+        console.print(f"{self._stamp()} trial {name}: {phase}")
 
     def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
-        console.print(f"{self._stamp()} trial {_of(number, total)} (#{trial.number}): "
+        console.print(f"{self._stamp()} trial #{trial.number} ({_of(number, total)}): "
                       f"{trial_result_line(trial)}")
         console.print(f"{self._stamp()} Pareto front so far: "
                       f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
@@ -94,8 +93,8 @@ class ConsoleProgress:
 
 
 def _of(number: int, total: int) -> str:
-    """'3/10', or '3' where a time budget, not a trial count, ends the study."""
-    return f"{number}/{total}" if total < UNBOUNDED_TRIALS else f"{number}"
+    """'3 of 10', or '3 so far' where a time budget, not a trial count, ends the study."""
+    return f"{number} of {total}" if total < UNBOUNDED_TRIALS else f"{number} so far"
 
 
 def trial_result_line(t: TrialOutcome) -> str:
@@ -104,10 +103,10 @@ def trial_result_line(t: TrialOutcome) -> str:
             and t.startup_s is None else ""
         return f"infeasible, {t.failure.name}: {t.failure_message[:200]}{dup}"
     tput, lat = THROUGHPUT_METRIC, LATENCY_METRIC
-    parts = [f"{p}: {fmt(r.mean(tput))} {unit_of(tput)}, {fmt(r.mean(lat), 0)} {unit_of(lat)}"
+    parts = [f"{p}: {number_text(r.mean(tput))} {unit_of(tput)}, {number_text(r.mean(lat))} {unit_of(lat)}"
              for p, r in t.results.items() if p not in t.capacity]
     parts += [f"{p}: {boundary_text(s)}" + (
-        f", {fmt(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
+        f", {number_text(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
         for p, s in t.capacity.items()]
     return f"ready in {t.startup_detail}; " + "; ".join(parts)
 
@@ -157,7 +156,7 @@ def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
 
 
 def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.Namespace,
-          label: str) -> int:
+          label: str, started: float | None = None) -> int:
     """Run the study's trials: in this process for one slot, one worker process per slot
     otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
     from autotune.shell.worker_pool import run_workers
@@ -168,14 +167,14 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
         return run_workers(slots, workdir=plan.workdir, study=plan.study_name,
                            env={STORAGE_ENV: plan.storage}, label=label,
                            options=_worker_options(args, plan.model.name), message=console.print)
-    StudyRunner(plan, setup, progress=ConsoleProgress(label), heartbeat=_heartbeat(args),
+    StudyRunner(plan, setup, progress=ConsoleProgress(label, started), heartbeat=_heartbeat(args),
                 label=label).work()
     return 0
 
 
 def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | None = None,
              rounds: int = CONFIRM_ROUNDS, budget_s: float | None = None,
-             study_budget: bool = False) -> None:
+             study_budget: bool = False, started: float | None = None) -> None:
     """Confirm the finalists (or ``trials``) inside ``budget_s`` seconds from now (`confirm
     --time-budget`), or with ``study_budget`` (`run`) inside what is left of the study's time
     budget, if it has one."""
@@ -184,7 +183,7 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
     from autotune.study.store.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
-    progress = ConsoleProgress()
+    progress = ConsoleProgress(started=started)  # `run`'s clock runs on
     end: float | None = None if budget_s is None else time.time() + budget_s
     if study_budget:
         seconds, started = time_budget(study)
@@ -251,9 +250,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in notes:
         console.print(note)
     # The `run` that created the study samples with --seed itself; one that joins varies it.
-    code = _work(plan, setup, slots, args, "" if created else hostname())
+    code = _work(plan, setup, slots, args, "" if created else hostname(), started)
     if code == 0 and plan.confirm:
-        _confirm(plan, setup, k=plan.confirm, study_budget=True)
+        _confirm(plan, setup, k=plan.confirm, study_budget=True, started=started)
     if plan.time_budget_s is not None:
         console.print(TimeLeft(time.time() - started, plan.time_budget_s, None, 0.0).kept_text)
     return _finish(plan, code)
@@ -310,50 +309,6 @@ def trial_numbers(text: str) -> list[int]:
     if not all(part.isdigit() for part in parts):
         raise ConfigError(f"--trials {text!r}: expected trial numbers separated by commas, e.g. 3,7")
     return list(dict.fromkeys(int(part) for part in parts))
-
-
-def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
-    """The trial table (``trials_table``), fitted to the terminal."""
-    shown = [t for t in trials if not t.skipped]
-    print_fitting(lambda column, width: trials_table(trials, data, changes_column=column, width=width),
-                  [(t.label, format_params(data.differences(t)) or "-") for t in shown],
-                  f"what each trial changes from {data.reference_point}")
-
-
-def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True,
-                 width: int | None = None) -> Table:
-    """One row per finished trial: the objectives and, compactly, what differs from the
-    baseline (or from vLLM's defaults without one); names broken into lines of ``width`` at
-    most (``breakable``)."""
-    table = Table(title="trials")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("result", overflow="fold")
-    table.add_column("start-up")
-    for o in data.objectives:
-        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
-    capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
-    for p in capacity:
-        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
-                         overflow="fold")
-    counted = any(r.stops for t in trials for r in t.results.values())
-    if counted:  # older studies recorded no request counts
-        table.add_column("requests", overflow="fold")
-    if changes_column:
-        table.add_column(f"differs from {data.reference_point}")
-    retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
-    for t in trials:
-        if t.skipped:
-            continue  # a duplicate or over-budget claim, given back before deploying
-        result = (f"worker lost, retried as #{retried_as[t.number]}"
-                  if t.number in retried_as and t.status == t.state else t.status)
-        values = [fmt(t.value(o.profile, o.metric)) + (f"\n{t.reached(o.profile)}" if t.reached(
-            o.profile) else "") if t.feasible else "-" for o in data.objectives]
-        values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
-        values += [t.requests_cell] if counted else []
-        changes = [format_params(data.differences(t)) or "-"] if changes_column else []
-        table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
-                      t.startup_text, *values, *changes)
-    return table
 
 
 def _add_worker_args(p: argparse.ArgumentParser) -> None:

@@ -374,13 +374,9 @@ def _versus(data: StudyData, pick: TrialOutcome, objectives: Sequence[Objective]
     return Versus(base, comparisons, labels, cost)
 
 
-def _number(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}" if abs(x) < 1 else f"{x:.1f}"
-
-
 def _cell(e) -> str:
-    """An estimate in few characters: 'mean [low, high]', thousands separated as in every table."""
-    return f"{_number(e.mean)} [{_number(e.low)}, {_number(e.high)}]"
+    """An estimate in few characters: 'mean [low, high]', written as in every table."""
+    return e.text
 
 
 def _wrap(text: str, indent: str = "  ") -> list[str]:

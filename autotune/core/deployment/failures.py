@@ -178,5 +178,11 @@ def tail(text: str, lines: int = 40) -> str:
 
 
 def first_line(message: str, width: int) -> str:
-    """A failure message's first line, cut at ``width`` characters: for one-line summaries."""
-    return (message.splitlines() or [""])[0][:width]
+    """A failure message's first line for one-line summaries: whole where it has at most
+    ``width`` characters, else cut at the last space before ``width`` and closed with '...'
+    (never mid-word: a cut word reads as another name, 'max_position_em')."""
+    line = (message.splitlines() or [""])[0].strip()
+    if len(line) <= width:
+        return line
+    cut = line[:width - 3].rsplit(" ", 1)[0] if " " in line[:width - 3] else line[:width - 3]
+    return cut.rstrip(" ,;:(") + "..."

@@ -26,6 +26,7 @@ from enum import StrEnum
 import numpy as np
 from scipy.special import ndtr, ndtri, stdtrit  # scipy.stats costs a second to import
 
+from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import ASSUMED_LOG_SD, METRICS
 
 LEVEL = 0.95
@@ -281,8 +282,10 @@ class Estimate:
 
     @property
     def text(self) -> str:
-        digits = 0 if self.mean >= 100 else 1
-        return f"{self.mean:,.{digits}f} [{self.low:,.{digits}f}, {self.high:,.{digits}f}]"
+        """'1,000 [943, 1,061]': as every table writes a number (``number_text``), the bounds
+        with their mean's digits."""
+        m = self.mean
+        return f"{number_text(m)} [{number_text(self.low, m)}, {number_text(self.high, m)}]"
 
 
 def estimate(values: Sequence[float], noise: Noise) -> Estimate:

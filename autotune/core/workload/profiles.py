@@ -148,6 +148,34 @@ PROFILE_FIELDS = {f.name for f in dataclasses.fields(WorkloadProfile)} - {"name"
 CAPACITY_FIELDS = {f.name for f in dataclasses.fields(CapacitySpec)} - {"limits"}
 
 
+def _typed(where: str, values: Mapping[str, Any], record: type) -> dict[str, Any]:
+    """``values`` of ``record``'s fields, each checked against the type of its default (a
+    whole number, a number or true/false; a number may be written as text, e.g. 'inf'): a
+    one-line error naming the field otherwise, never a comparison error later."""
+    out = dict(values)
+    for f in dataclasses.fields(record):
+        if f.name not in values or values[f.name] is None and f.default is None:
+            continue
+        value, default = values[f.name], f.default
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+        elif isinstance(default, float) or f.name == "start":
+            kind = "a number"
+            if isinstance(value, str):
+                try:
+                    value = out[f.name] = float(value)
+                except ValueError:
+                    pass
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        else:
+            continue
+        if not ok:
+            raise ConfigError(f"{where}: {f.name} must be {kind}, got {values[f.name]!r}")
+    return out
+
+
 def profile_from_dict(name: str, data: Mapping[str, Any], source: str) -> WorkloadProfile:
     """A profile from a mapping of ``WorkloadProfile`` fields; ``capacity`` a mapping of
     ``CapacitySpec`` fields with ``slo`` a list of ``METRIC<=LIMIT``."""
@@ -158,7 +186,8 @@ def profile_from_dict(name: str, data: Mapping[str, Any], source: str) -> Worklo
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; valid: "
                           f"{', '.join(sorted(PROFILE_FIELDS | {'capacity', 'dataset'}))}")
-    kwargs: dict[str, Any] = {k: v for k, v in data.items() if k in PROFILE_FIELDS}
+    kwargs: dict[str, Any] = _typed(where, {k: v for k, v in data.items() if k in PROFILE_FIELDS},
+                                    WorkloadProfile)
     dataset = data.get("dataset")
     if dataset is not None:
         if not isinstance(dataset, Mapping) or not isinstance(dataset.get("format"), str):
@@ -179,8 +208,9 @@ def profile_from_dict(name: str, data: Mapping[str, Any], source: str) -> Worklo
         limits = tuple(parse_limit(str(t), f"{where}: slo {str(t)!r}")
                        for t in capacity.get("slo") or ())
         try:
-            kwargs["capacity"] = CapacitySpec(
-                **{k: v for k, v in capacity.items() if k != "slo"}, limits=limits)
+            kwargs["capacity"] = CapacitySpec(**_typed(
+                f"{where}: capacity", {k: v for k, v in capacity.items() if k != "slo"},
+                CapacitySpec), limits=limits)
         except TypeError as exc:
             raise ConfigError(f"{where}: capacity: {exc}") from None
         except ConfigError as exc:

@@ -51,7 +51,7 @@ def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> T
             raise ConfigError(f"{flag}: no such finished trial in the study")
         t = found[number]
         if not (t.feasible or t.dominated):
-            why = (f"{t.failure.name}: {first_line(t.failure_message, 120)}" if t.failure
+            why = (f"{t.failure.name}: {first_line(t.failure_message, 300)}" if t.failure
                    else t.status)
             raise ConfigError(f"{flag}: trial {t.label} is failed or infeasible ({why}); "
                               "export a feasible trial (`autotune pareto` lists the front)")

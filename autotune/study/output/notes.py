@@ -1,13 +1,16 @@
 """What optuna-dashboard shows of a study: trial notes and the study note, as Markdown from
-``StudyData`` (``trial_note``, ``study_note``: pure text). The runner saves them as each trial
-ends, from the search's numbers; ``write_notes`` rewrites them all from the confirmed numbers
-(``study_data(confirmed=True)``, what `pareto` and `recommend` read) after a confirmation, so
-that the dashboard tells the same story. Launch commands are shell-quoted: they survive a paste.
+``StudyData`` (``trial_note``, ``study_note``: pure text), and the report's figures as the
+study's artifacts (``upload_figures``: the front with the picks, each pick under load). The
+runner saves the notes as each trial ends, from the search's numbers; ``write_notes`` rewrites
+them all from the confirmed numbers (``study_data(confirmed=True)``, what `pareto` and
+`recommend` read) after a confirmation, and uploads the figures, so that the dashboard tells
+the same story. Launch commands are shell-quoted: they survive a paste.
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import optuna
 
@@ -100,3 +103,34 @@ def write_notes(study: optuna.Study, plan=None) -> None:
         for t in data.outcomes:
             save_note(optuna_internals.live_trial(study, frozen[t.number]), trial_note(t, data))
         save_note(study, study_note(study.study_name, data, smallest_difference))
+        if plan is not None:
+            upload_figures(study, data, plan.workdir / "artifacts",
+                           TieSettings(study.study_name, smallest_difference))
+
+
+def upload_figures(study: optuna.Study, data: StudyData, artifacts: Path, tie: TieSettings) -> list[str]:
+    """The report's front (picks starred) and each pick's latency against load, as artifacts
+    of the study in the dashboard's store ``artifacts``; returns their file names."""
+    import tempfile
+
+    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+    from autotune.study.output.plot_data import front_plot, load_curves, load_png
+    from autotune.study.output.plots import plot_front, plot_load
+
+    picks = {use: r.trial.number for use, r in zip(USES, recommend_each(data, USES, tie), strict=True)
+             if not isinstance(r, str)}
+    artifacts.mkdir(parents=True, exist_ok=True)  # where the runner keeps the trials' artifacts
+    store = FileSystemArtifactStore(str(artifacts))
+    names = []
+    with tempfile.TemporaryDirectory() as folder:
+        if data.feasible and len(data.objectives) > 1:
+            names.append("front.png")
+            plot_front(front_plot(data, picks), Path(folder) / names[-1])
+        for curve in load_curves(data, picks):
+            names.append(load_png(curve))
+            plot_load(curve, Path(folder) / names[-1])
+        for name in names:
+            upload_artifact(artifact_store=store, file_path=str(Path(folder) / name),
+                            study_or_trial=study)
+    return names

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from autotune.study.output.plots import plot_capacity, plot_front
+from autotune.study.output.plot_data import load_png
+from autotune.study.output.plots import plot_capacity, plot_front, plot_load
 from autotune.study.output.report_data import compute_report
 from autotune.study.output.report_render import FRONT_PNG, capacity_png, report_sections, to_html, to_markdown
 
@@ -18,9 +19,12 @@ def write_report(study: optuna.Study, out_dir: Path) -> list[Path]:
     sections = report_sections(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = []
-    if report.has_front_plane:
+    if report.front_plot is not None:
         figures.append(out_dir / FRONT_PNG)
-        plot_front(report.data, figures[-1])
+        plot_front(report.front_plot, figures[-1])
+    for curve in report.load_curves:
+        figures.append(out_dir / load_png(curve))
+        plot_load(curve, figures[-1])
     for profile, curves in report.capacity_curves.items():
         figures.append(out_dir / capacity_png(profile))
         plot_capacity(curves, figures[-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import optuna
@@ -30,6 +30,7 @@ from autotune.core.metrics.registry import (
 )
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.errors import ConfigError
+from autotune.study.output.plot_data import FrontPlot, LoadCurve, front_plot, load_curves
 from autotune.study.store.records import study_data
 from autotune.study.store.state import read_plan
 
@@ -54,6 +55,9 @@ class Report:
     ttft_buckets: Mapping[str, tuple[str, ...]]  # profile -> prompt-length bucket metrics shown
     capacity_curves: Mapping[str, Mapping[str, CapacitySearch]]  # profile -> trial label -> search
     table: tuple[str, ...] = ()  # the recommendations' compact table, as `recommend` prints it
+    picks: Mapping[str, int] = field(default_factory=dict)  # use -> the trial recommended for it
+    front_plot: FrontPlot | None = None  # None: no plane to draw (``has_front_plane``)
+    load_curves: tuple[LoadCurve, ...] = ()  # each pick's latency against load
 
     @property
     def confirmed(self) -> frozenset[int]:
@@ -64,6 +68,12 @@ class Report:
     def has_front_plane(self) -> bool:
         """Whether the front has a plane to draw: a feasible trial and two objectives."""
         return bool(self.data.feasible) and len(self.data.objectives) > 1
+
+
+def picks(data: StudyData, tie: TieSettings) -> dict[str, int]:
+    """The trial recommended for each use that has one."""
+    return {use: r.trial.number for use, r in zip(USES, recommend_each(data, USES, tie), strict=True)
+            if not isinstance(r, str)}
 
 
 def recommendations(data: StudyData, tie: TieSettings) -> tuple[tuple[str, str], ...]:
@@ -154,10 +164,14 @@ def compute_report(study: optuna.Study) -> Report:
                       stored.smallest_difference if stored else SMALLEST_DIFFERENCE)
     found = [e for metric in effect_metrics(data) for e in effects(data, metric)]
     flips, unconfirmed = sign_flips(found)
+    picked = picks(data, tie)
+    plane = bool(data.feasible) and len(data.objectives) > 1
     return Report(
         study_name=study.study_name, model=stored.model if stored else "?",
         space_path=stored.space_path if stored else "?", data=data,
         recommendations=recommendations(data, tie), table=recommendations_table(data, tie),
         importance=importances(study.get_trials(deepcopy=False), study.directions, data),
         effects=tuple(found), flips=tuple(flips), unconfirmed_flips=tuple(unconfirmed),
-        ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data))
+        ttft_buckets=ttft_buckets(data), capacity_curves=capacity_curves(data), picks=picked,
+        front_plot=front_plot(data, picked) if plane else None,
+        load_curves=load_curves(data, picked))

@@ -12,6 +12,7 @@ from autotune.core.analysis.study_data import StudyData, failures_by_class, form
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import startup_summary
+from autotune.study.output.plot_data import load_png
 from autotune.study.output.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
 
 FRONT_PNG = "front.png"
@@ -124,8 +125,17 @@ def report_sections(report: Report) -> list[Section]:
         [f"differs from {data.reference_point}"]
     sec.tables.append((head, rows))
     if report.has_front_plane:
-        sec.images.append((FRONT_PNG, "the front: " + " against ".join(o.label for o in data.objectives)))
+        sec.images.append((FRONT_PNG, "the front: " + " against ".join(o.label for o in data.objectives)
+                           + "; the recommended picks starred"))
     sections.append(sec)
+    if report.load_curves:
+        sec = Section("Each pick under load")
+        sec.paragraphs.append(
+            "Latency against concurrency for each recommended trial, from every run the study "
+            "made of it: each fixed profile's mean with its 95% interval at the profile's "
+            "concurrency, and each capacity probe (one run) at the load it probed.")
+        sec.images += [(load_png(c), c.title) for c in report.load_curves]
+        sections.append(sec)
 
     sections += capacity_sections(data) + ttft_by_length_sections(report)
 

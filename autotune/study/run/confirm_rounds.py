@@ -168,7 +168,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
                 budget_ended = True
                 break
             count = state.deployments_of(t.number) + 1
-            tag = f"confirm step {r + 1} of up to {total}, {i + 1}/{len(order)}: trial {t.label}"
+            tag = (f"confirm step {r + 1} of up to {total}, deployment {i + 1} of {len(order)}: "
+                   f"trial {t.label}")
             got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag)
             walls.append(clock() - now)
             for profile, result in got.items():

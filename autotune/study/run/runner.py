@@ -99,14 +99,14 @@ class Progress(Protocol):
     """What the runner reports; the CLI prints it. ``number`` is the trial's place in the
     study-wide budget of ``total``."""
 
-    def phase(self, number: int, total: int, phase: str) -> None: ...
+    def phase(self, number: int, total: int, phase: str, trial: int | None = None) -> None: ...
     def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
         ...
     def message(self, text: str) -> None: ...
 
 
 class SilentProgress:
-    def phase(self, number: int, total: int, phase: str) -> None:
+    def phase(self, number: int, total: int, phase: str, trial: int | None = None) -> None:
         pass
 
     def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
@@ -345,7 +345,7 @@ class StudyRunner:
             bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
                 Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
                 for t in data.front()), data.noise))
-        measured = self._measure(claim.argv, bench, setup, number)
+        measured = self._measure(claim.argv, bench, setup, number, trial.number)
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
         outcome = dataclasses.replace(claim.with_measurement(measured),
@@ -389,18 +389,18 @@ class StudyRunner:
             self.progress.message(f"{tag}: {noise_line(study_data(study))}")
 
     def _measure(self, argv: tuple[str, ...], bench: BenchPlan, setup: TrialSetup,
-                 number: int) -> Measurement:
+                 number: int, trial_number: int) -> Measurement:
         """The trial function's measurement; one that failed for a reason that is not the
         configuration's (the machine's or ours) is taken once more."""
         total = self.plan.trials
 
         def on_phase(phase: str) -> None:
-            self.progress.phase(number, total, phase)
+            self.progress.phase(number, total, phase, trial_number)
 
         measured = self.trial_fn(argv, bench, setup, on_phase)
         if measured.failure is None or measured.failure.blames_configuration:
             return measured
-        self.progress.message(f"trial {number}/{total}: {measured.failure.name} "
+        self.progress.message(f"trial #{trial_number}: {measured.failure.name} "
                               f"({failures.first_line(measured.failure_message, 200)}), not the "
                               "configuration's fault: running it once more")
         return self.trial_fn(argv, bench, setup, on_phase)

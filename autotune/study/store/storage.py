@@ -11,6 +11,7 @@ its file locks do not hold over network filesystems.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import warnings
@@ -18,12 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import optuna
 from optuna.exceptions import StorageInternalError
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.errors import ConfigError, StudyError
 
@@ -52,12 +54,13 @@ class Heartbeat:
             )
 
 
+_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@?#]*:)(?P<password>[^@/?#]*)(?=@)")
+
+
 def redact(url: str) -> str:
-    """The URL with its password replaced by ***, for messages and logs."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable storage URL>"
+    """The URL as the user typed it, its password (if any) replaced by ***, for messages and
+    logs (never re-rendered: the driver, host and escapes stay as written)."""
+    return _PASSWORD.sub(r"\g<head>***", url, count=1)
 
 
 def is_sqlite(url: str) -> bool:
@@ -65,9 +68,14 @@ def is_sqlite(url: str) -> bool:
 
 
 def storage_url(flag_value: str | None, default: str) -> str:
-    """``--storage``, else $AUTOTUNE_STORAGE, else ``default``; a bare ``postgresql://`` gets
-    the psycopg (3) driver that autotune installs, whatever SQLAlchemy's default is."""
-    url = flag_value or os.environ.get(STORAGE_ENV) or default
+    """``--storage``, else $AUTOTUNE_STORAGE, else ``default``, as the user wrote it (messages
+    quote it so; ``engine_url`` is what is opened)."""
+    return flag_value or os.environ.get(STORAGE_ENV) or default
+
+
+def engine_url(url: str) -> str:
+    """The URL SQLAlchemy opens: a bare ``postgresql://`` gets the psycopg (3) driver that
+    autotune installs, whatever SQLAlchemy's default is."""
     for bare in ("postgresql://", "postgres://"):
         if url.startswith(bare):
             return "postgresql+psycopg://" + url[len(bare):]
@@ -78,7 +86,7 @@ def check_url(url: str, *, created_folder: Path | None = None) -> str:
     """The URL's dialect, or a one-line error naming --storage: an unsupported database, or an
     SQLite file in a folder that does not exist (``created_folder`` is the one `run` makes)."""
     try:
-        dialect = make_url(url).get_backend_name()
+        dialect = make_url(engine_url(url)).get_backend_name()
     except ArgumentError:
         raise ConfigError(f"--storage {redact(url)!r}: not a database URL; expected "
                           "sqlite:///path/to/file.db or postgresql://user@host/db") from None
@@ -87,7 +95,7 @@ def check_url(url: str, *, created_folder: Path | None = None) -> str:
                           "sqlite:///path/to/file.db (one machine) or postgresql://user@host/db")
     path = sqlite_path(url)
     if path is not None and not path.parent.is_dir() and path.parent != created_folder:
-        raise ConfigError(f"--storage {url}: folder {path.parent}/ does not exist; create it "
+        raise ConfigError(f"--storage {redact(url)}: folder {path.parent}/ does not exist; create it "
                           "or give a path in an existing folder")
     return dialect
 
@@ -124,29 +132,80 @@ def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(
-                url, engine_kwargs=engine_kwargs,
+                engine_url(url), engine_kwargs=engine_kwargs,
                 heartbeat_interval=heartbeat.interval_s, grace_period=heartbeat.grace_s,
                 heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                     max_retry=heartbeat.max_retry),
             )
-    except (OperationalError, ImportError) as exc:
-        raise StudyError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
+    except (SQLAlchemyError, ImportError) as exc:
+        raise ConfigError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
 
 
 def open_existing(url: str) -> RDBStorage:
-    """A storage that must exist already, for commands that only read: an SQLite file that is
-    not there is an error, never created."""
+    """A storage that must exist already, opened read-only, for commands that only read: an
+    SQLite file that is not there, is empty or is not an SQLite database is a one-line error,
+    and nothing is ever created or written (SQLite opens the file in read-only mode; Optuna's
+    schema must be there already)."""
     path = sqlite_path(url)
+    had_log = path is not None and Path(f"{path}-wal").exists()
     if path is None:
         check_url(url)
-    elif not path.is_file():
-        raise ConfigError(f"--storage {url}: no such file; studies are created by `autotune run` "
-                          "(or give --storage / --workdir where they are)")
+        opened, kwargs = engine_url(url), {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+    else:
+        _check_sqlite_file(url, path)
+        opened = f"sqlite:///file:{quote(str(path))}?mode=ro&uri=true"
+        kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
     try:
-        return RDBStorage(url, engine_kwargs={"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
-                          if path is not None else {"pool_pre_ping": True})
-    except (OperationalError, ImportError) as exc:
-        raise StudyError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna's notes on the read-only connection
+            storage = RDBStorage(opened, engine_kwargs=kwargs, skip_table_creation=True)
+    except (SQLAlchemyError, StorageInternalError, ImportError, RuntimeError) as exc:
+        raise ConfigError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
+    if path is not None:
+        _READERS.append((storage, path, had_log))
+    return storage
+
+
+# Read-only SQLite connections opened by this process: (storage, file, whether its write-ahead
+# log existed before). A read-only connection to a WAL database leaves SQLite's -wal and -shm
+# files behind (it may not delete them); ``close_readers`` lets SQLite tidy them as it does.
+_READERS: list[tuple[RDBStorage, Path, bool]] = []
+
+
+def close_readers() -> None:
+    """Close every read-only storage this process opened; where its SQLite file had no
+    write-ahead log before, one ordinary connection opened and closed after ours lets SQLite
+    remove the -wal and -shm files the read-only ones left (SQLite removes them only when no
+    other process has the file open, and writes nothing to it: the log is empty)."""
+    while _READERS:
+        storage, path, had_log = _READERS.pop()
+        storage.engine.dispose()
+        if not had_log and Path(f"{path}-wal").exists():
+            try:
+                conn = sqlite3.connect(path, timeout=1)
+                conn.execute("PRAGMA schema_version").fetchall()  # SQLite opens files lazily
+                conn.close()
+            except sqlite3.Error:
+                pass  # left as SQLite leaves them: harmless, reused by the next connection
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(url: str, path: Path) -> None:
+    """A one-line error unless ``path`` is an SQLite database file (read, never written)."""
+    where = f"--storage {redact(url)}"
+    if not path.is_file():
+        raise ConfigError(f"{where}: no such file; studies are created by `autotune run` "
+                          "(or give --storage / --workdir where they are)")
+    with path.open("rb") as f:
+        header = f.read(len(_SQLITE_HEADER))
+    if not header:
+        raise ConfigError(f"{where}: the file is empty, not a study storage; studies are "
+                          "created by `autotune run` (left as it is)")
+    if header != _SQLITE_HEADER:
+        raise ConfigError(f"{where}: {path} is not an SQLite database; give the .db file that "
+                          "`autotune run` wrote (default <workdir>/autotune.db)")
 
 
 def load_existing(study_name: str, url: str) -> optuna.Study:
@@ -176,7 +235,7 @@ def _enable_wal(url: str) -> None:
         with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
     except sqlite3.Error as exc:
-        raise StudyError(f"--storage {url}: cannot open the SQLite file: {exc}") from None
+        raise ConfigError(f"--storage {redact(url)}: cannot open the SQLite file: {exc}") from None
 
 
 def hostname() -> str:
@@ -189,7 +248,7 @@ def refuse_shared_sqlite(url: str, running_hosts: set[str]) -> None:
     others = sorted(running_hosts - {hostname()})
     if is_sqlite(url) and others:
         raise ConfigError(
-            f"--storage {url}: trials of this study are running on {', '.join(others)}; SQLite "
+            f"--storage {redact(url)}: trials of this study are running on {', '.join(others)}; SQLite "
             "cannot be shared between machines (its locks fail over network filesystems): use "
             "--storage postgresql://user@host/db for workers on several nodes"
         )
