@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import itertools
 import json
@@ -306,6 +307,10 @@ def as_gpu() -> Iterator[None]:
         install.detect_platform = real
 
 
+BASELINE_NAME = "opt3-baseline"
+HAS_BASELINE = "baseline" in {f.name for f in dataclasses.fields(PlanRequest)}  # not at c5a51e0
+
+
 def one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, table: str) -> dict:
     """One study of ``variant`` at ``budget_s`` device seconds, scored on the truth table."""
     with as_gpu():
@@ -325,6 +330,8 @@ def _one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, ta
             workdir=Path(tmp), profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True)) for p in PROFILES),
             model=model_dir, space_path=str(SPACE), tp=1,
             references_path=str(REFERENCES) if variant.startswith("refs") else None,
+            # as `run --seed-references --baseline opt3-baseline`: measured first, calibrated
+            **({"baseline": BASELINE_NAME} if variant.startswith("refs") and HAS_BASELINE else {}),
             trials=UNBOUNDED_TRIALS, seed=seed, study_name="replay",
             **({"calibrate": False} if variant.endswith("+nocal") else {}),
             storage=f"sqlite:///{tmp}/r.db", time_budget_s=budget_s))
