@@ -182,7 +182,7 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
     from autotune.study.store.state import time_budget
     from autotune.study.store.storage import load_existing
 
-    study = load_existing(plan.study_name, plan.storage)
+    study = load_existing(plan.study_name, plan.storage, writable=True)
     progress = ConsoleProgress(started=started)  # `run`'s clock runs on
     end: float | None = None if budget_s is None else time.time() + budget_s
     if study_budget:
@@ -266,7 +266,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: must be >= 1")
     workdir, storage = Path(args.workdir), storage_of_args(args)
-    study = load_existing(args.study, storage)
+    study = load_existing(args.study, storage, writable=True)
     request = stored_request(study, storage=storage, workdir=workdir, model=args.model,
                              trials=args.trials)
     plan = build_plan(request)
@@ -294,7 +294,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
               if args.time_budget is not None else None)
     trials = trial_numbers(args.trials) if args.trials is not None else None
     storage = storage_of_args(args)
-    study = load_existing(args.study, storage)
+    study = load_existing(args.study, storage, writable=True)
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))
     slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]

@@ -251,7 +251,7 @@ class ServerProcess:
             # throughput and cut the spread of identical runs from 60-80% to 6-9%
             # (benchmarks/cpu_spread.py, docs/noise.md). Not with TP=1: its one
             # worker shares its single core with the engine core that waits on it, and starved
-            # at nice 19 it was declared dead (tests/test_workers.py).
+            # at nice 19 it was declared dead (tests/study/test_workers.py).
             self.workers_niced = lower_priority(processes_titled(self.pid, "Worker"))
         return self.startup_s
 

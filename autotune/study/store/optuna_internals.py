@@ -5,7 +5,7 @@ outside ``Study.optimize``, the storage ids of a study and a trial, the system a
 say a trial was enqueued (``fixed_params``) or retries a dead worker's trial (``failed_trial``),
 and a trial system attribute that optuna-dashboard (0.19 to 0.21) reads feasibility from. Each use is a
 function here. ``CHECKED_ON`` gives the oldest and newest versions they were checked on
-(tests/test_optuna_internals.py runs each use); pyproject.toml accepts exactly that range, and a
+(tests/study/test_optuna_internals.py runs each use); pyproject.toml accepts exactly that range, and a
 test fails when another version is installed, so that an upgrade is a decision, not a surprise.
 """
 

@@ -141,13 +141,19 @@ def open_storage(url: str, heartbeat: Heartbeat) -> RDBStorage:
         raise ConfigError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
 
 
-def open_existing(url: str) -> RDBStorage:
-    """A storage that must exist already, opened read-only, for commands that only read: an
+def open_existing(url: str, *, writable: bool = False) -> RDBStorage:
+    """A storage that must exist already, opened read-only for commands that only read: an
     SQLite file that is not there, is empty or is not an SQLite database is a one-line error,
     and nothing is ever created or written (SQLite opens the file in read-only mode; Optuna's
-    schema must be there already)."""
+    schema must be there already). ``writable``: for the commands that add to an existing
+    study (`confirm`, `worker`, `run`'s confirmation), the same checks, then an ordinary
+    connection."""
     path = sqlite_path(url)
     had_log = path is not None and Path(f"{path}-wal").exists()
+    if writable:
+        if path is not None:
+            _check_sqlite_file(url, path)
+        return open_storage(url, Heartbeat())
     if path is None:
         check_url(url)
         opened, kwargs = engine_url(url), {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
@@ -208,9 +214,10 @@ def _check_sqlite_file(url: str, path: Path) -> None:
                           "`autotune run` wrote (default <workdir>/autotune.db)")
 
 
-def load_existing(study_name: str, url: str) -> optuna.Study:
-    """An existing study; a one-line error listing the studies there otherwise."""
-    storage = open_existing(url)
+def load_existing(study_name: str, url: str, *, writable: bool = False) -> optuna.Study:
+    """An existing study (read-only unless ``writable``); a one-line error listing the studies
+    there otherwise."""
+    storage = open_existing(url, writable=writable)
     with storage_errors(f"--storage {redact(url)}: cannot read it"):
         names = [s.study_name for s in storage.get_all_studies()]
     if study_name not in names:

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from autotune.study.output.plot_data import front_plot, label_box, load_curves, place_labels
-from tests.stored_studies import served, store, with_capacity
+from tests.helpers import served, store, with_capacity
 
 
 @pytest.fixture

@@ -15,23 +15,7 @@ from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError
 from autotune.study.run.planning import build_plan, set_budget, store_plan, stored_request
 from autotune.study.store.state import read_plan, start_clock, time_budget
-from tests.conftest import LLAMA_CONFIG
-
-IDS = {"token_ids": True}  # random token ids: the config-only model below has no tokenizer
-SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
-         "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
-
-
-def request_in(tmp_path: Path, **settings) -> PlanRequest:
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
-    (tmp_path / "space.yaml").write_text(SPACE)
-    return PlanRequest(**{
-        "workdir": tmp_path, "profiles": (dataclasses.replace(get_profile("high-concurrency"), **IDS),),
-        "model": str(tmp_path / "model"), "space_path": str(tmp_path / "space.yaml"), "trials": 7,
-        "repeats": 2, "seed": 11, "study_name": "p", "storage": "sqlite://",
-        "slos": ("high-concurrency:p99_ttft_ms<=500",), "tp": 1, "max_model_len": 4096,
-        "objectives": ("high-concurrency:p99_ttft_ms",), **settings})
+from tests.helpers import ONE_PARAMETER_SPACE, request_in
 
 
 def test_a_worker_rebuilds_the_plan_the_study_was_created_with(tmp_path):
@@ -73,7 +57,7 @@ def test_the_time_budget_is_the_plans_and_its_clock_the_runs(tmp_path):
 # The plan as autotune stored it before the budget, time budget and start-up timeout were in it
 # (layout 1: written by commit cd4177e and earlier), with the budget attributes beside it.
 LAYOUT1 = {
-    "version": 1, "model": "/m", "space_path": "s.yaml", "space_yaml": SPACE,
+    "version": 1, "model": "/m", "space_path": "s.yaml", "space_yaml": ONE_PARAMETER_SPACE,
     "tensor_parallel_size": 2, "max_model_len": 4096,
     "profiles": [get_profile("low-concurrency").to_dict() | {"name": "low-concurrency"}],
     "objectives": ["low-concurrency:mean_e2el_ms:min"], "repeats": 2, "slos": [], "seed": 4,

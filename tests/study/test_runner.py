@@ -9,12 +9,9 @@ stands in for is tested against real deployments in test_study.py and test_deplo
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
-from pathlib import Path
 
-import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -22,8 +19,7 @@ from optuna.trial import TrialState
 from autotune.core.deployment import failures
 from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import Measurement, ProfileResult
-from autotune.core.trial.precision import RunStop
-from autotune.core.workload.profiles import WorkloadProfile, get_profile
+from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError, ValidationError
 from autotune.study.run.confirm_rounds import confirm
 from autotune.study.run.creation import prepare_study
@@ -34,90 +30,7 @@ from autotune.study.store import optuna_internals
 from autotune.study.store.records import outcomes, read_outcome, study_data, with_confirmed
 from autotune.study.store.state import read_confirmed
 from autotune.study.store.storage import Heartbeat
-from tests.conftest import GLM_MOE_MTP_CONFIG
-from tests.test_trial import StandInBench, StandInDeployment
-
-SPACE = """
-name: fast
-deployment: {tensor_parallel_size: 1, max_model_len: 4096}
-parameters:
-  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
-  - {name: mtp, type: bool, default: false, applies_to: mtp,
-     json: {flag: --speculative-config, set: {method: mtp, num_speculative_tokens: 1}}}
-  - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
-"""
-REFERENCES = """
-baseline: base
-configs:
-  - {name: base, params: {optimization_level: 2}}
-  - {name: o0, base: base, params: {optimization_level: 0}}
-  - {name: ep, base: base, params: {expert_parallel: true}}
-"""
-
-
-class StandIn:
-    """A trial function: MTP helps at low concurrency and hurts at high, -O0 halves everything,
-    expert parallel crashes the engine (as on the CPU build). Counts its deployments."""
-
-    def __init__(self, seed: int = 0, sd: float = 0.03) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.sd = sd
-        self.calls: list[tuple[str, ...]] = []
-
-    def __call__(self, argv, bench, setup, on_phase) -> Measurement:
-        self.calls.append(tuple(argv))
-        on_phase("benchmarking (stand-in)")
-        if "--enable-expert-parallel" in argv:
-            return Measurement(failure=failures.ENGINE_DIED, failure_message="worker died with exit code -11",
-                               log_tail="segfault", startup_s=1.0)
-        # vLLM's defaults (a baseline) set no --optimization-level: -O2, vLLM's default
-        slow = 0.5 if "--optimization-level" in argv and \
-            argv[argv.index("--optimization-level") + 1] == "0" else 1.0
-        mtp = "--speculative-config" in argv
-        results = {}
-        for p in bench.profiles:
-            gain = (1.3 if p.max_concurrency <= 2 else 0.85) if mtp else 1.0
-            tput = 100.0 * p.max_concurrency ** 0.5 * slow * gain
-            runs = []
-            for _ in range(bench.repeats):
-                t = tput * math.exp(self.rng.normal(0, self.sd))
-                runs.append({"output_throughput": t, "mean_e2el_ms": p.max_concurrency * p.output_len
-                             * 1000 / t, "mean_ttft_ms": 50.0, "mean_tpot_ms": 5.0,
-                             "p99_ttft_ms": 80.0 / slow})
-            # every run sends the profile's requests and says so, as a real one does
-            stops = tuple(RunStop(p.num_prompts, "ceiling", p.max_concurrency, p.max_concurrency)
-                          for _ in runs)
-            results[p.name] = ProfileResult(p.name, tuple(runs), stops)
-        return Measurement(results=results, startup_s=1.0, bench_s=0.1, wall_s=1.2,
-                           vllm_version="stand-in", hardware="none")
-
-
-def ids(name: str) -> WorkloadProfile:
-    """A built-in profile sending random token ids: the config-only model here has no tokenizer."""
-    return dataclasses.replace(get_profile(name), token_ids=True)
-
-
-def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
-              sampler: str = "tpe", space: str = SPACE, refs: str = REFERENCES, **settings):
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
-    (tmp_path / "space.yaml").write_text(space)
-    (tmp_path / "refs.yaml").write_text(refs)
-    return build_plan(PlanRequest(
-        workdir=tmp_path / "studies",
-        profiles=(ids("low-concurrency"), ids("high-concurrency")),
-        model=str(model), space_path=str(tmp_path / "space.yaml"),
-        references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
-        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings))
-
-
-def run(plan, trial_fn, heartbeat: Heartbeat | None = None, label: str = "") -> optuna.Study:
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, heartbeat or Heartbeat())
-    setup = TrialSetup(model="", workdir=plan.workdir)
-    return StudyRunner(plan, setup, trial_fn=trial_fn, heartbeat=heartbeat or Heartbeat(),
-                       label=label, poll_s=0.1).work()
+from tests.helpers import Said, StandIn, StandInBench, StandInDeployment, ids, make_plan, run
 
 
 def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(tmp_path):
@@ -376,14 +289,6 @@ class FailingNotByItsConfiguration(StandIn):
                                failure_message="OSError: [Errno 28] No space left on device",
                                startup_s=1.0)
         return super().__call__(argv, bench, setup, on_phase)
-
-
-class Said(SilentProgress):
-    def __init__(self) -> None:
-        self.said: list[str] = []
-
-    def message(self, text: str) -> None:
-        self.said.append(text)
 
 
 def test_a_failure_that_is_not_the_configurations_is_run_once_more_and_not_held_against_it(tmp_path):
@@ -778,7 +683,7 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
     from autotune.study.dev.replay import DeviceClock, Replay
     from autotune.study.store.state import start_clock
     from tests.conftest import SPACES
-    from tests.test_replay import DATA, TABLE
+    from tests.helpers import DATA, TABLE
 
     model = tmp_path / "model"
     model.mkdir()

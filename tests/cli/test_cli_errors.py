@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stored_studies import failed, served, store
+from tests.helpers import failed, served, store
 
 REJECTION = ("Value error, max_num_batched_tokens (2048) is smaller than max_model_len (32768). "
              "This effectively limits the maximum sequence length to max_num_batched_tokens and "

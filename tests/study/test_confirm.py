@@ -5,13 +5,14 @@ are deployed, how often, and what the study keeps."""
 from __future__ import annotations
 
 import pytest
+from optuna.exceptions import StorageInternalError
 
 from autotune.errors import ConfigError
 from autotune.study.run.confirm_rounds import confirm
 from autotune.study.run.one_trial import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmation, read_confirmed
-from tests.test_runner import StandIn, make_plan, run
+from tests.helpers import StandIn, make_plan, run
 
 
 def served_study(tmp_path):
@@ -239,3 +240,18 @@ def test_a_stored_confirmation_reads_back_as_the_same_record_and_keeps_the_store
                       "done": [[0, 3], [0, 1]], "deployed": {"1": 2, "3": 1}, "finished": False}
     assert ConfirmationState.from_dict(stored) == state
     assert (state.total_steps, state.deployments_of(1), ConfirmationState().total_steps) == (3, 2, 0)
+
+
+def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path):
+    """`run` ends by confirming in the same storage: the study is opened for writing there,
+    while the reading commands open it read-only (a read-only open here failed the main job
+    with 'attempt to write a readonly database')."""
+    from autotune.cli.study import _confirm
+    from autotune.study.store.storage import load_existing
+
+    plan, study, _ = served_study(tmp_path)
+    _confirm(plan, TrialSetup(model="", workdir=plan.workdir), k=1, budget_s=0.0)
+    assert read_confirmation(load_existing(plan.study_name, plan.storage)) is not None
+    reader = load_existing(plan.study_name, plan.storage)
+    with pytest.raises(StorageInternalError):  # SQLite's "attempt to write a readonly database"
+        reader.set_user_attr("x", 1)

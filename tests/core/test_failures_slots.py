@@ -54,7 +54,7 @@ def test_every_failure_class_is_one_record_stored_by_its_name_and_the_table_is_d
 def test_the_documented_failure_table_is_the_one_the_registry_renders():
     from pathlib import Path
 
-    page = Path(__file__).resolve().parent.parent / "docs" / "deployments.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "deployments.md"
     assert failures.failure_table() in page.read_text()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable, fill_unreached, parse_csv
+from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable
 from autotune.core.deployment.flags import to_argv
 from autotune.core.plan.request import PlanRequest
 from autotune.core.space.search_space import params_key, resolve_references
@@ -27,15 +27,8 @@ from autotune.study.run.runner import StudyRunner
 from autotune.study.run.samplers import make_sampler
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.storage import Heartbeat
-from tests.conftest import REPO, SPACES
-
-DATA = REPO / "benchmarks" / "data" / "cpu-table"
-RECORDED = parse_csv((DATA / "table.csv").read_text(), "table.csv")
-# Expert parallel crashes on the CPU build: configurations the recording did not reach are
-# taken to fail as every measured one did (core.analysis.table.fill_unreached), as the
-# benchmark does.
-TABLE, INFERRED = (fill_unreached(RECORDED, {"expert_parallel": True, "yarn": True}) if RECORDED.count(NOT_REACHED)
-                   else (RECORDED, ""))
+from tests.conftest import SPACES
+from tests.helpers import DATA, INFERRED, RECORDED, TABLE
 
 
 def replay_plan(tmp_path: Path, *, trials: int, references: bool, sampler: str = "tpe", seed=1):

@@ -19,7 +19,7 @@ from autotune.core.deployment.startup import (
     startup_phases,
 )
 
-CPU = parse_stamped((Path(__file__).parent / "data" / "startup-cpu-tp2.log").read_text())
+CPU = parse_stamped((Path(__file__).parents[1] / "data" / "startup-cpu-tp2.log").read_text())
 CPU_READY_S = 75.439
 
 
@@ -65,7 +65,7 @@ def test_a_compiled_function_vllm_cannot_load_is_told_apart_from_a_miss():
     assert startup_phases(failed, CPU_READY_S).compile_cache == "unloadable"
 
 
-CPU_INDUCTOR = parse_stamped((Path(__file__).parent / "data" / "startup-cpu-tp2-inductor.log").read_text())
+CPU_INDUCTOR = parse_stamped((Path(__file__).parents[1] / "data" / "startup-cpu-tp2-inductor.log").read_text())
 
 
 def test_a_cpu_start_without_aot_compilation_compiles_inside_its_warm_up_run():

@@ -31,7 +31,7 @@ from autotune.study.output.notes import launch_command, study_note, trial_note
 from autotune.study.run.one_trial import TrialSetup
 from autotune.study.store.optuna_internals import live_trial
 from autotune.study.store.records import outcomes, study_data
-from tests.test_runner import StandIn, make_plan, run
+from tests.helpers import StandIn, make_plan, run
 
 LOW = Objective("low-concurrency", "mean_e2el_ms", "minimize")
 HIGH = Objective("high-concurrency", "output_throughput", "maximize")

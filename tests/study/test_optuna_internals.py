@@ -24,7 +24,7 @@ def test_the_installed_optuna_and_dashboard_lie_in_the_range_that_was_checked():
     for package, (oldest, newest) in oi.CHECKED_ON.items():
         assert _minor(oldest) <= _minor(version(package)) <= _minor(newest), (
             f"{package} {version(package)} is installed; autotune.study.store.optuna_internals was "
-            f"checked on {oldest} to {newest}: run tests/test_optuna_internals.py on it, then "
+            f"checked on {oldest} to {newest}: run tests/study/test_optuna_internals.py on it, then "
             "widen CHECKED_ON and pyproject.toml")
 
 

@@ -51,7 +51,7 @@ def test_the_switch_is_stored_with_the_study_and_a_worker_rebuilds_the_capped_sp
     import optuna
 
     from autotune.study.run.planning import build_plan, store_plan, stored_request
-    from tests.test_plans import request_in
+    from tests.helpers import request_in
 
     plan = build_plan(request_in(tmp_path, cap_cuda_graphs=True))
     assert plan.space.deployment.flags[CAP_FLAG] == 100  # high-concurrency, no speculation

@@ -187,7 +187,7 @@ class PrecisionBench:
 
 
 def test_a_trial_stores_each_runs_stop_and_its_requests_from_which_recheck_recomputes_it(tmp_path):
-    from tests.test_trial import StandInDeployment  # the stand-in server of the trial's tests
+    from tests.helpers import StandInDeployment  # the stand-in server of the trial's tests
 
     profile = WorkloadProfile(name="low", num_prompts=600, max_concurrency=3)
     pinned = Pinned(StopRule(0.04), ("mean_e2el_ms", "output_throughput"))

@@ -10,91 +10,18 @@ real deployments are tested in test_deploy.py and test_study.py.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
 from autotune.core.deployment import failures
-from autotune.core.metrics.summary import RequestResult, summarize
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
-from autotune.shell.client import BenchmarkRun
-from autotune.shell.server import TeardownReport
 from autotune.study.run.one_trial import BenchPlan, TrialSetup, Validated, run_trial
+from tests.helpers import StandInBench, StandInDeployment
 
 PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))
-
-
-@dataclass
-class StandInDeployment:
-    """A stand-in for shell.server.ServerProcess: 'starts' by raising ``start_error`` or not,
-    serves while ``serving``; records that it was torn down."""
-
-    spec: object
-    on_phase: object = None
-    start_error: Exception | None = None
-    torn_down_on_error: bool = True  # False: a deployment that fails to start and leaves itself
-    phases_error: Exception | None = None
-    serving: bool = True
-    url: str = "http://127.0.0.1:1"
-    model_name: str = "m"
-    api_key: str = "k"
-    startup_s: float = 0.0
-    teardown: TeardownReport | None = None
-    entered: bool = False
-
-    def __enter__(self):
-        self.entered = True
-        if self.start_error is not None:
-            if self.torn_down_on_error:
-                self.teardown = TeardownReport((), True, 0.1)
-            raise self.start_error
-        self.startup_s = 12.5
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.teardown = TeardownReport((), True, 0.2)
-
-    def is_serving(self) -> bool:
-        return self.serving
-
-    def diagnose(self, symptom: str) -> DeploymentError:
-        return DeploymentError(failures.ENGINE_DIED, f"{symptom}; vLLM: worker died",
-                               log_tail="Traceback ... EngineDeadError")
-
-    def gpu_used_mib(self) -> int | None:
-        return None
-
-    def phases(self) -> None:
-        if self.phases_error is not None:
-            raise self.phases_error
-        return None
-
-
-@dataclass
-class StandInBench:
-    """A stand-in for shell.client.run_profile: every request succeeds, or fails as told, or
-    the whole benchmark raises ``error``."""
-
-    failed_requests: int = 0
-    error: Exception | None = None
-    ttft_s: float = 0.01
-    calls: list[str] = field(default_factory=list)
-
-    def __call__(self, target, profile, *, seed, source, slo=None, stop=None,
-                 until=None) -> BenchmarkRun:  # until: every request is sent (as at the ceiling)
-        self.calls.append(profile.name)
-        if self.error is not None:
-            raise self.error
-        results = [RequestResult(prompt_len=8, start_s=0.0, success=i >= self.failed_requests,
-                                 output_tokens=4, ttft_s=self.ttft_s, latency_s=self.ttft_s + 0.04,
-                                 itl_s=(0.01, 0.01, 0.01), error="HTTP 500: engine dead")
-                   for i in range(profile.num_prompts)]
-        if stop is not None:  # the client's contract: asked after each completion, then no more
-            results = results[:next((k for k in range(1, len(results)) if stop(results[:k])),
-                                    len(results))]
-        return BenchmarkRun(profile, seed, summarize(results, 1.0), tuple(results))
 
 
 def trial(tmp_path, *, run_profile=None, validator=None, validated=None, **deployment):

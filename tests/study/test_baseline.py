@@ -39,7 +39,7 @@ from autotune.study.run.runner import StudyRunner
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.storage import Heartbeat
 from tests.conftest import GLM_MOE_MTP_CONFIG
-from tests.test_runner import REFERENCES, SPACE, Said, StandIn, ids
+from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids
 
 # A space whose fixed context is longer than the model's (32768), as the default space is:
 # every configuration needs YaRN there, vLLM's defaults (the model's native context) do not.

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from autotune.core.trial.precision import RunStop
-from tests.stored_studies import failed, served, store, with_capacity
+from tests.helpers import failed, served, store, with_capacity
 
 NAME = "weekly-glm-h100-throughput-study-2026"  # longer than an 80-column row leaves
 

@@ -1,0 +1,347 @@
+"""What the tests share: stand-ins for vLLM and study builders, in one place.
+
+Stand-ins (each says what it stands in for; none is used by a test that claims to test a
+deployment, which uses a real vLLM server on a generated model, tests/conftest.py):
+
+- ``StandInDeployment`` and ``StandInBench``: ``shell.server.ServerProcess`` and
+  ``shell.client.run_profile`` behind ``TrialSetup``'s seams, injecting faults a real server
+  cannot be made to produce on demand (test_trial.py);
+- ``StandIn``: a trial function (the runner's ``trial_fn`` seam) computed from the flags with
+  seeded noise: MTP helps at low concurrency and hurts at high, -O0 halves everything, expert
+  parallel crashes the engine (as on the CPU build);
+- ``Said``: the runner's progress, keeping what it says.
+
+Study builders:
+
+- ``make_plan`` and ``run``: a small space (``SPACE``, ``REFERENCES``) on a config-only MoE
+  model, run through the real ``StudyRunner`` with a trial function;
+- ``store`` with ``served``/``failed``/``with_capacity``: stored studies as `autotune run`
+  stores them (each trial's ``TrialOutcome`` through ``records.write_outcome``, the plan through
+  ``state.write_plan``, into a real SQLite file), for the reading commands' tests; only the
+  deployments are not made, their numbers are given, so a test can state what the commands
+  must print.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from autotune.core.analysis.table import NOT_REACHED, fill_unreached, parse_csv
+from autotune.core.deployment import failures
+from autotune.core.metrics.summary import RequestResult, summarize
+from autotune.core.plan.request import PlanRequest
+from autotune.core.trial.capacity_search import Boundary, CapacitySearch, Probe
+from autotune.core.trial.objectives import parse_objective
+from autotune.core.trial.outcome import Measurement, ProfileResult, TrialOutcome
+from autotune.core.trial.precision import RunStop
+from autotune.core.trial.told import FEASIBLE
+from autotune.core.workload.profiles import WorkloadProfile, get_profile
+from autotune.errors import DeploymentError
+from autotune.shell.client import BenchmarkRun
+from autotune.shell.server import TeardownReport
+from autotune.study.run.creation import prepare_study
+from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.planning import build_plan
+from autotune.study.run.runner import SilentProgress, StudyRunner
+from autotune.study.store.records import write_outcome
+from autotune.study.store.state import mark_references, write_plan
+from autotune.study.store.storage import Heartbeat, open_storage
+from tests.conftest import GLM_MOE_MTP_CONFIG, LLAMA_CONFIG, REPO
+
+# ---------------------------------------------------------------- stand-ins for vLLM
+
+@dataclass
+class StandInDeployment:
+    """A stand-in for shell.server.ServerProcess: 'starts' by raising ``start_error`` or not,
+    serves while ``serving``; records that it was torn down."""
+
+    spec: object
+    on_phase: object = None
+    start_error: Exception | None = None
+    torn_down_on_error: bool = True  # False: a deployment that fails to start and leaves itself
+    phases_error: Exception | None = None
+    serving: bool = True
+    url: str = "http://127.0.0.1:1"
+    model_name: str = "m"
+    api_key: str = "k"
+    startup_s: float = 0.0
+    teardown: TeardownReport | None = None
+    entered: bool = False
+
+    def __enter__(self):
+        self.entered = True
+        if self.start_error is not None:
+            if self.torn_down_on_error:
+                self.teardown = TeardownReport((), True, 0.1)
+            raise self.start_error
+        self.startup_s = 12.5
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown = TeardownReport((), True, 0.2)
+
+    def is_serving(self) -> bool:
+        return self.serving
+
+    def diagnose(self, symptom: str) -> DeploymentError:
+        return DeploymentError(failures.ENGINE_DIED, f"{symptom}; vLLM: worker died",
+                               log_tail="Traceback ... EngineDeadError")
+
+    def gpu_used_mib(self) -> int | None:
+        return None
+
+    def phases(self) -> None:
+        if self.phases_error is not None:
+            raise self.phases_error
+        return None
+
+
+@dataclass
+class StandInBench:
+    """A stand-in for shell.client.run_profile: every request succeeds, or fails as told, or
+    the whole benchmark raises ``error``."""
+
+    failed_requests: int = 0
+    error: Exception | None = None
+    ttft_s: float = 0.01
+    calls: list[str] = field(default_factory=list)
+
+    def __call__(self, target, profile, *, seed, source, slo=None, stop=None,
+                 until=None) -> BenchmarkRun:  # until: every request is sent (as at the ceiling)
+        self.calls.append(profile.name)
+        if self.error is not None:
+            raise self.error
+        results = [RequestResult(prompt_len=8, start_s=0.0, success=i >= self.failed_requests,
+                                 output_tokens=4, ttft_s=self.ttft_s, latency_s=self.ttft_s + 0.04,
+                                 itl_s=(0.01, 0.01, 0.01), error="HTTP 500: engine dead")
+                   for i in range(profile.num_prompts)]
+        if stop is not None:  # the client's contract: asked after each completion, then no more
+            results = results[:next((k for k in range(1, len(results)) if stop(results[:k])),
+                                    len(results))]
+        return BenchmarkRun(profile, seed, summarize(results, 1.0), tuple(results))
+
+
+class Said(SilentProgress):
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.said.append(text)
+
+
+# ---------------------------------------------------------------- a study through the runner
+
+SPACE = """
+name: fast
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
+  - {name: mtp, type: bool, default: false, applies_to: mtp,
+     json: {flag: --speculative-config, set: {method: mtp, num_speculative_tokens: 1}}}
+  - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
+"""
+REFERENCES = """
+baseline: base
+configs:
+  - {name: base, params: {optimization_level: 2}}
+  - {name: o0, base: base, params: {optimization_level: 0}}
+  - {name: ep, base: base, params: {expert_parallel: true}}
+"""
+
+
+class StandIn:
+    """A trial function: MTP helps at low concurrency and hurts at high, -O0 halves everything,
+    expert parallel crashes the engine (as on the CPU build). Counts its deployments."""
+
+    def __init__(self, seed: int = 0, sd: float = 0.03) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.sd = sd
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv, bench, setup, on_phase) -> Measurement:
+        self.calls.append(tuple(argv))
+        on_phase("benchmarking (stand-in)")
+        if "--enable-expert-parallel" in argv:
+            return Measurement(failure=failures.ENGINE_DIED, failure_message="worker died with exit code -11",
+                               log_tail="segfault", startup_s=1.0)
+        # vLLM's defaults (a baseline) set no --optimization-level: -O2, vLLM's default
+        slow = 0.5 if "--optimization-level" in argv and \
+            argv[argv.index("--optimization-level") + 1] == "0" else 1.0
+        mtp = "--speculative-config" in argv
+        results = {}
+        for p in bench.profiles:
+            gain = (1.3 if p.max_concurrency <= 2 else 0.85) if mtp else 1.0
+            tput = 100.0 * p.max_concurrency ** 0.5 * slow * gain
+            runs = []
+            for _ in range(bench.repeats):
+                t = tput * math.exp(self.rng.normal(0, self.sd))
+                runs.append({"output_throughput": t, "mean_e2el_ms": p.max_concurrency * p.output_len
+                             * 1000 / t, "mean_ttft_ms": 50.0, "mean_tpot_ms": 5.0,
+                             "p99_ttft_ms": 80.0 / slow})
+            # every run sends the profile's requests and says so, as a real one does
+            stops = tuple(RunStop(p.num_prompts, "ceiling", p.max_concurrency, p.max_concurrency)
+                          for _ in runs)
+            results[p.name] = ProfileResult(p.name, tuple(runs), stops)
+        return Measurement(results=results, startup_s=1.0, bench_s=0.1, wall_s=1.2,
+                           vllm_version="stand-in", hardware="none")
+
+
+def ids(name: str) -> WorkloadProfile:
+    """A built-in profile sending random token ids: the config-only model here has no tokenizer."""
+    return dataclasses.replace(get_profile(name), token_ids=True)
+
+
+def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
+              sampler: str = "tpe", space: str = SPACE, refs: str = REFERENCES, **settings):
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
+    (tmp_path / "space.yaml").write_text(space)
+    (tmp_path / "refs.yaml").write_text(refs)
+    return build_plan(PlanRequest(
+        workdir=tmp_path / "studies",
+        profiles=(ids("low-concurrency"), ids("high-concurrency")),
+        model=str(model), space_path=str(tmp_path / "space.yaml"),
+        references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
+        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings))
+
+
+def run(plan, trial_fn, heartbeat: Heartbeat | None = None, label: str = "") -> optuna.Study:
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    prepare_study(plan, heartbeat or Heartbeat())
+    setup = TrialSetup(model="", workdir=plan.workdir)
+    return StudyRunner(plan, setup, trial_fn=trial_fn, heartbeat=heartbeat or Heartbeat(),
+                       label=label, poll_s=0.1).work()
+
+
+ONE_PARAMETER_SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
+         "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
+
+
+def request_in(tmp_path: Path, **settings) -> PlanRequest:
+    """A plan request of one profile and one parameter on a config-only dense model."""
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    (tmp_path / "space.yaml").write_text(ONE_PARAMETER_SPACE)
+    return PlanRequest(**{
+        "workdir": tmp_path, "profiles": (ids("high-concurrency"),),
+        "model": str(tmp_path / "model"), "space_path": str(tmp_path / "space.yaml"), "trials": 7,
+        "repeats": 2, "seed": 11, "study_name": "p", "storage": "sqlite://",
+        "slos": ("high-concurrency:p99_ttft_ms<=500",), "tp": 1, "max_model_len": 4096,
+        "objectives": ("high-concurrency:p99_ttft_ms",), **settings})
+
+
+# ---------------------------------------------------------------- the recorded CPU table (replays)
+
+DATA = REPO / "benchmarks" / "data" / "cpu-table"
+RECORDED = parse_csv((DATA / "table.csv").read_text(), "table.csv")
+# Expert parallel crashes on the CPU build: configurations the recording did not reach are
+# taken to fail as every measured one did (core.analysis.table.fill_unreached), as the
+# benchmark does.
+TABLE, INFERRED = (fill_unreached(RECORDED, {"expert_parallel": True, "yarn": True}) if RECORDED.count(NOT_REACHED)
+                   else (RECORDED, ""))
+
+
+# ---------------------------------------------------------------- stored studies for the reading commands
+
+PROFILES = ("low-concurrency", "high-concurrency")
+OBJECTIVES = ("low-concurrency:mean_e2el_ms:min", "high-concurrency:output_throughput:max")
+PHASES = {"imports_s": 11.0, "engine_s": 9.0, "workers_s": 20.0, "compile_s": 29.0,
+          "compile_cache": "miss"}
+
+
+def flags(params: Mapping[str, object]) -> tuple[str, ...]:
+    """``vllm serve`` flags of ``params`` (max_num_seqs=128: --max-num-seqs 128)."""
+    return tuple(w for k, v in params.items() for w in (f"--{k.replace('_', '-')}", str(v)))
+
+
+def run_metrics(e2el_ms: float, throughput: float) -> dict[str, float]:
+    """One run's vLLM-keyed metrics, derived from its mean E2EL and output throughput."""
+    return {"output_throughput": throughput, "request_throughput": throughput / 256,
+            "mean_e2el_ms": e2el_ms, "median_e2el_ms": e2el_ms * 0.98,
+            "p99_e2el_ms": e2el_ms * 1.3, "mean_ttft_ms": e2el_ms / 20,
+            "mean_tpot_ms": e2el_ms / 270, "completed": 100.0}
+
+
+def served(*, e2el_ms: float, throughput: float, reference: str = "",
+           params: Mapping[str, object] | None = None, spread: float = 0.01) -> TrialOutcome:
+    """A served trial: two runs per profile (each ``spread`` apart around the values), low
+    concurrency at ``e2el_ms`` and a quarter of ``throughput``, high concurrency at
+    ``throughput`` and four times ``e2el_ms``; each run's stop and the start-up phases."""
+    def runs(e2el: float, tput: float) -> tuple[dict[str, float], ...]:
+        return (run_metrics(e2el * (1 - spread), tput * (1 + spread)),
+                run_metrics(e2el * (1 + spread), tput * (1 - spread)))
+    stops = (RunStop(40, "precise", 2, 2), RunStop(60, "precise", 2, 2))
+    results = {
+        "low-concurrency": ProfileResult("low-concurrency", runs(e2el_ms, throughput / 4), stops),
+        "high-concurrency": ProfileResult("high-concurrency", runs(4 * e2el_ms, throughput),
+                                          (RunStop(200, "ceiling", 100, 100),) * 2),
+    }
+    params = dict(params or {"max_num_seqs": 256})
+    return TrialOutcome(-1, params=params, reference=reference,
+                        model="/models/m", argv=flags(params), results=results,
+                        startup_s=75.0, startup_phases=dict(PHASES), vllm_version="vllm 0.26.0")
+
+
+def failed(message: str, *, params: Mapping[str, object] | None = None) -> TrialOutcome:
+    """A trial whose deployment failed (vLLM's words in ``message``)."""
+    params = dict(params or {"max_num_seqs": 1024})
+    return TrialOutcome(-1, state="fail", params=params, model="/models/m", argv=flags(params),
+                        failure=failures.failure_class("config_rejected"), failure_message=message)
+
+
+def with_capacity(t: TrialOutcome, loads: Sequence[tuple[float, float]], *, met: float,
+                  missed: float | None, profile: str = "capacity") -> TrialOutcome:
+    """``t`` with a capacity search of ``profile``: one probe per (load, p99 E2EL ms)."""
+    probes = tuple(Probe(load, {**run_metrics(e2el / 1.3, 100 * load), "p99_e2el_ms": e2el})
+                   for load, e2el in loads)
+    search = CapacitySearch(profile, "concurrency", ("p99_e2el_ms<=2000",),
+                            Boundary(met, missed, met, "resolved", len(probes)), probes)
+    return dataclasses.replace(t, capacity={**t.capacity, profile: search})
+
+
+def store(folder: Path, trials: Sequence[TrialOutcome], *, name: str = "s",
+          baseline: str | None = None, profiles: Sequence[str] = PROFILES) -> str:
+    """Write ``trials`` (numbered 0, 1, ... in order) as a study named ``name`` into
+    ``folder``/autotune.db, with its plan (``profiles``, ``OBJECTIVES``); returns the URL."""
+    folder.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{folder / 'autotune.db'}"
+    objectives = [parse_objective(o, list(profiles)) for o in OBJECTIVES]
+    rdb = open_storage(url, Heartbeat())
+    study = optuna.create_study(study_name=name, storage=rdb,
+                                directions=[o.direction for o in objectives])
+    study.set_metric_names([o.name for o in objectives])
+    write_plan(study, PlanRequest(profiles=tuple(get_profile(p) for p in profiles),
+                                  model="/models/m", objectives=OBJECTIVES, trials=len(trials)))
+    if baseline is not None:
+        mark_references(study, baseline)
+    choices: dict[str, list] = {}
+    for t in trials:
+        for k, v in t.params.items():
+            choices.setdefault(k, []).append(v) if v not in choices.get(k, []) else None
+    for t in trials:
+        study.enqueue_trial(dict(t.params))
+        trial = study.ask({k: CategoricalDistribution(choices[k]) for k in t.params})
+        write_outcome(trial, dataclasses.replace(t, number=trial.number))
+        if t.state == "fail":
+            trial.set_constraint(FEASIBLE, 1.0)
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            trial.set_constraint(FEASIBLE, 0.0)
+            study.tell(trial, [t.value(o.profile, o.metric) for o in objectives])
+    rdb.engine.dispose()  # closed as a finished `run` leaves it: no -wal or -shm file
+    with contextlib.closing(sqlite3.connect(folder / "autotune.db")) as last:
+        last.execute("PRAGMA schema_version")
+    return url
