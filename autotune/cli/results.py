@@ -87,8 +87,9 @@ def front_table(data: StudyData, title: str, *, changes_column: bool = True,
     return table
 
 
-def print_front(data: StudyData, title: str) -> bool:
-    """The front table and its legend; False when nothing is feasible yet."""
+def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
+    """The front table and its legend, with the noise its intervals rest on (``noise``: left
+    to the recommendations' table where it follows); False when nothing is feasible yet."""
     print_fitting(lambda column, width: front_table(data, title, changes_column=column, width=width),
                   [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
                    for t in data.front()], f"what each front member changes from {data.reference_point}")
@@ -99,7 +100,8 @@ def print_front(data: StudyData, title: str) -> bool:
         out.print("vs baseline: better/worse: the 95% interval of the difference excludes 0;")
         out.print(f"  equivalent: its 90% interval lies within +/-{100 * data.smallest_difference:g}%; "
                   "undecided: neither")
-    print_wrapped(noise_line(data))
+    if noise:
+        print_wrapped(noise_line(data))
     return True
 
 
@@ -123,7 +125,7 @@ def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
 
 def print_front_and_recommendations(data: StudyData, title: str,
                                     tie: TieSettings | None = None) -> None:
-    if print_front(data, title):
+    if print_front(data, title, noise=False):  # the recommendations' table ends with it
         print_recommendations(data, tie.study if tie else title, tie, uses_of(data))
         out.print("why, in full: autotune recommend --explain --study "
                   f"{shlex.quote(tie.study if tie else title)}", soft_wrap=True,

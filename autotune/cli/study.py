@@ -26,7 +26,6 @@ from autotune.cli.common import (
     parse_duration,
     parse_percent,
     parse_precision,
-    print_wrapped,
     profiles_of,
     slots_of,
     storage_of_args,
@@ -34,7 +33,6 @@ from autotune.cli.common import (
 )
 from autotune.cli.results import print_trials, trials_table  # noqa: F401 (as before #42)
 from autotune.core.analysis.recommend import TieSettings
-from autotune.core.analysis.study_data import noise_line
 from autotune.core.deployment.from_flags import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import duration_text
@@ -201,8 +199,7 @@ def _finish(plan: StudyPlan, code: int) -> int:
 
     study = load_existing(plan.study_name, plan.storage)
     data = study_data(study, confirmed=False)
-    print_trials(outcomes(study), data)
-    print_wrapped(noise_line(data))
+    print_trials(outcomes(study), data)  # means without intervals: its noise line is the front's
     print_front_and_recommendations(study_data(study), plan.study_name,
                                     TieSettings(plan.study_name, plan.request.smallest_difference))
     return code

@@ -140,6 +140,7 @@ def test_bench_against_a_server_that_hangs_up_stops_at_its_first_connection(
     assert len(connections) <= 2
 
 
+@pytest.mark.vllm
 def test_a_profile_file_defines_workloads_and_its_errors_name_file_profile_and_field(
         autotune_in, tmp_path, tmp_path_factory):
     files = tmp_path_factory.mktemp("profiles")
@@ -259,6 +260,7 @@ def test_a_dry_run_in_a_fresh_folder_rejects_bad_data_without_the_model(
     assert list(tmp_path.iterdir()) == []  # no model generated, no database, no folder
 
 
+@pytest.mark.vllm
 def test_a_dry_run_without_the_model_passes_good_data_and_says_what_waits_for_the_model(
         autotune_in, tmp_path, tmp_path_factory):
     profile = _data_profile(tmp_path_factory.mktemp("data"), JSONL,
@@ -270,6 +272,7 @@ def test_a_dry_run_without_the_model_passes_good_data_and_says_what_waits_for_th
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.vllm
 def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_a_few_samples(
         autotune_in, tmp_path):
     from autotune.cli.study import DRY_RUN_SAMPLES
@@ -292,6 +295,7 @@ def test_runs_opening_line_states_the_budget_that_will_end_it():
     assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"
 
 
+@pytest.mark.vllm
 def test_a_dry_run_puts_every_planned_configuration_to_vllm_and_names_the_rejected_ones(
         autotune_in, tmp_path):
     from autotune.shell.modelgen import write_config

@@ -354,6 +354,7 @@ def test_the_requests_needed_script_counts_from_the_rules_floor_and_runs_on_synt
     (["--precision", "2%"], "within 2% of their value (--precision)"),
     (["--precision", "0"], "runs send every profile's num_prompts (--precision 0)"),
 ], ids=["default-balanced", "given", "off"])
+@pytest.mark.vllm
 def test_run_states_where_its_runs_stop(monkeypatch, capsys, tmp_path, flag, said):
     from autotune.cli import main
 
@@ -454,6 +455,7 @@ def test_a_studys_measured_spread_and_deployment_cost_replace_the_balances_prior
     assert balanced_pins(pinned, NoiseModel({}), None) == pinned  # nothing measured yet
 
 
+@pytest.mark.vllm
 def test_a_trace_profile_is_announced_as_sending_every_request(monkeypatch, capsys, tmp_path):
     """One decision (``stops_early``) for the plan and the client: a profile whose requests
     carry send times is not listed among the profiles whose runs stop early."""

@@ -61,6 +61,7 @@ def sources(profiles, tokenizer):
 
 
 @pytest.mark.parametrize("name", ["low-concurrency", "high-concurrency"])
+@pytest.mark.vllm
 def test_the_builtin_profiles_send_text_made_as_a_random_data_profile_makes_it(tokenizer, name):
     from autotune.core.workload.profiles import DatasetSpec
 

@@ -161,7 +161,7 @@ def test_the_table_names_undecided_rivals_with_their_signed_difference_and_price
                      smallest_difference=MARGIN, deployment_s=100.0)
     recs = [recommend(data, "throughput", TieSettings("s", MARGIN))]
     text = "\n".join(table(data, recs, "s"))
-    assert "throughput: undecided against #1: #0 -6.0%; deciding them: ~" in text
+    assert "throughput: #1 is undecided against #0 (-6.0%); deciding them: ~" in text
     assert f"{TPUT.label}: measured, 9 df" in " ".join(text.split())  # 12 deployments, 3 trials
 
 

@@ -229,6 +229,7 @@ def test_a_profile_whose_requests_cannot_fill_its_concurrency_says_what_it_reach
     assert run.stop is not None and run.stop.reached_text == "reached 3 of 10"
 
 
+@pytest.mark.vllm
 def test_our_request_body_is_vllm_bench_serves_field_by_field():
     """Both clients send to one stand-in server that records the bodies: vLLM's own request
     function (``vllm.benchmarks.lib.endpoint_request_func``, ignore_eos and the temperature in

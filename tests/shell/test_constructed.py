@@ -23,6 +23,7 @@ from autotune.shell.server import DeploymentSpec, ServerProcess
 CHOSEN = 0.5
 
 
+@pytest.mark.vllm
 def test_the_mtp_map_is_right_for_the_chosen_share_and_wrong_elsewhere():
     for p in (0.0, 0.4, 0.8, 1.0):
         g = mtp_map(6144, p, seed=0)
@@ -31,6 +32,7 @@ def test_the_mtp_map_is_right_for_the_chosen_share_and_wrong_elsewhere():
         assert sorted(g) == list(range(6144))  # a permutation: every wrong draft names a token
 
 
+@pytest.mark.vllm
 def test_a_second_model_links_the_base_of_the_first_and_differs_only_in_its_mtp_layer(tmp_path):
     a = make_constructed(tmp_path / "a", shape="tiny", mtp_acceptance=0.8)
     b = make_constructed(tmp_path / "b", shape="tiny", mtp_acceptance=0.3, reuse_base=a.name)

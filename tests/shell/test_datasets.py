@@ -18,6 +18,8 @@ from autotune.errors import ConfigError
 from autotune.shell.files import read_profiles
 from autotune.shell.workloads import load_tokenizer, sources_for
 
+pytestmark = pytest.mark.vllm  # every test here runs vLLM's own code or a tokenizer
+
 PROFILE = WorkloadProfile(name="p", num_prompts=4, warmup_requests=1)
 
 

@@ -15,6 +15,7 @@ from autotune.shell.server import DeploymentSpec, ServerProcess
 from tests.conftest import cpu_slot
 
 
+@pytest.mark.vllm
 def test_the_successor_map_is_a_seeded_permutation_of_the_ordinary_ids():
     f = successor_map(512, seed=0)
     assert sorted(f[3:]) == list(range(3, 512)) and f[:3] == [0, 1, 2]

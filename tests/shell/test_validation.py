@@ -17,6 +17,8 @@ from autotune.shell.validation import VllmValidator, engine_identity
 from autotune.study.run.space_check import count_engines
 from tests.conftest import SPACES
 
+pytestmark = pytest.mark.vllm  # every test here runs vLLM's own code or a tokenizer
+
 LONG_LEN_REJECTED = "User-specified max_model_len (81920) is greater than the derived max_model_len"
 
 

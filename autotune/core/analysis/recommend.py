@@ -419,17 +419,18 @@ def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> 
             lines += _wrap(f"{r.use}: " + keep.format(r.trial.label))
         equivalent, undecided = r.of(Verdict.EQUIVALENT), r.of(Verdict.UNDECIDED)
         if equivalent:
-            lines += _wrap(f"{r.use}: equivalent to #{r.trial.number}: "
-                           + ", ".join(f"#{x.trial.number} {x.signed}" for x in equivalent))
+            lines += _wrap(f"{r.use}: #{r.trial.number} is equivalent to "
+                           + ", ".join(f"#{x.trial.number} ({x.signed})" for x in equivalent))
         if undecided:
             cost = r.tie_cost
             price = "" if cost is None else f"; deciding them: {cost.price}" + (
                 " (beyond any sensible budget: --explain)" if cost.beyond_budget else "")
-            lines += _wrap(f"{r.use}: undecided against #{r.trial.number}: "
-                           + ", ".join(f"#{x.trial.number} {x.signed}" for x in undecided) + price)
+            lines += _wrap(f"{r.use}: #{r.trial.number} is undecided against "
+                           + ", ".join(f"#{x.trial.number} ({x.signed})" for x in undecided) + price)
         v = r.versus
         if v is not None and v.cost is not None:
-            lines += _wrap(f"{r.use}: undecided against the baseline; deciding it: {v.cost.price}")
+            lines += _wrap(f"{r.use}: #{r.trial.number} against the baseline is undecided; "
+                           f"deciding it: {v.cost.price}")
     lines += _wrap(noise_line(data))
     lines += [rec for rec in recs if isinstance(rec, str)]
     for t in {r.trial.number: r.trial for r in picks}.values():  # a load its runs never had
