@@ -31,7 +31,7 @@ from autotune.cli.common import (
     storage_of_args,
     vllm_validator,
 )
-from autotune.cli.results import print_trials, trials_table  # noqa: F401 (as before #42)
+from autotune.cli.results import print_trials
 from autotune.core.analysis.recommend import TieSettings
 from autotune.core.deployment.from_flags import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot

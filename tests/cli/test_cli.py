@@ -166,7 +166,7 @@ def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypat
     from rich.console import Console
 
     import autotune.cli.common as common
-    from autotune.cli.study import print_trials
+    from autotune.cli.results import print_trials
     from autotune.core.analysis.study_data import StudyData, noise_of
     from autotune.core.trial.objectives import default_objectives
     from autotune.core.trial.outcome import ProfileResult, TrialOutcome

@@ -83,7 +83,7 @@ def assert_unbroken(narrow: str, wide: str, width: int) -> None:
 
 
 def trial_table():
-    from autotune.cli.study import print_trials
+    from autotune.cli.results import print_trials
 
     data = study()
     print_trials(list(data.outcomes), data)

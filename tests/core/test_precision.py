@@ -286,7 +286,7 @@ def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch)
     from rich.console import Console
 
     import autotune.cli.common as common
-    from autotune.cli.study import print_trials
+    from autotune.cli.results import print_trials
 
     data = _counted_study()
     screen = io.StringIO()
@@ -445,12 +445,17 @@ def test_a_studys_measured_spread_and_deployment_cost_replace_the_balances_prior
     pinned = {"low": Pinned(StopRule(balance=prior), ("mean_e2el_ms", "output_throughput")),
               "high": Pinned(StopRule(balance=prior), ("output_throughput",)),
               "fixed": Pinned(StopRule(0.02), ("mean_e2el_ms",))}
-    noise = NoiseModel({"low:mean_e2el_ms": Noise(0.009, 4, "between deployments"),
-                        "low:output_throughput": Noise(0.006, 4, "between deployments"),
+    noise = NoiseModel({"low:mean_e2el_ms": Noise(0.009, 4, "between deployments", 0.009),
+                        # the repeats' floor is larger: sigma_b is still the measured 0.6%
+                        "low:output_throughput": Noise(0.012, 6, "repeats: ...", 0.006),
                         "high:output_throughput": Noise(0.05, math.inf, "assumed")}, "gpu")
     known = balanced_pins(pinned, noise, 120.0)
     assert known["low"].rule.balance == Balance(0.006, 120.0)  # the smallest: the longer run
     assert known["high"].rule.balance == Balance(0.03, 120.0)  # assumed noise: the prior's
+    # Repeats on one deployment without a redeployment measure the runs' own spread (sigma_w),
+    # not sigma_b: the prior stays.
+    repeats_only = NoiseModel({"high:output_throughput": Noise(0.022, 3, "repeats: ...")}, "gpu")
+    assert balanced_pins(pinned, repeats_only, None)["high"].rule.balance == prior
     assert known["fixed"] == pinned["fixed"]  # --precision: the target rule, untouched
     assert balanced_pins(pinned, NoiseModel({}), None) == pinned  # nothing measured yet
 

@@ -133,6 +133,41 @@ def test_a_value_outside_the_parameters_domain_is_an_error():
         baseline_of_options(space, ctx, {"--optimization-level": 3}, name="x", where="x")
 
 
+def test_a_config_file_in_the_baseline_is_refused_not_dropped():
+    """`--config FILE` holds settings the baseline would silently lose: it is named as a flag
+    the space cannot express, not ignored as the runner's own flags are."""
+    space, ctx = ctx_of(SPACE, 4096)
+    options = options_of_argv(["--config", "mine.yaml", "--port", "8000"], "x")
+    with pytest.raises(ConfigError, match="--config mine.yaml"):
+        baseline_of_options(space, ctx, options, name="x", where="--baseline x")
+
+
+def test_values_read_back_as_numbers_only_where_they_are_numbers():
+    options = options_of_argv(["--kv-cache-dtype", "nan", "--max-num-seqs", "128",
+                               "--gpu-memory-utilization", "0.9"], "x")
+    assert options == {"--kv-cache-dtype": "nan", "--max-num-seqs": 128,
+                       "--gpu-memory-utilization": 0.9}
+
+
+@pytest.mark.parametrize(("given", "hidden"), [
+    ("-O0 --api-key sk-secret", "-O0 --api-key ***"),
+    ("-O0 --api-key=sk-secret", "-O0 --api-key=***")])
+def test_a_pasted_api_key_is_never_echoed(tmp_path, capsys, given, hidden):
+    folder = files(tmp_path)
+    code = main(["--workdir", str(tmp_path / "studies"), "run", "--model", str(folder),
+                 "--space", str(tmp_path / "space.yaml"), "--baseline", given + " --max-num-seqs 8"])
+    err = capsys.readouterr().err
+    assert code == 2 and "sk-secret" not in err and hidden in err
+
+
+def test_an_unbalanced_quote_in_the_baseline_is_one_line_exit_2(tmp_path, capsys):
+    folder = files(tmp_path)
+    code = main(["--workdir", str(tmp_path / "studies"), "run", "--model", str(folder),
+                 "--space", str(tmp_path / "space.yaml"), "--baseline", "--max-num-seqs '128"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--baseline" in err
+
+
 # --- through the runner (stand-in trial function) ----------------------------------------------
 
 def test_the_baseline_is_the_first_trial_before_the_references_and_every_verdict_compares_with_it(

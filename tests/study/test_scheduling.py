@@ -123,6 +123,9 @@ def test_storage_urls_hide_passwords_as_typed_and_open_with_the_installed_postgr
     assert redact("postgresql+psycopg://u:s3cret@db:5432/x") == "postgresql+psycopg://u:***@db:5432/x"
     assert redact("postgresql://u:p%40ss@db/x?sslmode=require") == "postgresql://u:***@db/x?sslmode=require"
     assert redact("sqlite:///a:b@c.db") == "sqlite:///a:b@c.db"  # no password in a file path
+    # an unescaped @ in the password hides it whole; a password in the query too
+    assert redact("postgresql://u:pa@ss@db/x") == "postgresql://u:***@db/x"
+    assert redact("postgresql://db/x?user=u&password=s3cret") == "postgresql://db/x?user=u&password=***"
     assert storage_url("postgresql://u:p@h/db", "x") == "postgresql://u:p@h/db"  # as typed
     assert engine_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
     monkeypatch.setenv("AUTOTUNE_STORAGE", "postgres://u@h/db")

@@ -15,9 +15,10 @@ what the user runs.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.core.deployment.flags import Options, options_to_argv, substitute, to_argv, to_options
@@ -25,8 +26,11 @@ from autotune.core.space.search_space import ModelContext, Params, SearchSpace, 
 from autotune.errors import ConfigError
 
 VLLM_DEFAULTS = "vllm-defaults"  # the baseline's name when the user gives none
-# What the runner sets for every deployment: never part of a configuration.
-DEPLOYMENT_OWN = ("--model", "--host", "--port", "--api-key", "--served-model-name", "--config")
+# What the runner sets for every deployment: never part of a configuration. (`--config FILE`
+# is not among them: its settings would be lost, so it is refused with the other flags the
+# space cannot express; `autotune export --format yaml` files are read directly.)
+DEPLOYMENT_OWN = ("--model", "--host", "--port", "--api-key", "--served-model-name")
+SECRET_OPTIONS = ("--api-key",)  # never echoed in a message
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,6 @@ class Baseline:
     params: Params
     argv: tuple[str, ...]
     max_model_len: int | None = None
-    given: Mapping[str, Value] = field(default_factory=dict)  # what the user set explicitly
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "params": dict(self.params), "argv": list(self.argv),
@@ -121,13 +124,27 @@ def options_of_argv(argv: Sequence[str], where: str) -> Options:
     return options
 
 
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")  # not nan, inf or 32k
+
+
 def _scalar(text: str) -> Value:
-    for cast in (int, float):
+    if _NUMBER.match(text):
         try:
-            return cast(text)
+            return int(text)
         except ValueError:
-            pass
+            return float(text)
     return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def masked(words: Sequence[str]) -> str:
+    """A flag string as the user gave it, with the values of secret options (``--api-key``)
+    replaced by ***: what a message may echo."""
+    out, hide = [], False
+    for w in words:
+        flag, eq, _ = w.partition("=")
+        out.append("***" if hide else (f"{flag}=***" if eq and flag in SECRET_OPTIONS else w))
+        hide = not eq and w in SECRET_OPTIONS
+    return " ".join(out)
 
 
 def _value(text: str) -> Any:
@@ -237,7 +254,7 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
     if dropped:
         raise ConfigError(f"{where}: {', '.join(dropped)} do(es) not apply to this model or "
                           f"context in {space.path}")
-    return Baseline(name, params, _argv(space, b_ctx, given, max_len), max_len, given)
+    return Baseline(name, params, _argv(space, b_ctx, given, max_len), max_len)
 
 
 def _nested(dotted: str, value: Any) -> dict[str, Any]:

@@ -13,6 +13,8 @@ def number_text(x: float, scale: float | None = None) -> str:
     if not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     size = abs(x if scale is None or not math.isfinite(scale) else scale)
+    # sized after rounding: 99.96 is written '100', not '100.0'; 0.9996 '1.0', not '1.000'
+    size = max(size, abs(round(size, 1)) if size >= 1 else float(f"{size:.3g}"))
     if size >= 100:
         return f"{x:,.0f}"
     if size >= 1 or size == 0:

@@ -50,6 +50,9 @@ class Noise:
     log_sd: float
     df: float  # inf when assumed
     source: str  # "pooled from 12 repeats of 6 trials" | "assumed"
+    # The spread between deployments measured (own or inherited) where there is one, even
+    # when the repeats' floor is larger: what the run-length balance needs (sigma_b).
+    between_log_sd: float | None = None
 
     @property
     def assumed(self) -> bool:
@@ -181,8 +184,9 @@ def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequen
     if spread is not None:
         sd, df = spread.log_sd, spread.df
         if sd >= floor:
-            return Noise(sd, df, f"between deployments: pooled from {spread.source}")
-        return Noise(floor, floor_df, f"{floor_src} (more than between deployments, {sd:.1%})")
+            return Noise(sd, df, f"between deployments: pooled from {spread.source}", sd)
+        return Noise(floor, floor_df, f"{floor_src} (more than between deployments, {sd:.1%})",
+                     sd)
     if floor > prior.log_sd:
         return Noise(floor, floor_df, f"{floor_src} (more than the {prior.source})")
     return prior

@@ -327,16 +327,17 @@ def balanced_pins(pinned: Mapping[str, Pinned], noise: NoiseModel, deployment_s:
                   ) -> dict[str, Pinned]:
     """The plan's balanced rules with what a study has measured: its measured spread between
     deployments (the smallest over each profile's pinned metrics: the longer run) where it has
-    one, else the rule's prior; its measured cost of a deployment where it has one. A rule
-    with a precision target is left as it is."""
+    one, else the rule's prior (never the repeats' spread, which is the runs' own: sigma_w,
+    not sigma_b); its measured cost of a deployment where it has one. A rule with a precision
+    target is left as it is."""
     out = dict(pinned)
     for profile, pin in pinned.items():
         balance = pin.rule.balance
         if balance is None:
             continue
-        measured = [n.log_sd for m in pin.metrics
+        measured = [n.between_log_sd for m in pin.metrics
                     if (n := noise.by_metric.get(f"{profile}:{m}")) is not None
-                    and not n.assumed and n.log_sd > 0]
+                    and n.between_log_sd is not None and n.between_log_sd > 0]
         known = Balance(min(measured, default=balance.between_log_sd),
                         deployment_s if deployment_s and deployment_s > 0 else balance.deployment_s)
         out[profile] = dataclasses.replace(pin, rule=dataclasses.replace(pin.rule, balance=known))

@@ -26,6 +26,7 @@ from autotune.core.deployment.from_flags import (
     Baseline,
     baseline_of_options,
     defaults_baseline,
+    masked,
     options_of_argv,
     reference_baseline,
 )
@@ -278,12 +279,18 @@ def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext
     text = request.baseline
     if text is None:
         return None
-    where = f"--baseline {text!r}"
     if text == VLLM_DEFAULTS:
         return defaults_baseline(space, ctx)
     if text.lstrip().startswith("-"):
-        options = options_of_argv(shlex.split(text), where)
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:  # an unbalanced quote
+            raise ConfigError(f"--baseline: cannot split the flags ({exc}); quote them as a "
+                              "shell would") from None
+        where = f"--baseline {masked(words)!r}"  # a pasted --api-key is never echoed
+        options = options_of_argv(words, where)
         return baseline_of_options(space, ctx, options, name="given flags", where=where)
+    where = f"--baseline {text!r}"
     if Path(text).is_file():
         return baseline_of_options(space, ctx, read_flags_file(text), name=Path(text).name,
                                    where=f"--baseline {text}")

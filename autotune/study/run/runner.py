@@ -32,7 +32,6 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Protocol
 
 import optuna
@@ -186,7 +185,7 @@ class StudyRunner:
             step = next_step(now, plan.trials)
             if step is Step.STOP:
                 who = f"worker {self.label}" if self.label else "search"
-                self.progress.message(f"{who} stops after {timedelta(seconds=round(self.clock() - began))}"
+                self.progress.message(f"{who} stops after {duration_text(self.clock() - began, clock=True)}"
                                       f": {stop_text(now, plan.trials)}")
                 return study
             if step is Step.WAIT:

@@ -54,13 +54,23 @@ class Heartbeat:
             )
 
 
-_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@?#]*:)(?P<password>[^@/?#]*)(?=@)")
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)[^&#]*")
 
 
 def redact(url: str) -> str:
     """The URL as the user typed it, its password (if any) replaced by ***, for messages and
-    logs (never re-rendered: the driver, host and escapes stay as written)."""
-    return _PASSWORD.sub(r"\g<head>***", url, count=1)
+    logs (never re-rendered: the driver, host and escapes stay as written). The user part ends
+    at the netloc's last @, so a password with an unescaped @ is hidden whole; a ``password=``
+    query parameter is hidden too."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+        netloc, tail = rest[:end], rest[end:]
+        at = netloc.rfind("@")
+        if at > 0 and ":" in netloc[:at]:
+            netloc = netloc[:netloc.index(":")] + ":***" + netloc[at:]
+        url = f"{scheme}://{netloc}{tail}"
+    return _QUERY_PASSWORD.sub(r"\g<key>***", url)
 
 
 def is_sqlite(url: str) -> bool:
