@@ -39,10 +39,6 @@ DEFAULT_WORKDIR = "studies"
 RATE_RANGE = {"low": 0.25, "high": 64.0}
 
 
-def fmt(value: float, digits: int = 1) -> str:
-    return "inf" if math.isinf(value) else f"{value:,.{digits}f}"
-
-
 def capacity_cell(search: CapacitySearch) -> str:
     """For a table: '48 of 57' (met at 48, not at 57), '64+' (met at the top of the range),
     'below #3', or 'none'."""

@@ -21,13 +21,13 @@ from autotune.cli.common import (
     breakable,
     console,
     entrypoint_of,
-    fmt,
     out,
     print_table,
     profiles_of,
     slots_of,
     vllm_validator,
 )
+from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import RUN_METRICS
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
 from autotune.core.space.search_space import SearchSpace, inapplicable, space_size
@@ -111,7 +111,7 @@ def _summary_table(title: str, rows: dict[str, dict], width: int | None = None) 
             "delivery_bursts"]
     for key in keys:
         if any(key in r for r in rows.values()):
-            table.add_row(breakable(key, width), *[fmt(float(r[key]), 2) if isinstance(r.get(key), int | float)
+            table.add_row(breakable(key, width), *[number_text(float(r[key])) if isinstance(r.get(key), int | float)
                                  else "-" for r in rows.values()])
     return table
 

@@ -18,7 +18,6 @@ from autotune.cli.common import (
     console,
     cpu_slot,
     fits,
-    fmt,
     metric_header,
     out,
     parse_percent,
@@ -370,7 +369,7 @@ def _verify(args, study, trial, export) -> int:
         for metric in SUMMARY_METRICS:
             a, b = trial.value(name, metric), result.mean(metric)
             # A TPOT of 0 is possible: every stream of that run arrived in one burst.
-            table.add_row(name, metric, fmt(a, 2), fmt(b, 2), f"{(b - a) / a * 100:+.1f}%" if a else "-")
+            table.add_row(name, metric, number_text(a), number_text(b), f"{(b - a) / a * 100:+.1f}%" if a else "-")
     out.print(table)
     return 0
 
