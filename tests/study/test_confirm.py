@@ -31,7 +31,9 @@ def searched(tmp_path_factory) -> Path:
 
 def served_study(tmp_path, searched: Path):
     """The searched study, copied into ``tmp_path``: the same as ``run(make_plan(tmp_path,
-    trials=6), StandIn())`` (same seed, same stand-in), without running the search again."""
+    trials=6), StandIn())`` (same seed, same stand-in), without running the search again. The
+    stored plan and trials name the template's model folder (the same config, kept for the
+    module); confirmation takes the plan the test passes, as `autotune confirm` rebuilds it."""
     shutil.copytree(searched, tmp_path, dirs_exist_ok=True)
     plan = make_plan(tmp_path, trials=6)
     study = optuna.load_study(study_name=plan.study_name, storage=open_storage(plan.storage, Heartbeat()))
