@@ -245,12 +245,3 @@ async def stand_in_http(app: web.Application) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under ``-n 2 --dist loadgroup`` the heavy tier (``vllm``: vLLM, transformers or torch
-    imported, seconds each) runs on one worker, so that only one process pays those imports;
-    under the default ``--dist load`` the group is ignored."""
-    for item in items:
-        if item.get_closest_marker("vllm"):
-            item.add_marker(pytest.mark.xdist_group("vllm"))
