@@ -345,3 +345,13 @@ def store(folder: Path, trials: Sequence[TrialOutcome], *, name: str = "s",
     with contextlib.closing(sqlite3.connect(folder / "autotune.db")) as last:
         last.execute("PRAGMA schema_version")
     return url
+
+
+def age_heartbeats(db: Path, seconds: int) -> None:
+    """Move every heartbeat stored in the SQLite study ``db`` ``seconds`` into the past: a
+    worker that died that long ago, without the test sleeping through the grace period. SQLite
+    stamps heartbeats to the second, so a sleep had to outlast the grace by a whole second."""
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        changed = conn.execute("UPDATE trial_heartbeats SET heartbeat = "
+                               "datetime(heartbeat, ?)", (f"-{seconds} seconds",)).rowcount
+    assert changed, f"no heartbeat stored in {db}"

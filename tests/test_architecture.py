@@ -6,7 +6,9 @@ the pure core touches no process, file, network or environment."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
+from types import MappingProxyType
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
 LAYERS = {"errors": 0, "core": 1, "shell": 2, "study": 3, "cli": 4, "__main__": 5}
@@ -20,16 +22,20 @@ IMPURE = {"os", "subprocess", "socket", "signal", "httpx", "aiohttp", "sqlite3",
           "optuna", "sqlalchemy", "torch", "vllm"}
 
 
-def modules() -> dict[str, ast.Module]:
+@functools.cache
+def modules() -> MappingProxyType[str, ast.Module]:
+    """Every module of the package, parsed once per test process (the tests only read the
+    trees) and handed out read-only."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = ast.parse(path.read_text())
-    return found
+    return MappingProxyType(found)
 
 
-def imports(tree: ast.Module, name: str) -> set[str]:
+@functools.cache
+def imports(tree: ast.Module, name: str) -> frozenset[str]:
     """Every module imported anywhere in the file (lazy imports in functions too)."""
     out = set()
     for node in ast.walk(tree):
@@ -38,7 +44,7 @@ def imports(tree: ast.Module, name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             out.add(node.module)
             out |= {f"{node.module}.{a.name}" for a in node.names}
-    return out
+    return frozenset(out)
 
 
 def layer(module: str) -> int | None:

@@ -4,6 +4,10 @@ are deployed, how often, and what the study keeps."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import optuna
 import pytest
 from optuna.exceptions import StorageInternalError
 
@@ -12,18 +16,33 @@ from autotune.study.run.confirm_rounds import confirm
 from autotune.study.run.one_trial import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmation, read_confirmed
+from autotune.study.store.storage import Heartbeat, open_storage
 from tests.helpers import StandIn, make_plan, run
 
 
-def served_study(tmp_path):
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory) -> Path:
+    """One 6-trial search with the stand-in, run once for the module: the tests confirm on a
+    copy of its folder (storage, model, space), never on this one."""
+    folder = tmp_path_factory.mktemp("searched")
+    run(make_plan(folder, trials=6), StandIn())
+    return folder
+
+
+def served_study(tmp_path, searched: Path):
+    """The searched study, copied into ``tmp_path``: the same as ``run(make_plan(tmp_path,
+    trials=6), StandIn())`` (same seed, same stand-in), without running the search again. The
+    stored plan and trials name the template's model folder (the same config, kept for the
+    module); confirmation takes the plan the test passes, as `autotune confirm` rebuilds it."""
+    shutil.copytree(searched, tmp_path, dirs_exist_ok=True)
     plan = make_plan(tmp_path, trials=6)
-    study = run(plan, StandIn())
+    study = optuna.load_study(study_name=plan.study_name, storage=open_storage(plan.storage, Heartbeat()))
     served = [t.number for t in outcomes(study) if t.feasible]
     return plan, study, served
 
 
-def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp_path):
-    plan, study, served = served_study(tmp_path)
+def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp_path, searched):
+    plan, study, served = served_study(tmp_path, searched)
     a, b = served[:2]
     setup = TrialSetup(model="", workdir=plan.workdir)
     first, second = StandIn(seed=1), StandIn(seed=2)
@@ -49,8 +68,8 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
             assert [s.reason for s in result.stops] == ["ceiling"] * len(result.runs)
 
 
-def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path):
-    plan, study, _ = served_study(tmp_path)
+def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path, searched):
+    plan, study, _ = served_study(tmp_path, searched)
     stand_in = StandIn()
     confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
                         trial_fn=stand_in)
@@ -61,8 +80,8 @@ def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path):
     ([99], 1, "--trials 99: #99 not a served trial of this study; served: #"),
     ([], 1, "--trials : "),
 ], ids=["unknown-trial", "no-trial"])
-def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_path, trials, rounds, message):
-    plan, study, _ = served_study(tmp_path)
+def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_path, searched, trials, rounds, message):
+    plan, study, _ = served_study(tmp_path, searched)
     stand_in = StandIn()
     with pytest.raises(ConfigError) as err:
         confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, trials=trials,
@@ -155,13 +174,10 @@ class Interrupted(StandIn):
         return super().__call__(argv, bench, setup, on_phase)
 
 
-def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_continues_it(tmp_path):
-    (tmp_path / "whole").mkdir()
-    (tmp_path / "cut").mkdir()
-    whole_plan = make_plan(tmp_path / "whole", trials=6)
-    whole = run(whole_plan, StandIn())
-    plan = make_plan(tmp_path / "cut", trials=6)
-    study = run(plan, StandIn())  # the same study: same seed, same stand-in
+def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_continues_it(
+        tmp_path, searched):
+    whole_plan, whole, _ = served_study(tmp_path / "whole", searched)
+    plan, study, _ = served_study(tmp_path / "cut", searched)  # the same study, twice
     setup = TrialSetup(model="", workdir=plan.workdir)
     uninterrupted = StandIn(seed=7)
     confirm(whole, whole_plan, TrialSetup(model="", workdir=whole_plan.workdir), k=2, rounds=1,
@@ -183,14 +199,14 @@ def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_con
     assert read_confirmation(study).finished
 
 
-def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continued(tmp_path):
+def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continued(tmp_path, searched):
     """A search resumed after an interrupted confirmation can change the front: the stored
     confirmation's trials are then not the finalists, and a new confirmation is planned."""
     from autotune.core.analysis.study_data import finalists
     from autotune.core.plan.confirmation import ConfirmationState
     from autotune.study.store.state import write_confirmation
 
-    plan, study, served = served_study(tmp_path)
+    plan, study, served = served_study(tmp_path, searched)
     chosen = {t.number for t in finalists(study_data(study, confirmed=False), 2)}
     stale = next(n for n in served if n not in chosen)
     write_confirmation(study, ConfirmationState((stale,), 1))
@@ -242,14 +258,14 @@ def test_a_stored_confirmation_reads_back_as_the_same_record_and_keeps_the_store
     assert (state.total_steps, state.deployments_of(1), ConfirmationState().total_steps) == (3, 2, 0)
 
 
-def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path):
+def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path, searched):
     """`run` ends by confirming in the same storage: the study is opened for writing there,
     while the reading commands open it read-only (a read-only open here failed the main job
     with 'attempt to write a readonly database')."""
     from autotune.cli.study import _confirm
     from autotune.study.store.storage import load_existing
 
-    plan, study, _ = served_study(tmp_path)
+    plan, study, _ = served_study(tmp_path, searched)
     _confirm(plan, TrialSetup(model="", workdir=plan.workdir), k=1, budget_s=0.0)
     assert read_confirmation(load_existing(plan.study_name, plan.storage)) is not None
     reader = load_existing(plan.study_name, plan.storage)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 
 import optuna
 import pytest
@@ -30,7 +29,7 @@ from autotune.study.store import optuna_internals
 from autotune.study.store.records import outcomes, read_outcome, study_data, with_confirmed
 from autotune.study.store.state import read_confirmed
 from autotune.study.store.storage import Heartbeat
-from tests.helpers import Said, StandIn, StandInBench, StandInDeployment, ids, make_plan, run
+from tests.helpers import Said, StandIn, StandInBench, StandInDeployment, age_heartbeats, ids, make_plan, run
 
 
 def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(tmp_path):
@@ -355,7 +354,7 @@ def test_a_dead_workers_trial_is_failed_and_run_again_by_a_live_one(tmp_path):
     study, _, _ = prepare_study(plan, heartbeat)
     dead = study.ask({"optimization_level": optuna.distributions.CategoricalDistribution([0, 2])})
     optuna_internals.record_heartbeat(study, dead)  # its worker then dies: no more heartbeats
-    time.sleep(2.5)
+    age_heartbeats(plan.workdir / "autotune.db", 3)  # 3 s ago, past the 2 s grace
     study = run(plan, StandIn(), heartbeat=heartbeat)
     found = outcomes(study)
     assert found[0].state == "fail" and found[0].failure is None  # lost, not failed by the trial

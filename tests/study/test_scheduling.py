@@ -35,6 +35,7 @@ from autotune.study.store.storage import (
     refuse_shared_sqlite,
     storage_url,
 )
+from tests.helpers import age_heartbeats
 
 # ------------------------------------------------------------------ the study-wide budget
 
@@ -201,7 +202,7 @@ def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enque
     said = []
     reap_dead_workers(study, said.append)
     assert study.trials[0].state == optuna.trial.TrialState.RUNNING and said == []  # not yet
-    time.sleep(3)
+    age_heartbeats(tmp_path / "h.db", 3)  # it died 3 s ago, past the 2 s grace
     reap_dead_workers(study, said.append)
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     retry = study.trials[1]
