@@ -21,9 +21,9 @@ from autotune.core.analysis.study_data import noise_line
 from autotune.core.deployment.flags import to_argv
 from autotune.core.deployment.from_flags import (
     VLLM_DEFAULTS,
+    argv_to_options,
     baseline_of_options,
     defaults_baseline,
-    options_of_argv,
 )
 from autotune.core.plan.budget import start_up
 from autotune.core.plan.request import PlanRequest
@@ -108,7 +108,7 @@ def test_what_export_writes_parses_back_to_the_same_parameters(form):
     params = {"optimization_level": 0, "mtp": True, "expert_parallel": True}
     text = Export(3, "m", to_argv(space, ctx, params)).render(form)
     if form == "shell":
-        options = options_of_argv(shlex.split(text)[3:], "f")
+        options = argv_to_options(shlex.split(text)[3:], "f")
     else:
         data = yaml.safe_load(text)
         data = data["config"] if form == "json" else data
@@ -119,7 +119,7 @@ def test_what_export_writes_parses_back_to_the_same_parameters(form):
 
 def test_flags_the_space_cannot_express_are_one_error_naming_each():
     space, ctx = ctx_of(SPACE, 4096)
-    options = options_of_argv(shlex.split("--max-num-seqs 128 --enable-chunked-prefill -O0"), "x")
+    options = argv_to_options(shlex.split("--max-num-seqs 128 --enable-chunked-prefill -O0"), "x")
     with pytest.raises(ConfigError) as err:
         baseline_of_options(space, ctx, options, name="x", where="--baseline x")
     message = str(err.value)
@@ -137,13 +137,13 @@ def test_a_config_file_in_the_baseline_is_refused_not_dropped():
     """`--config FILE` holds settings the baseline would silently lose: it is named as a flag
     the space cannot express, not ignored as the runner's own flags are."""
     space, ctx = ctx_of(SPACE, 4096)
-    options = options_of_argv(["--config", "mine.yaml", "--port", "8000"], "x")
+    options = argv_to_options(["--config", "mine.yaml", "--port", "8000"], "x")
     with pytest.raises(ConfigError, match="--config mine.yaml"):
         baseline_of_options(space, ctx, options, name="x", where="--baseline x")
 
 
 def test_values_read_back_as_numbers_only_where_they_are_numbers():
-    options = options_of_argv(["--kv-cache-dtype", "nan", "--max-num-seqs", "128",
+    options = argv_to_options(["--kv-cache-dtype", "nan", "--max-num-seqs", "128",
                                "--gpu-memory-utilization", "0.9"], "x")
     assert options == {"--kv-cache-dtype": "nan", "--max-num-seqs": 128,
                        "--gpu-memory-utilization": 0.9}

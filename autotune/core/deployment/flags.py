@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.core.space.search_space import ModelContext, Params, SearchSpace
+from autotune.core.space.search_space import ModelContext, Params, SearchSpace, Value
+from autotune.errors import ConfigError
 
 Options = dict[str, Any]
 
@@ -106,25 +108,51 @@ def to_argv(space: SearchSpace, ctx: ModelContext, params: Params) -> list[str]:
     return options_to_argv(to_options(space, ctx, params))
 
 
-def _scalar(text: str) -> Any:
-    for cast in (int, float):
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")  # not nan, inf or 32k
+
+
+def _scalar(text: str) -> Value:
+    if _NUMBER.match(text):
         try:
-            return cast(text)
+            return int(text)
         except ValueError:
-            pass
-    return text
+            return float(text)
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def argv_to_options(argv: list[str]) -> Options:
-    """Inverse of :func:`options_to_argv` for argv it produced (JSON values become dicts)."""
+def _value(text: str) -> Any:
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return _scalar(text)
+
+
+def argv_to_options(argv: Sequence[str], where: str = "vLLM flags") -> Options:
+    """``--x v``, ``--x=v``, ``--x`` (true), ``--no-x`` (false), ``-O3``/``-O 3``
+    (``--optimization-level``) to an ordered mapping of options; JSON values to mappings; the
+    inverse of :func:`options_to_argv` for the argv it produced, and the reader of a user's
+    flags (`run --baseline`), where a word that is no flag is a ConfigError naming ``where``."""
     options: Options = {}
     i = 0
-    while i < len(argv):
-        flag = argv[i]
-        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
-        if has_value:
-            text = argv[i + 1]
-            options[flag] = json.loads(text) if text.startswith("{") else _scalar(text)
+    words = list(argv)
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-O") and not word.startswith("--"):
+            level = word[2:].lstrip("=") or (words[i + 1] if i + 1 < len(words) else "")
+            options["--optimization-level"] = _scalar(level)
+            i += 1 if word[2:] else 2
+            continue
+        if not word.startswith("--"):
+            raise ConfigError(f"{where}: {word!r} is not a flag (expected --name [value])")
+        flag, eq, text = word.partition("=")
+        flag = flag.replace("_", "-")
+        if eq:
+            options[flag] = _value(text)
+            i += 1
+        elif i + 1 < len(words) and not words[i + 1].startswith("--"):
+            options[flag] = _value(words[i + 1])
             i += 2
         elif flag.startswith("--no-"):
             options["--" + flag[5:]] = False

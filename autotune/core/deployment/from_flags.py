@@ -15,14 +15,20 @@ what the user runs.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.core.deployment.flags import Options, options_to_argv, substitute, to_argv, to_options
-from autotune.core.space.search_space import ModelContext, Params, SearchSpace, Value, complete
+from autotune.core.deployment.flags import (
+    Options,
+    argv_to_options,
+    options_to_argv,
+    substitute,
+    to_argv,
+    to_options,
+)
+from autotune.core.space.search_space import ModelContext, Params, SearchSpace, complete
 from autotune.errors import ConfigError
 
 VLLM_DEFAULTS = "vllm-defaults"  # the baseline's name when the user gives none
@@ -92,50 +98,6 @@ def split_argv(words: Sequence[str]) -> list[str]:
     return words
 
 
-def options_of_argv(argv: Sequence[str], where: str) -> Options:
-    """``--x v``, ``--x=v``, ``--x`` (true), ``--no-x`` (false), ``-O3``/``-O 3``
-    (``--optimization-level``) to an ordered mapping of options; JSON values to mappings."""
-    options: Options = {}
-    i = 0
-    words = list(argv)
-    while i < len(words):
-        word = words[i]
-        if word.startswith("-O") and not word.startswith("--"):
-            level = word[2:].lstrip("=") or (words[i + 1] if i + 1 < len(words) else "")
-            options["--optimization-level"] = _scalar(level)
-            i += 1 if word[2:] else 2
-            continue
-        if not word.startswith("--"):
-            raise ConfigError(f"{where}: {word!r} is not a flag (expected --name [value])")
-        flag, eq, text = word.partition("=")
-        flag = flag.replace("_", "-")
-        if eq:
-            options[flag] = _value(text)
-            i += 1
-        elif i + 1 < len(words) and not words[i + 1].startswith("--"):
-            options[flag] = _value(words[i + 1])
-            i += 2
-        elif flag.startswith("--no-"):
-            options["--" + flag[5:]] = False
-            i += 1
-        else:
-            options[flag] = True
-            i += 1
-    return options
-
-
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")  # not nan, inf or 32k
-
-
-def _scalar(text: str) -> Value:
-    if _NUMBER.match(text):
-        try:
-            return int(text)
-        except ValueError:
-            return float(text)
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def masked(words: Sequence[str]) -> str:
     """A flag string as the user gave it, with the values of secret options (``--api-key``)
     replaced by ***: what a message may echo."""
@@ -147,26 +109,17 @@ def masked(words: Sequence[str]) -> str:
     return " ".join(out)
 
 
-def _value(text: str) -> Any:
-    if text.startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return text
-    return _scalar(text)
-
-
 def options_of_text(text: str, where: str, *, kind: str) -> Options:
     """The options in what `autotune export` writes: ``kind`` shell (a command line), yaml (a
     ``vllm serve --config`` mapping, already parsed by the caller and given as JSON text) or
     json (export's JSON: its ``argv``, else its ``config``)."""
     if kind == "shell":
         lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-        return options_of_argv(split_argv(shlex.split(" ".join(ln.rstrip("\\") for ln in lines))),
+        return argv_to_options(split_argv(shlex.split(" ".join(ln.rstrip("\\") for ln in lines))),
                                where)
     data = json.loads(text)
     if isinstance(data, Mapping) and isinstance(data.get("argv"), list):
-        return options_of_argv([str(w) for w in data["argv"]], where)
+        return argv_to_options([str(w) for w in data["argv"]], where)
     config = data.get("config", data) if isinstance(data, Mapping) else None
     if not isinstance(config, Mapping):
         raise ConfigError(f"{where}: expected a mapping of vLLM options (what `autotune export "

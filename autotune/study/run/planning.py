@@ -21,13 +21,13 @@ from typing import Any
 
 import optuna
 
+from autotune.core.deployment.flags import argv_to_options
 from autotune.core.deployment.from_flags import (
     VLLM_DEFAULTS,
     Baseline,
     baseline_of_options,
     defaults_baseline,
     masked,
-    options_of_argv,
     reference_baseline,
 )
 from autotune.core.deployment.graph_cap import capped, graph_capture_cap
@@ -288,7 +288,7 @@ def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext
             raise ConfigError(f"--baseline: cannot split the flags ({exc}); quote them as a "
                               "shell would") from None
         where = f"--baseline {masked(words)!r}"  # a pasted --api-key is never echoed
-        options = options_of_argv(words, where)
+        options = argv_to_options(words, where)
         return baseline_of_options(space, ctx, options, name="given flags", where=where)
     where = f"--baseline {text!r}"
     if Path(text).is_file():
