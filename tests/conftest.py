@@ -147,9 +147,13 @@ def autotune(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def run_args(root: Path, model: str, study: str, trials: int) -> list[str]:
+    """The shared real study: the references' own baseline (o0) measured first, without the
+    calibration redeployment, so that its trials are o0, o0-ep (a crash), then sampled ones.
+    vLLM's defaults as the baseline are run by tests/study/test_workers.py and the dry run."""
     return ["run", *PROFILES, "--model", model, "--space", str(root / "space.yaml"),
-            "--references", str(root / "refs.yaml"), "--seed-references", "--study", study,
-            "--trials", str(trials), "--seed", "1", "--confirm", "0", *SMALL]
+            "--references", str(root / "refs.yaml"), "--seed-references", "--baseline", "o0",
+            "--no-calibrate", "--study", study, "--trials", str(trials), "--seed", "1",
+            "--confirm", "0", *SMALL]
 
 
 def load(root: Path, name: str) -> optuna.Study:

@@ -113,7 +113,7 @@ def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
     assert pareto.returncode == 0, pareto.stderr
     assert "the front (s4): mean E2EL at low-concurrency (ms) against output throughput" in pareto.stdout
     front = study_data(load(root, "s4")).front()
-    assert front and all(t.label in pareto.stdout for t in front)
+    assert front and all(f"#{t.number}" in pareto.stdout for t in front)
     for use in ("interactive", "throughput", "balanced"):
         r = autotune(root, "recommend", "--study", "s4", "--for", use, "--explain")
         assert r.returncode == 0 and f"{use}: Trial #" in r.stdout, r.stderr
@@ -178,7 +178,7 @@ def test_confirm_redeploys_the_finalists_in_rounds_and_the_report_uses_them(four
     r = autotune(root, "confirm", "--study", "s4", "--finalists", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     # Every finalist is deployed once; later steps only where a pick is still undecided.
-    assert "confirm step 1 of up to" in r.stderr and ", 1/2: trial #" in r.stderr
+    assert "confirm step 1 of up to" in r.stderr and "deployment 1 of 2: trial #" in r.stderr
     confirmed = read_confirmed(load(root, "s4"))
     assert 0 in confirmed  # the baseline, o0
     assert all(by for by in confirmed.values())

@@ -22,7 +22,10 @@ def test_a_four_trial_study_runs_references_first_and_records_both_profiles(four
     root, model, result = four_trials
     study = load(root, "s4")
     trials = study.trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    # --trials 4 counts deployed configurations: a sample of an engine already measured is a
+    # copy ("same engine as #N"), stored but not deployed and not counted
+    assert sum("same_engine_as" not in t.user_attrs for t in trials) == 4
     assert [t.user_attrs.get("reference") for t in trials[:2]] == ["o0", "o0-ep"]
     assert study.metric_names == ["low-concurrency:mean_e2el_ms", "high-concurrency:output_throughput"]
     good = trials[0]
@@ -70,7 +73,7 @@ def test_rerunning_resumes_adds_trials_and_does_not_enqueue_references_again(fou
     result = autotune(root, *run_args(root, model, "s4", 5))
     assert result.returncode == 0, result.stderr[-3000:]
     study = load(root, "s4")
-    assert len(study.trials) == 5
+    assert sum("same_engine_as" not in t.user_attrs for t in study.trials) == 5  # copies aside
     assert sum("reference" in t.user_attrs for t in study.trials) == 2
     assert not study.get_trials(states=(TrialState.WAITING,))
 
@@ -105,13 +108,16 @@ def test_dry_run_prints_reference_argv_first_and_launches_nothing(study_env):
     result = subprocess.run(
         [sys.executable, "-m", "autotune", "--workdir", str(workdir), "run", "--model", model,
          "--space", str(root / "space.yaml"), "--references", str(root / "refs.yaml"),
-         "--seed-references", "--trials", "3", "--dry-run"],
+         "--seed-references", "--trials", "4", "--dry-run"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("trial 0 (o0): vllm serve") and "--optimization-level 0" in lines[0]
-    assert lines[1].startswith("trial 1 (o0-ep)") and "--enable-expert-parallel" in lines[1]
-    assert lines[2].startswith("trial 2 (sampled)")
+    # vLLM's defaults first (the baseline: no tuned flag), then the references, then samples
+    assert lines[0].startswith("trial 0 (baseline: vllm-defaults): vllm serve")
+    assert "--optimization-level" not in lines[0] and "--max-model-len" not in lines[0]
+    assert lines[1].startswith("trial 1 (o0): vllm serve") and "--optimization-level 0" in lines[1]
+    assert lines[2].startswith("trial 2 (o0-ep)") and "--enable-expert-parallel" in lines[2]
+    assert lines[3].startswith("trial 3 (sampled)")
     assert lines[-1] == "dry run: nothing launched, nothing written"
     assert not workdir.exists()
