@@ -16,6 +16,7 @@ temporary folder it names.
     .venv/bin/python benchmarks/startup.py --imports 3
     .venv/bin/python benchmarks/startup.py --pairs 3 --env-a VLLM_WORKER_MULTIPROC_METHOD=spawn \
         --env-b VLLM_WORKER_MULTIPROC_METHOD=fork
+    .venv/bin/python benchmarks/startup.py --pairs 3 --preimported-b   # the pre-imported launcher
 
 ``--pairs N`` starts one configuration 2N times, alternating the environments ``--env-a`` and
 ``--env-b`` (A first in odd pairs, B first in even ones, so that a drift of the machine's load
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.deployment.startup import PHASES, stamped_text  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
+from autotune.shell.server import DeploymentSpec, ServerProcess, preimported_launcher  # noqa: E402
 
 IMPORT = "import vllm.entrypoints.openai.api_server"
 
@@ -78,9 +79,15 @@ def starts(count: int, fresh: bool, options: list[str], slot: Slot, model: str |
 
 
 def pairs(count: int, env_a: list[str], env_b: list[str], options: list[str], slot: Slot,
-          model: str | None) -> None:
+          model: str | None, preimported_b: bool = False) -> None:
     root = Path(tempfile.mkdtemp(prefix="startup-pairs-"))
     model = model or make_model(root / "dense", kind="dense", seed=0).name
+    # B's deployments forked from one launcher that imported vLLM before the first pair (a
+    # study's first trial pays those imports once; its later ones are what B measures).
+    launcher = preimported_launcher(None) if preimported_b else None
+    if launcher is not None:
+        assert launcher.warm(), launcher.failed
+        print(f"launcher imported vLLM in {launcher.ready_s:.1f} s", flush=True)
     envs = {"A": tuple(tuple(e.split("=", 1)) for e in env_a),
             "B": tuple(tuple(e.split("=", 1)) for e in env_b)}
     ready: dict[str, list[float]] = {"A": [], "B": []}
@@ -90,9 +97,11 @@ def pairs(count: int, env_a: list[str], env_b: list[str], options: list[str], sl
     for i, side in order:
         spec = DeploymentSpec(model=model, options=("--tensor-parallel-size",
                                                     str(slot.tensor_parallel_size), *options),
-                              slot=slot, log_path=root / f"server-{i + 1}{side}.log", extra_env=envs[side])
+                              slot=slot, log_path=root / f"server-{i + 1}{side}.log", extra_env=envs[side],
+                              launcher=launcher if side == "B" else None)
         with ServerProcess(spec) as dep:
             seconds, phases = dep.startup_s, dep.phases()
+            assert dep.preimported == (side == "B" and launcher is not None), launcher and launcher.failed
         (root / f"server-{i + 1}{side}.stamped.log").write_text(stamped_text(dep.startup_lines()))
         if i >= 0:
             ready[side].append(seconds)
@@ -142,6 +151,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=0, help="interleaved starts of --env-a and --env-b")
     ap.add_argument("--env-a", action="append", default=[], help="VAR=VALUE for the A starts")
     ap.add_argument("--env-b", action="append", default=[], help="VAR=VALUE for the B starts")
+    ap.add_argument("--preimported-b", action="store_true",
+                    help="B starts forked from the pre-imported launcher (A: new processes)")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--gpus", help="GPU ids, e.g. 0 (default: the CPU build on cores 0..tp-1)")
     ap.add_argument("--model", help="model folder (default: the generated dense model)")
@@ -151,7 +162,7 @@ def main() -> None:
     if args.imports:
         imports(args.imports)
     elif args.pairs:
-        pairs(args.pairs, args.env_a, args.env_b, args.option, slot, args.model)
+        pairs(args.pairs, args.env_a, args.env_b, args.option, slot, args.model, args.preimported_b)
     else:
         starts(args.starts, args.fresh_caches, args.option, slot, args.model)
 

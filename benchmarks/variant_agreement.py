@@ -34,7 +34,7 @@ from autotune.core.workload.datasets import source_of, validate_dataset_spec  # 
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
 from autotune.shell.client import Target, run_profile  # noqa: E402
 from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
+from autotune.shell.server import DeploymentSpec, ServerProcess, preimported_launcher  # noqa: E402
 from autotune.shell.workloads import load_tokenizer  # noqa: E402
 
 KEYS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--option", action="append", default=[], help="a vLLM flag of both A and B")
     ap.add_argument("--option-b", action="append", default=[], help="a vLLM flag of B only")
     ap.add_argument("--env-b", action="append", default=[], help="NAME=VALUE in B's environment only")
+    ap.add_argument("--preimported-b", action="store_true",
+                    help="B's deployments forked from the pre-imported launcher (A: new processes)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=2, help="measured runs per load and deployment")
     ap.add_argument("--loads", default="2:8,16:32", help="CONCURRENCY:REQUESTS,...")
@@ -63,6 +65,9 @@ def main() -> None:
             else Slot("cpu", tuple(range(args.tp)), args.tp))
     env_b = tuple(tuple(e.split("=", 1)) for e in args.env_b)
     loads = [tuple(int(x) for x in load.split(":")) for load in args.loads.split(",")]
+    launcher = preimported_launcher(None) if args.preimported_b else None
+    if launcher is not None:
+        assert launcher.warm(), launcher.failed
     rows: dict[str, list[dict]] = {"A": [], "B": []}
     out = {"args": vars(args), "rows": rows}
     for r in range(args.rounds):
@@ -71,8 +76,10 @@ def main() -> None:
                 model=model, slot=slot, log_path=root / f"server-{r}-{variant}.log",
                 options=("--tensor-parallel-size", str(args.tp), *args.option,
                          *(args.option_b if variant == "B" else ())),
-                extra_env=env_b if variant == "B" else (), startup_timeout_s=900)
+                extra_env=env_b if variant == "B" else (), startup_timeout_s=900,
+                launcher=launcher if variant == "B" else None)
             with ServerProcess(spec) as dep:
+                assert dep.preimported == (variant == "B" and launcher is not None)
                 phases = dep.phases()
                 row: dict = {"round": r, "ready_s": dep.startup_s,
                              "phases": phases.as_dict() if phases else {}}
@@ -92,7 +99,10 @@ def main() -> None:
                   + ", ".join(f"c{c} {row[f'c{c}']['output_throughput']:.1f} tok/s" for c, _ in loads),
                   flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"\nB ({' '.join(args.env_b + args.option_b)}) against A, {args.rounds} interleaved rounds, "
+    if launcher is not None:
+        launcher.close()
+    b_is = " ".join(args.env_b + args.option_b + ["pre-imported"] * args.preimported_b)
+    print(f"\nB ({b_is}) against A, {args.rounds} interleaved rounds, "
           f"{args.runs} runs per load and deployment: mean difference, paired 95% interval")
     summary = {}
     for conc, _ in loads:

@@ -284,8 +284,9 @@ def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadPro
     return tuple(_with_load(get_profile(name, overrides, defined), args) for name in names)
 
 
-def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True) -> None:
-    """The deployment flags; ``startup_timeout`` False where it is a study's (in its plan)."""
+def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True, study: bool = False) -> None:
+    """The deployment flags; ``startup_timeout`` False where it is a study's (in its plan);
+    ``study`` for the commands that deploy a study's trials one after another."""
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", help="GPU build: GPU ids, e.g. 0,1; `run` with more GPUs than one "
                    "deployment needs runs one trial per slot of --tp GPUs at once (0-7: 4 slots)")
@@ -298,6 +299,11 @@ def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True)
         g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
     g.add_argument("--entrypoint", help="command that starts vLLM, e.g. 'vllm serve' "
                    "(default: vllm serve for the GPU build, the module entry point for the CPU build)")
+    if study:
+        g.add_argument("--no-preimport", action="store_true",
+                       help="start every deployment as a new process that imports vLLM itself "
+                            "(default: one process per run imports vLLM once and forks each "
+                            "deployment from it; docs/startup.md)")
 
 
 def entrypoint_of(args: argparse.Namespace):

@@ -6,8 +6,10 @@ stored in it (another node, same storage); `confirm` redeploys a study's finalis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.markup import escape
@@ -115,14 +117,27 @@ def _heartbeat(args: argparse.Namespace):
     return Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
 
 
-def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> tuple[StudyPlan, TrialSetup]:
+@contextlib.contextmanager
+def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> Iterator[tuple[StudyPlan, TrialSetup]]:
     """The plan as the installed vLLM's parser takes it, and where this node's trials deploy,
-    with that parser as the validator."""
+    with that parser as the validator and (unless --no-preimport) the launcher that imports
+    vLLM once for all of them, ended when the command ends."""
     import dataclasses
+
+    from autotune.shell.server import preimported_launcher
 
     validator, space = vllm_validator(plan.space, console.print)
     plan = dataclasses.replace(plan, space=space)
-    return plan, plan.trial_setup(slot=slot, entrypoint=entrypoint_of(args), validator=validator)
+    entrypoint = entrypoint_of(args)
+    launcher = None if args.no_preimport else preimported_launcher(
+        entrypoint, on_failure=lambda why: console.print(
+            f"the pre-imported launcher cannot be used ({why}): deployments start as new processes"))
+    setup = plan.trial_setup(slot=slot, entrypoint=entrypoint, validator=validator)
+    try:
+        yield plan, dataclasses.replace(setup, launcher=launcher)
+    finally:
+        if launcher is not None:
+            launcher.close()
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
@@ -150,6 +165,8 @@ def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
                "--grace-period", str(args.grace_period), "--max-retry", str(args.max_retry)]
     if args.entrypoint:
         options += ["--entrypoint", args.entrypoint]
+    if args.no_preimport:
+        options.append("--no-preimport")
     return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
 
 
@@ -216,43 +233,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
-    plan, setup = _for_this_vllm(plan, args, slots[0])
-    if plan.precision_text:
-        console.print(plan.precision_text)
-    if args.dry_run:
-        refs = (len(plan.references.configs) if plan.references else 0) + (plan.baseline is not None)
-        # A time budget without --trials decides the count as it goes: show the references and
-        # the first sampled trials, not the unbounded budget's ten thousand.
-        shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
-        with checkable_model(plan.model.name) as model:
-            checks = check_planned(setup.validator, model, dry_run_argv(plan, shown))
-        for c in checks:
-            out.print(f"{c.label}: {shlex.join(['vllm', 'serve', plan.model.name, *c.argv])}",
+    with _for_this_vllm(plan, args, slots[0]) as (plan, setup):
+        if plan.precision_text:
+            console.print(plan.precision_text)
+        if args.dry_run:
+            refs = (len(plan.references.configs) if plan.references else 0) + (plan.baseline is not None)
+            # A time budget without --trials decides the count as it goes: show the references and
+            # the first sampled trials, not the unbounded budget's ten thousand.
+            shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
+            with checkable_model(plan.model.name) as model:
+                checks = check_planned(setup.validator, model, dry_run_argv(plan, shown))
+            for c in checks:
+                out.print(f"{c.label}: {shlex.join(['vllm', 'serve', plan.model.name, *c.argv])}",
+                          soft_wrap=True, markup=False)
+                if c.rejected:
+                    out.print(f"  rejected by vLLM: {c.rejected}", soft_wrap=True, markup=False)
+            out.print(dry_run_verdicts(checks, plan.trials if plan.trials < UNBOUNDED_TRIALS else None),
                       soft_wrap=True, markup=False)
-            if c.rejected:
-                out.print(f"  rejected by vLLM: {c.rejected}", soft_wrap=True, markup=False)
-        out.print(dry_run_verdicts(checks, plan.trials if plan.trials < UNBOUNDED_TRIALS else None),
-                  soft_wrap=True, markup=False)
-        if shown < plan.trials:
-            out.print(f"... then sampled trials until the time budget ends ({shown} shown)")
-        out.print("dry run: nothing launched, nothing written")
-        return 0
-    Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    study, notes, created = prepare_study(plan, _heartbeat(args))
-    start_clock(study, started)
-    console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
-                  f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
-                  f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
-                  f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
-    for note in notes:
-        console.print(note)
-    # The `run` that created the study samples with --seed itself; one that joins varies it.
-    code = _work(plan, setup, slots, args, "" if created else hostname(), started)
-    if code == 0 and plan.confirm:
-        _confirm(plan, setup, k=plan.confirm, study_budget=True, started=started)
-    if plan.time_budget_s is not None:
-        console.print(TimeLeft(time.time() - started, plan.time_budget_s, None, 0.0).kept_text)
-    return _finish(plan, code)
+            if shown < plan.trials:
+                out.print(f"... then sampled trials until the time budget ends ({shown} shown)")
+            out.print("dry run: nothing launched, nothing written")
+            return 0
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        study, notes, created = prepare_study(plan, _heartbeat(args))
+        start_clock(study, started)
+        console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
+                      f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
+                      f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
+                      f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        for note in notes:
+            console.print(note)
+        # The `run` that created the study samples with --seed itself; one that joins varies it.
+        code = _work(plan, setup, slots, args, "" if created else hostname(), started)
+        if code == 0 and plan.confirm:
+            _confirm(plan, setup, k=plan.confirm, study_budget=True, started=started)
+        if plan.time_budget_s is not None:
+            console.print(TimeLeft(time.time() - started, plan.time_budget_s, None, 0.0).kept_text)
+        return _finish(plan, code)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -270,13 +287,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.trials is not None:
         set_budget(study, args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
-    plan, setup = _for_this_vllm(plan, args, slots[0])
-    label = args.worker_label or hostname()
-    console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
-                  f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
-    workdir.mkdir(parents=True, exist_ok=True)
-    code = _work(plan, setup, slots, args, label)
-    return code if args.no_table else _finish(plan, code)
+    with _for_this_vllm(plan, args, slots[0]) as (plan, setup):
+        label = args.worker_label or hostname()
+        console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
+                      f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        workdir.mkdir(parents=True, exist_ok=True)
+        code = _work(plan, setup, slots, args, label)
+        return code if args.no_table else _finish(plan, code)
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
@@ -295,9 +312,9 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))
     slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]
-    plan, setup = _for_this_vllm(plan, args, slot)
-    _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
-    return _finish(plan, 0)
+    with _for_this_vllm(plan, args, slot) as (plan, setup):
+        _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
+        return _finish(plan, 0)
 
 
 def trial_numbers(text: str) -> list[int]:
@@ -378,7 +395,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
     add_profile_overrides(p)
     add_load_args(p)
-    add_deploy_args(p)
+    add_deploy_args(p, study=True)
     _add_worker_args(p)
     p.set_defaults(handler=cmd_run)
 
@@ -390,7 +407,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-label", help="name in logs; also varies the sampler seed per worker "
                    "(default: host name)")
     p.add_argument("--no-table", action="store_true", help=argparse.SUPPRESS)  # a slot of a pool
-    add_deploy_args(p, startup_timeout=False)  # the study's, from its plan
+    add_deploy_args(p, startup_timeout=False, study=True)  # the study's, from its plan
     _add_worker_args(p)
     p.set_defaults(handler=cmd_worker)
 
@@ -411,5 +428,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the study's measured cost of a deployment, and no deployment starts "
                         "that would end past it")
     p.add_argument("--model", help="this node's path of the model (default: the study's)")
-    add_deploy_args(p, startup_timeout=False)  # the study's, from its plan
+    add_deploy_args(p, startup_timeout=False, study=True)  # the study's, from its plan
     p.set_defaults(handler=cmd_confirm)

@@ -45,6 +45,7 @@ from autotune.core.deployment.startup import LogLine, StartupPhases, startup_pha
 from autotune.errors import ConfigError, DeploymentError
 from autotune.shell.install import Entrypoint, resolve_entrypoint
 from autotune.shell.key_config import remove_key_config, write_key_config
+from autotune.shell.preimported import ForkedServer, Preimported, entry_module_of
 from autotune.shell.processes import (
     HOST,
     die_with_parent,
@@ -71,6 +72,7 @@ class DeploymentSpec:
     log_path: Path | None = None
     served_model_name: str = ""
     extra_env: tuple[tuple[str, str], ...] = ()
+    launcher: Preimported | None = None  # forks the server with vLLM imported (None: a new process)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ class ServerProcess:
     workers_niced: list[int] = field(default_factory=list)  # TP workers set to the lowest priority
     argv: list[str] = field(default_factory=list)
     teardown: TeardownReport | None = None
-    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    preimported: bool = False  # forked by the spec's launcher, its imports inherited
+    _proc: subprocess.Popen | ForkedServer | None = field(default=None, repr=False)
     _gpu_baseline: dict[int, int] | None = field(default=None, repr=False)
     _log: LogPipe | None = field(default=None, repr=False)
     _cache_bytes: dict[str, tuple[Path, int]] = field(default_factory=dict, repr=False)
@@ -132,22 +135,14 @@ class ServerProcess:
             return ""
 
     def environment(self) -> dict[str, str]:
-        """The environment the server starts with: ours, the slot's pinning, the spec's extra
-        variables, the shared kernel caches, ``FORK_ENV`` unless already set, and INFO logging.
-        Never an API key: vLLM 0.26 hashes VLLM_API_KEY into its compile-cache key, so a fresh
-        key per deployment missed the cache every time (docs/startup.md)."""
+        """The environment the server starts with: ``base_environment()`` with the slot's
+        pinning and the spec's extra variables (the shared kernel caches follow
+        ``AUTOTUNE_CACHE_DIR`` where the extra variables set it)."""
         env = dict(os.environ)
-        env.pop("VLLM_API_KEY", None)  # an inherited key would override nothing and vary the hash
         if self.spec.slot is not None:
             env.update(self.spec.slot.env())
         env.update(dict(self.spec.extra_env))
-        env.update(kernel_cache_env(env))
-        for var, value in FORK_ENV:  # the user's own setting wins
-            env.setdefault(var, value)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # The start-up phases are read from its INFO lines (validation quiets vLLM in-process).
-        env["VLLM_LOGGING_LEVEL"] = "INFO"
-        return env
+        return base_environment(env)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -189,15 +184,20 @@ class ServerProcess:
         self._cache_bytes = {name: (path, folder_bytes(path)) for name, path in cache_folders(env).items()}
         self.on_phase("launching")
         self._t0 = time.monotonic()
-        self._proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
-        )
+        target = entry_module_of(self.argv) if spec.launcher is not None else None
+        if target is not None and spec.launcher.serves(target):
+            self._proc = spec.launcher.spawn(target.args, env, os.getcwd())
+            self.preimported = self._proc is not None
+        if self._proc is None:  # no launcher, or one that cannot serve: a new process
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
+            )
         assert self._proc.stdout is not None
         self._log = LogPipe(self._proc.stdout, spec.log_path, self._t0, secret=self.api_key)
 
@@ -266,7 +266,7 @@ class ServerProcess:
         added = tuple((name, round((folder_bytes(path) - before) / 2**20, 1))
                       for name, (path, before) in self._cache_bytes.items())
         return dataclasses.replace(startup_phases(self._log.lines, self.startup_s),
-                                   cache_added_mib=added)
+                                   cache_added_mib=added, launch="preimported" if self.preimported else "")
 
     def _first_completion(self, http: httpx.Client) -> None:
         """One real completion: a healthy /health does not prove the engine can serve."""
@@ -392,6 +392,32 @@ class ServerProcess:
 # spawned (issue #41). A variable the user sets wins (setdefault). vLLM still spawns where it
 # must (CUDA initialised in the parent, or its platform forces spawn): docs/startup.md.
 FORK_ENV = (("VLLM_WORKER_MULTIPROC_METHOD", "fork"),)
+
+
+def base_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """What every deployment's environment holds beside ``env``: the shared kernel caches,
+    ``FORK_ENV`` unless already set, unbuffered output and INFO logging (the start-up phases
+    are read from its INFO lines; validation quiets vLLM in-process). Never an API key: vLLM
+    0.26 hashes VLLM_API_KEY into its compile-cache key, so a fresh key per deployment missed
+    the cache every time (docs/startup.md). A pre-imported launcher imports vLLM in it."""
+    env = dict(env)
+    env.pop("VLLM_API_KEY", None)  # an inherited key would override nothing and vary the hash
+    env.update(kernel_cache_env(env))
+    for var, value in FORK_ENV:  # the user's own setting wins
+        env.setdefault(var, value)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["VLLM_LOGGING_LEVEL"] = "INFO"
+    return env
+
+
+def preimported_launcher(entrypoint: Entrypoint | None, *,
+                         on_failure: Callable[[str], None] = lambda why: None) -> Preimported | None:
+    """A launcher for this entry point's servers (started at its first deployment), or None
+    where the entry point is not one it can run (a wrapper script, a container)."""
+    target = entry_module_of((entrypoint or resolve_entrypoint()).command("MODEL", []))
+    if target is None:
+        return None
+    return Preimported(target.interpreter, target.module, base_environment(os.environ), on_failure=on_failure)
 
 
 # Kernel caches that vLLM would otherwise keep per configuration (Triton's under each compile

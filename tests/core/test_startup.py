@@ -170,7 +170,8 @@ def test_a_log_without_named_lines_leaves_all_but_the_launch_unnamed():
 def test_the_registry_names_each_phase_once_and_the_record_holds_each():
     keys = [p.key for p in PHASES]
     assert len(keys) == len(set(keys))
-    assert set(keys) | {"unnamed_s", "compile_cache", "cache_added_mib"} == set(StartupPhases.__dataclass_fields__)
+    assert set(keys) | {"unnamed_s", "compile_cache", "cache_added_mib", "launch"} == set(
+        StartupPhases.__dataclass_fields__)
 
 
 def test_stamped_lines_read_back_as_written():

@@ -136,3 +136,32 @@ def test_tiny_models_are_deterministic_for_a_seed(tmp_path, kind, mtp):
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
     assert _digest(tmp_path / "a")["model.safetensors"] != _digest(tmp_path / "c")["model.safetensors"]
     assert a.is_moe == (kind == "moe") and a.has_mtp == mtp
+
+
+def test_a_deployment_forked_from_the_preimported_launcher_skips_the_imports_and_answers_the_same(
+        dense_model, dense_server, tmp_path):
+    """The same configuration as the shared server (a new process), forked from a launcher that
+    has imported vLLM already: ready without the imports phase, the same greedy completion, and
+    torn down as completely; the launcher ends with its last deployment."""
+    from autotune.core.deployment.slots import Slot
+    from autotune.shell.server import preimported_launcher
+
+    launcher = preimported_launcher(None)
+    assert launcher is not None
+    with launcher:
+        assert launcher.warm(), launcher.failed
+        dep = ServerProcess(DeploymentSpec(
+            model=dense_model, options=("--tensor-parallel-size", "1", "--max-model-len", "4096"),
+            slot=Slot("cpu", (0,), 1), log_path=tmp_path / "server.log", launcher=launcher))
+        with dep:
+            assert dep.preimported
+            phases = dep.phases()
+            assert phases is not None and phases.launch == "preimported"
+            assert phases.imports_s < 1.0 < launcher.ready_s  # what a new process spends importing
+            prompt = [3, 4, 5, 6, 7, 8]
+            assert dep.complete(prompt, max_tokens=12) == dense_server.complete(prompt, max_tokens=12)
+            pids = session_pids(dep.pid)
+            assert len(pids) >= 2 and dep.pid in pids  # the API server and its engine core
+        assert dep.teardown is not None and dep.teardown.clean
+        process = launcher._proc
+    assert process.poll() is not None

@@ -134,6 +134,7 @@ class StartupPhases:
     unnamed_s: float = 0.0
     compile_cache: str = ""
     cache_added_mib: tuple[tuple[str, float], ...] = ()  # per cache folder, launch to ready
+    launch: str = ""  # "preimported": forked with vLLM's imports done (its imports phase ~0)
 
     def as_dict(self) -> dict[str, float | str]:
         """Flat, for the trial record: every non-zero phase, the compile cache's hit or miss,

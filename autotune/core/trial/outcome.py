@@ -175,6 +175,8 @@ class TrialOutcome(Measurement):
         if self.startup_s is None:
             return "-"
         parts = [text for seconds, text in _phase_parts(self.startup_phases) if seconds >= 0.5]
+        if self.startup_phases.get("launch"):  # forked by the pre-imported launcher
+            parts.append(f"vLLM {self.startup_phases['launch']}")
         return f"{self.startup_s:.0f} s" + (": " + ", ".join(parts) if parts else "")
 
     @property

@@ -54,6 +54,7 @@ from autotune.errors import BenchmarkError, DeploymentError, ValidationError, Va
 from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
 from autotune.shell.install import Entrypoint, vllm_version
+from autotune.shell.preimported import Preimported
 from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport
 from autotune.shell.validation import VllmValidator
 
@@ -141,6 +142,7 @@ class TrialSetup:
     validator: VllmValidator | None = None
     validated: Validated | None = None  # the verdict already reached (None: the trial validates)
     extra_env: tuple[tuple[str, str], ...] = ()  # e.g. the trial marker the reaper looks for
+    launcher: Preimported | None = None  # forks each server with vLLM imported (None: new processes)
     deploy: Deploy = ServerProcess
     run_profile: ProfileRunner = run_profile
 
@@ -302,7 +304,7 @@ def run_trial(
         dep = setup.deploy(DeploymentSpec(
             model=setup.model, options=tuple(options), slot=setup.slot,
             entrypoint=setup.entrypoint, startup_timeout_s=setup.startup_timeout_s,
-            log_path=log_path, extra_env=setup.extra_env,
+            log_path=log_path, extra_env=setup.extra_env, launcher=setup.launcher,
         ), on_phase=on_phase)
         with dep:
             b0 = time.monotonic()

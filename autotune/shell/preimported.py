@@ -1,0 +1,385 @@
+"""A launcher that pays vLLM's imports once per study instead of once per deployment.
+
+``python -m vllm...`` spends its first seconds importing (18 s of a GPU start on an H100, 7 s
+of a CPU one: docs/startup.md). ``Preimported`` starts one small process per study (this
+module run as a program) that imports the modules the entry point's API server imports and
+then waits. For each deployment it forks a child that becomes the server: a new session, the
+deployment's own environment, working folder and output pipe, and then vLLM's own entry
+point run exactly as ``python -m MODULE`` would run it (``runpy``, ``__main__``, the same
+argv). Each deployment is still its own process tree, torn down as before; only the imports
+are inherited. vLLM itself does the same when it forks its engine core
+(``VLLM_WORKER_MULTIPROC_METHOD=fork``) from the API server after these imports.
+
+The imports run in the environment every deployment shares (``base_env``); what differs
+between deployments (the slot's pinning, the trial marker) is read by vLLM when it starts an
+engine, after the fork. CUDA is never initialised before the fork: importing vLLM does not
+(vLLM checks, and would fall back to spawning its engine if it had).
+
+Protocol (one ``SOCK_SEQPACKET`` socket pair, a JSON message a packet): the launcher sends
+``{"argv", "env", "cwd"}`` with the output pipe's write end attached (SCM_RIGHTS); the process
+answers ``{"ready": seconds}`` once after its imports, ``{"pid": N}`` per fork (or
+``{"error": text}``) and ``{"exit": N, "code": C}`` when a child ends (C as ``Popen``'s
+returncode: negative for a signal). When the launcher's end closes (autotune exited or
+crashed), it kills every child's session and exits; each child also dies with it
+(PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MESSAGE_MAX = 1 << 20  # one request: argv and environment
+
+# What the API server of each known entry point imports before it logs: the entry module and
+# the module its ``__main__`` imports (vLLM 0.32 moved the server to launchers/; 0.26 kept it
+# in openai/api_server). Absent modules are skipped.
+PREIMPORTS = {
+    "vllm.entrypoints.openai.api_server": ("vllm.entrypoints.openai.api_server",
+                                           "vllm.entrypoints.launchers.api_server.entry"),
+    "vllm.entrypoints.cli.main": ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve",
+                                  "vllm.entrypoints.openai.api_server",
+                                  "vllm.entrypoints.launchers.api_server.entry"),
+}
+
+
+@dataclass(frozen=True)
+class EntryModule:
+    """How an entry point runs: this interpreter, ``python -m module`` with these arguments."""
+
+    interpreter: str
+    module: str
+    args: tuple[str, ...]  # everything after the module: ("serve", MODEL, flags...)
+
+
+def entry_module_of(argv: Sequence[str]) -> EntryModule | None:
+    """The module behind a server argv that this launcher can run: ``PYTHON -m MODULE ...``
+    or vLLM's console script (``.../vllm serve ...``, whose shebang names the interpreter).
+    None for anything else (a wrapper, a container): that deployment is launched as before."""
+    if len(argv) >= 3 and argv[1] == "-m" and argv[2] in PREIMPORTS:
+        return EntryModule(argv[0], argv[2], tuple(argv[3:]))
+    if argv and Path(argv[0]).name == "vllm":
+        try:
+            first = Path(argv[0]).read_text(errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        if first.startswith("#!") and "python" in first and len(first[2:].split()) == 1:
+            return EntryModule(first[2:].strip(), "vllm.entrypoints.cli.main", tuple(argv[1:]))
+    return None
+
+
+class ForkedServer:
+    """A server forked by the launcher, with the part of ``subprocess.Popen`` that
+    ``ServerProcess`` uses: ``pid``, ``stdout``, ``poll()``, ``wait()``."""
+
+    def __init__(self, launcher: Preimported, pid: int, stdout) -> None:
+        self._launcher, self.pid, self.stdout = launcher, pid, stdout
+
+    @property
+    def returncode(self) -> int | None:
+        return self._launcher.exit_code(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._launcher.wait_exit(self.pid, timeout)
+        if code is None:
+            import subprocess
+
+            raise subprocess.TimeoutExpired(f"server {self.pid}", timeout or 0)
+        return code
+
+
+class Preimported:
+    """The per-study launcher (a context manager). ``spawn`` forks a server from it; if the
+    process cannot be used (it failed to start or died), ``spawn`` returns None and the
+    caller launches the server as a new process."""
+
+    def __init__(self, interpreter: str, module: str, base_env: Mapping[str, str],
+                 *, on_failure: Callable[[str], None] = lambda why: None) -> None:
+        self.interpreter, self.module = interpreter, module
+        self._base_env = dict(base_env)
+        self._on_failure = on_failure
+        self._proc = None
+        self._sock: socket.socket | None = None
+        self._cond = threading.Condition()
+        self._replies: list[dict] = []
+        self._exits: dict[int, int] = {}
+        self._closed = False
+        self.ready_s: float | None = None  # its imports' seconds, once done
+        self.failed = ""  # why it cannot be used
+
+    def _fail(self, why: str) -> None:
+        """It cannot be used from now on: said once (not when it was closed on purpose)."""
+        if not self.failed and not self._closed:
+            self.failed = why
+            self._on_failure(why)
+        self.failed = self.failed or why
+
+    def __enter__(self) -> Preimported:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def serves(self, target: EntryModule) -> bool:
+        return not self.failed and target.interpreter == self.interpreter and target.module == self.module
+
+    def start(self) -> None:
+        """Start the process (``spawn`` does, at the first deployment); its imports run while
+        the caller goes on. It ends when its socket closes: when autotune ends, however it
+        ends (not PR_SET_PDEATHSIG, which follows the thread that started it)."""
+        import subprocess
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**self._base_env, "PYTHONPATH": os.pathsep.join(
+            p for p in (root, self._base_env.get("PYTHONPATH", "")) if p)}
+        try:
+            self._proc = subprocess.Popen(
+                [self.interpreter, "-m", "autotune.shell.preimported", str(theirs.fileno()), self.module],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                pass_fds=(theirs.fileno(),), start_new_session=True,
+            )
+        except OSError as exc:
+            self._fail(f"could not start {self.interpreter}: {exc}")
+            ours.close()
+            return
+        finally:
+            theirs.close()
+        self._sock = ours
+        threading.Thread(target=self._read, name="preimported launcher", daemon=True).start()
+
+    def warm(self, timeout_s: float = 600.0) -> bool:
+        """Start it if need be and wait for its imports; whether it can be used."""
+        if self._sock is None and not self.failed and not self._closed:
+            self.start()
+        with self._cond:
+            self._cond.wait_for(lambda: self.ready_s is not None or self.failed, timeout_s)
+        return self.ready_s is not None and not self.failed
+
+    def _read(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                data = self._sock.recv(MESSAGE_MAX)
+            except OSError:
+                data = b""
+            with self._cond:
+                if not data:
+                    self._fail("its process ended")
+                    self._cond.notify_all()
+                    return
+                msg = json.loads(data)
+                if "exit" in msg:
+                    self._exits[msg["exit"]] = msg["code"]
+                elif "ready" in msg:
+                    self.ready_s = msg["ready"]
+                    if msg.get("error"):
+                        self._fail(f"its imports failed: {msg['error']}")
+                else:
+                    self._replies.append(msg)
+                self._cond.notify_all()
+
+    def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: str,
+              timeout_s: float = 600.0) -> ForkedServer | None:
+        """Fork a server running the module with ``args`` (``EntryModule.args``), this environment
+        and folder; None where the launcher cannot serve (the caller starts a process)."""
+        if self._sock is None and not self.failed and not self._closed:
+            self.start()
+        if self._sock is None or self.failed:
+            return None
+        read_end, write_end = os.pipe()
+        try:
+            request = json.dumps({"args": list(args), "env": dict(env), "cwd": cwd}).encode()
+            with self._cond:
+                socket.send_fds(self._sock, [request], [write_end])
+                # The first answer waits for the imports (a first deployment pays them here).
+                if not self._cond.wait_for(lambda: self._replies or self.failed, timeout_s):
+                    self._fail(f"no answer in {timeout_s:.0f} s")
+                if not self._replies:
+                    os.close(read_end)
+                    return None
+                reply = self._replies.pop(0)
+        except OSError as exc:
+            self._fail(f"lost: {exc}")
+            os.close(read_end)
+            return None
+        finally:
+            os.close(write_end)
+        if "pid" not in reply:
+            self._fail(reply.get("error", "no pid"))
+            os.close(read_end)
+            return None
+        return ForkedServer(self, reply["pid"], os.fdopen(read_end, "rb", buffering=0))
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._cond:
+            if pid in self._exits:
+                return self._exits[pid]
+            # The launcher gone: its children died with it (PR_SET_PDEATHSIG).
+            if self.failed and not _alive(pid):
+                return self._exits.setdefault(pid, -signal.SIGTERM)
+            return None
+
+    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
+        end = None if timeout is None else time.monotonic() + timeout
+        while (code := self.exit_code(pid)) is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            with self._cond:
+                self._cond.wait(min(0.5, left) if left is not None else 0.5)
+        return code
+
+    def close(self) -> None:
+        """End the process (its children's sessions with it)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sock is not None:
+            try:  # wakes the reader thread's recv; the process reads the end of its input
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - it must not outlive the study
+                self._proc.kill()
+                self._proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+# ---------------------------------------------------------------------------- the process
+
+
+def _send(sock: socket.socket, msg: dict) -> None:
+    try:
+        sock.send(json.dumps(msg).encode())
+    except OSError:
+        pass
+
+
+def _child(sock: socket.socket, request: dict, out_fd: int, module: str) -> None:
+    """In the forked child: become the deployment's server; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        from autotune.shell.processes import die_with_parent
+
+        die_with_parent()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(devnull)
+        os.close(out_fd)
+        sock.close()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = [module, *request["args"]]  # runpy puts the module's file in argv[0]
+        import runpy
+        import warnings
+
+        # The module is already imported: runpy says so once; python -m would not.
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported in the server's own log, as python would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def serve(fd: int, module: str) -> None:
+    """The launcher process: import, then fork a server per request until the socket closes."""
+    sock = socket.socket(fileno=fd)
+    t0 = time.monotonic()
+    error = ""
+    import importlib
+    import importlib.util
+
+    for name in PREIMPORTS.get(module, (module,)):
+        try:  # the entry module itself must import; the others where this vLLM has them
+            if name == module or importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - the launcher is then unused, said once
+            error = f"{name}: {exc!r}"[:300]
+            break
+    _send(sock, {"ready": round(time.monotonic() - t0, 3), "error": error})
+    children: set[int] = set()
+    sock.settimeout(0.2)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MESSAGE_MAX, 1)
+        except TimeoutError:
+            _reap(sock)
+            continue
+        except OSError:
+            data = b""
+        if not data:  # autotune is gone: so are its servers
+            for pid in children:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
+        if error or not fds:
+            _send(sock, {"error": error or "no output pipe"})
+            for f in fds:
+                os.close(f)
+            continue
+        request = json.loads(data)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(sock, request, fds[0], module)
+        os.close(fds[0])
+        children.add(pid)
+        _send(sock, {"pid": pid})
+        _reap(sock)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), sys.argv[2])

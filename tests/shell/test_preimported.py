@@ -1,0 +1,103 @@
+"""The pre-imported launcher: one process imports the entry module once, then forks each
+deployment from it, in its own session, with the deployment's own argv, environment, folder and
+output, and ends with everything it forked. A stand-in entry module (tests/data/launcher_standin.py,
+no vLLM) stands for vLLM's here; a real vLLM server through the launcher is tested in
+tests/shell/test_deploy.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.shell.preimported import EntryModule, Preimported, entry_module_of
+from autotune.shell.processes import session_pids
+
+STANDIN = "tests.data.launcher_standin"
+
+
+@pytest.fixture
+def launcher():
+    failures: list[str] = []
+    with Preimported(sys.executable, STANDIN, dict(os.environ), on_failure=failures.append) as it:
+        it.failures = failures
+        yield it
+
+
+def spawn(launcher: Preimported, tmp_path: Path, *args: str, marker: str = "one"):
+    child = launcher.spawn(list(args), {**os.environ, "STANDIN_MARKER": marker}, str(tmp_path))
+    assert child is not None, launcher.failed
+    return child
+
+
+def first_line(child) -> dict:
+    line = b""
+    while not line.endswith(b"\n"):
+        line += child.stdout.read(1)
+    return json.loads(line)
+
+
+def test_a_forked_deployment_runs_the_entry_module_with_its_own_argv_environment_folder_and_session(
+        launcher, tmp_path):
+    child = spawn(launcher, tmp_path, "exit", "3", "--port", "8000", marker="deployment-1")
+    seen = first_line(child)
+    assert seen == {"args": ["exit", "3", "--port", "8000"], "cwd": str(tmp_path),
+                    "marker": "deployment-1", "pid": child.pid, "sid": child.pid, "preimported": True}
+    assert child.wait(timeout=10) == 3 and child.poll() == 3
+    assert launcher.ready_s is not None and not launcher.failures
+
+
+def test_each_deployment_is_a_new_fork_of_the_same_imports(launcher, tmp_path):
+    a, b = spawn(launcher, tmp_path, "exit", "0"), spawn(launcher, tmp_path, "exit", "0", marker="two")
+    seen_a, seen_b = first_line(a), first_line(b)
+    assert seen_a["pid"] != seen_b["pid"] and (seen_a["marker"], seen_b["marker"]) == ("one", "two")
+    assert a.wait(timeout=10) == 0 and b.wait(timeout=10) == 0
+
+
+def test_a_deployment_killed_by_a_signal_reports_it_as_popen_does(launcher, tmp_path):
+    child = spawn(launcher, tmp_path, "sleep")
+    first_line(child)
+    assert child.poll() is None
+    os.killpg(child.pid, signal.SIGKILL)
+    assert child.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_closing_the_launcher_ends_what_it_forked(tmp_path):
+    with Preimported(sys.executable, STANDIN, dict(os.environ)) as launcher:
+        child = spawn(launcher, tmp_path, "sleep")
+        first_line(child)
+        process = launcher._proc
+    assert process.poll() is not None  # the launcher's process is gone ...
+    deadline = time.monotonic() + 10
+    while session_pids(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not session_pids(child.pid)  # ... and so is the deployment it forked
+
+
+def test_a_launcher_whose_imports_fail_is_not_used_and_says_why_once(tmp_path):
+    failures: list[str] = []
+    with Preimported(sys.executable, "tests.data.no_such_module", dict(os.environ),
+                     on_failure=failures.append) as launcher:
+        assert launcher.spawn(["exit", "0"], dict(os.environ), str(tmp_path)) is None
+        assert launcher.spawn(["exit", "0"], dict(os.environ), str(tmp_path)) is None
+    assert len(failures) == 1 and "no_such_module" in failures[0]
+
+
+def test_the_launcher_runs_vllms_module_entry_points_and_its_console_script_only(tmp_path):
+    assert entry_module_of(["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) \
+        == EntryModule("/venv/bin/python", "vllm.entrypoints.openai.api_server", ("--model", "m"))
+    script = tmp_path / "vllm"
+    script.write_text("#!/opt/py/bin/python3\nfrom vllm.entrypoints.cli.main import main\n")
+    assert entry_module_of([str(script), "serve", "m"]) \
+        == EntryModule("/opt/py/bin/python3", "vllm.entrypoints.cli.main", ("serve", "m"))
+    wrapper = tmp_path / "bin" / "vllm"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\nexec docker run vllm \"$@\"\n")
+    assert entry_module_of([str(wrapper), "serve", "m"]) is None
+    assert entry_module_of(["python3", "-m", "some.other.module"]) is None
+    assert entry_module_of(["docker", "run", "vllm/vllm-openai"]) is None
