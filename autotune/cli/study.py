@@ -121,19 +121,22 @@ def _heartbeat(args: argparse.Namespace):
 def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> Iterator[tuple[StudyPlan, TrialSetup]]:
     """The plan as the installed vLLM's parser takes it, and where this node's trials deploy,
     with that parser as the validator and (unless --no-preimport) the launcher that imports
-    vLLM once for all of them, ended when the command ends."""
+    vLLM once for all of them: started here, so that its imports run while the parser loads
+    and the study is prepared (not for a dry run), and ended when the command ends."""
     import dataclasses
 
     from autotune.shell.server import preimported_launcher
 
-    validator, space = vllm_validator(plan.space, console.print)
-    plan = dataclasses.replace(plan, space=space)
     entrypoint = entrypoint_of(args)
     launcher = None if args.no_preimport else preimported_launcher(
         entrypoint, on_failure=lambda why: console.print(
             f"the pre-imported launcher cannot be used ({why}): deployments start as new processes"))
-    setup = plan.trial_setup(slot=slot, entrypoint=entrypoint, validator=validator)
     try:
+        if launcher is not None and not getattr(args, "dry_run", False):
+            launcher.start()
+        validator, space = vllm_validator(plan.space, console.print)
+        plan = dataclasses.replace(plan, space=space)
+        setup = plan.trial_setup(slot=slot, entrypoint=entrypoint, validator=validator)
         yield plan, dataclasses.replace(setup, launcher=launcher)
     finally:
         if launcher is not None:
