@@ -83,12 +83,8 @@ class ForkedServer:
     def __init__(self, launcher: Preimported, pid: int, stdout) -> None:
         self._launcher, self.pid, self.stdout = launcher, pid, stdout
 
-    @property
-    def returncode(self) -> int | None:
-        return self._launcher.exit_code(self.pid)
-
     def poll(self) -> int | None:
-        return self.returncode
+        return self._launcher.exit_code(self.pid)
 
     def wait(self, timeout: float | None = None) -> int:
         code = self._launcher.wait_exit(self.pid, timeout)
