@@ -290,6 +290,12 @@ def _child(sock: socket.socket, request: dict, out_fd: int, module: str) -> None
         os.close(devnull)
         os.close(out_fd)
         sock.close()
+        try:  # ps and pgrep show the server's command line, as for a new process (vLLM needs
+            import setproctitle  # it; set before the environment is replaced, whose block it uses)
+
+            setproctitle.setproctitle(" ".join([sys.executable, "-m", module, *request["args"]]))
+        except ImportError:
+            pass
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])

@@ -60,9 +60,12 @@ def test_each_deployment_is_a_new_fork_of_the_same_imports(launcher, tmp_path):
 
 
 def test_a_deployment_killed_by_a_signal_reports_it_as_popen_does(launcher, tmp_path):
-    child = spawn(launcher, tmp_path, "sleep")
+    child = spawn(launcher, tmp_path, "sleep", "--model", "m")
     first_line(child)
     assert child.poll() is None
+    # ps and pgrep see the server's command line, not the launcher's
+    title = Path(f"/proc/{child.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert f"-m {STANDIN} sleep --model m" in title
     os.killpg(child.pid, signal.SIGKILL)
     assert child.wait(timeout=10) == -signal.SIGKILL
 
@@ -101,3 +104,27 @@ def test_the_launcher_runs_vllms_module_entry_points_and_its_console_script_only
     assert entry_module_of([str(wrapper), "serve", "m"]) is None
     assert entry_module_of(["python3", "-m", "some.other.module"]) is None
     assert entry_module_of(["docker", "run", "vllm/vllm-openai"]) is None
+
+
+def test_a_killed_autotune_leaves_no_forked_server(tmp_path):
+    """autotune SIGKILLed mid-trial (no cleanup of its own runs): its launcher reads the end of
+    its socket and kills what it forked; the servers do not wait for a reaper."""
+    import subprocess
+
+    script = (
+        "import os, sys, time\n"
+        "from autotune.shell.preimported import Preimported\n"
+        f"launcher = Preimported(sys.executable, {STANDIN!r}, dict(os.environ))\n"
+        f"child = launcher.spawn(['sleep'], dict(os.environ), {str(tmp_path)!r})\n"
+        "print(child.pid, launcher._proc.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    autotune = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                                cwd=Path(__file__).resolve().parents[2])
+    server, launcher = (int(x) for x in autotune.stdout.readline().split())
+    assert session_pids(server)
+    autotune.kill()
+    autotune.wait()
+    deadline = time.monotonic() + 10
+    while (session_pids(server) or Path(f"/proc/{launcher}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not session_pids(server)

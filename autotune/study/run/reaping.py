@@ -25,7 +25,9 @@ _T = TypeVar("_T")
 def reap_dead_workers(study: optuna.Study, message: Callable[[str], None]) -> None:
     """Fail the trials of workers that stopped sending heartbeats (Optuna's retry callback
     re-enqueues them), then kill this host's server processes of trials of this study that
-    are no longer running (a dead worker's server normally dies with it: PR_SET_PDEATHSIG)."""
+    are no longer running (a dead worker's server normally dies with it: PR_SET_PDEATHSIG). A
+    server forked by the pre-imported launcher shows no marker (its environment block is the
+    launcher's): it dies with the launcher, which ends when its worker does."""
     running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     optuna.storages.fail_stale_trials(study)
     trials = study.get_trials(deepcopy=False)
