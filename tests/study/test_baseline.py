@@ -37,7 +37,7 @@ from autotune.study.run.one_trial import TrialSetup
 from autotune.study.run.planning import build_plan
 from autotune.study.run.runner import StudyRunner
 from autotune.study.store.records import outcomes, study_data
-from autotune.study.store.storage import Heartbeat
+from autotune.study.store.storage import Heartbeat, open_storage
 from tests.conftest import GLM_MOE_MTP_CONFIG
 from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids
 
@@ -76,11 +76,11 @@ def plan_of(tmp_path: Path, *, trials: int, name: str = "s", model: str = "model
         study_name=name, **{"baseline": VLLM_DEFAULTS, **settings}))
 
 
-def run(plan, stand_in, progress=None):
+def run(plan, stand_in, progress=None, storage=None):
     plan.workdir.mkdir(parents=True, exist_ok=True)
     prepare_study(plan, Heartbeat())
     runner = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                         poll_s=0.1, **({"progress": progress} if progress else {}))
+                         poll_s=0.1, storage=storage, **({"progress": progress} if progress else {}))
     return runner.work()
 
 
@@ -239,8 +239,13 @@ def test_no_calibrate_deploys_the_baseline_once_and_the_noise_stays_assumed(tmp_
 def test_noise_is_inherited_by_a_study_of_the_same_model_and_not_by_another_models(tmp_path):
     run(plan_of(tmp_path, trials=1, name="first"), StandIn())
     again = StandIn(seed=1)
-    second = run(plan_of(tmp_path, trials=1, name="second"), again)
+    plan = plan_of(tmp_path, trials=1, name="second")
+    storage, reads = open_storage(plan.storage, Heartbeat()), []
+    every_study = storage.get_all_studies  # what reading the other studies' spreads costs
+    storage.get_all_studies = lambda: reads.append(1) or every_study()
+    second = run(plan, again, storage=storage)
     assert len(again.calls) == 1  # inherited: no calibration needed
+    assert len(reads) == 1  # once in the run, though the runner reads the study's data often
     line = noise_line(study_data(second))
     assert line.count("measured, 1 df") == 2 and "inherited from study 'first'" in line
     other = run(plan_of(tmp_path, trials=1, name="other", model="other-model", calibrate=False),

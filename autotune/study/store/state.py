@@ -100,7 +100,7 @@ def write_noise(study: optuna.Study, record: Mapping) -> None:
 
 def noise_of_attrs(user_attrs: Mapping) -> Mapping | None:
     """The stored measured spread of a study, from its attributes (those of every study in a
-    storage are read at once: ``records.inherited_noise``)."""
+    storage are read at once: ``records.OthersNoise.read``)."""
     return user_attrs.get(_NOISE)
 
 
