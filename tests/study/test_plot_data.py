@@ -92,3 +92,38 @@ def test_the_dashboard_gets_the_figures_as_the_studys_artifacts(data, tmp_path):
     assert names[0] == "front.png" and all(n.startswith("load-trial-") for n in names[1:])
     assert sorted(m.filename for m in get_all_artifact_meta(study)) == sorted(names)
     assert len(list((tmp_path / "artifacts").iterdir())) == len(names)
+
+
+def test_figures_drawn_again_are_stored_once_and_replaced_only_when_they_change(data, tmp_path):
+    """The notes are rewritten after every confirmation: each figure stays one artifact of the
+    study, its bytes untouched when drawn the same and replaced when the numbers changed."""
+    import dataclasses
+
+    import optuna
+    from optuna.artifacts import get_all_artifact_meta
+
+    from autotune.core.analysis.recommend import TieSettings
+    from autotune.study.output.notes import upload_figures
+    from autotune.study.store.storage import Heartbeat, open_storage
+
+    study = optuna.load_study(study_name="s", storage=open_storage(
+        f"sqlite:///{tmp_path / 'autotune.db'}", Heartbeat()))
+    artifacts = tmp_path / "artifacts"
+
+    def stored() -> dict[str, tuple[str, bytes, int]]:
+        return {m.filename: (m.artifact_id, (artifacts / m.artifact_id).read_bytes(),
+                             (artifacts / m.artifact_id).stat().st_mtime_ns)
+                for m in get_all_artifact_meta(study)}
+
+    names = upload_figures(study, data, artifacts, TieSettings("s"))
+    first = stored()
+    assert sorted(first) == sorted(names) and len(list(artifacts.iterdir())) == len(names)
+    assert upload_figures(study, data, artifacts, TieSettings("s")) == names
+    assert stored() == first  # the same figures: not one written again
+    without_4 = dataclasses.replace(data, outcomes=data.outcomes[:4])  # #4 off the plot
+    assert upload_figures(study, without_4, artifacts, TieSettings("s")) == names
+    now = stored()
+    assert {n: a for n, (a, _, _) in now.items()} == {n: a for n, (a, _, _) in first.items()}
+    assert now["front.png"][1] != first["front.png"][1]  # the front drawn without #4
+    assert all(now[n] == first[n] for n in names[1:])  # the picks' load curves: the same
+    assert len(list(artifacts.iterdir())) == len(names)
