@@ -12,6 +12,7 @@ attributes (``study.store.records`` writes and reads them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,17 @@ class ProfileResult:
         return [g for g in groups if g]
 
     def deployment_means(self, metric: str) -> list[float]:
-        return [statistics.fmean(g) for g in self.by_deployment(metric)]
+        memo = self._deployment_means
+        if metric not in memo:
+            memo[metric] = tuple(statistics.fmean(g) for g in self.by_deployment(metric))
+        return list(memo[metric])
+
+    @functools.cached_property
+    def _deployment_means(self) -> dict[str, tuple[float, ...]]:
+        """``deployment_means`` by metric, computed once: a recommendation compares the same
+        trials many times over (and the front reads every cost once per pair); the runs of a
+        record never change. Not a field: no comparison, copy or rendering sees it."""
+        return {}
 
     def mean(self, metric: str) -> float:
         """The mean over deployments of each deployment's mean (the runs' mean on one)."""
