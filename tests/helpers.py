@@ -16,7 +16,8 @@ Study builders:
 - ``make_plan`` and ``run``: a small space (``SPACE``, ``REFERENCES``) on a config-only MoE
   model, run through the real ``StudyRunner`` with a trial function, on the plan's SQLite file
   or (``run_in_memory``) on Optuna's in-memory storage; ``o2_o3_plan``: two references that
-  resolve to one engine (``o3_is_o2``);
+  resolve to one engine (``o3_is_o2``); ``copy_searched``: a copy of the 6-trial search that
+  conftest's ``searched`` runs once a session;
 - ``store`` with ``served``/``failed``/``with_capacity``: stored studies as `autotune run`
   stores them (each trial's ``TrialOutcome`` through ``records.write_outcome``, the plan through
   ``state.write_plan``, into a real SQLite file), for the reading commands' tests; only the
@@ -30,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import shutil
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -262,6 +264,19 @@ def run_in_memory(plan, trial_fn, **settings) -> optuna.Study:
     keeps (SQLite, reloading, heartbeats) is not under test; a study run twice needs ``run``
     with one storage passed both times."""
     return run(plan, trial_fn, storage=optuna.storages.InMemoryStorage(), **settings)
+
+
+def copy_searched(searched: Path, tmp_path: Path):
+    """The study of conftest's ``searched``, copied into ``tmp_path``: the same as
+    ``run(make_plan(tmp_path, trials=6), StandIn())`` (same seed, same stand-in), without
+    running the search again; returns the plan and the study, open for writing. The stored
+    plan and trials name the template's model folder (the same config, kept for the session);
+    a confirmation or a reading command takes the plan the test passes, as `autotune confirm`
+    rebuilds it (a resumed search would refuse the other model path)."""
+    shutil.copytree(searched, tmp_path, dirs_exist_ok=True)
+    plan = make_plan(tmp_path, trials=6)
+    return plan, optuna.load_study(study_name=plan.study_name,
+                                   storage=open_storage(plan.storage, Heartbeat()))
 
 
 ONE_PARAMETER_SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"
