@@ -448,7 +448,7 @@ def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_i
     assert stand_in.incumbents[1].trial == 0
     below = o0.capacity["capacity"]
     assert below.boundary.below_incumbent == 0 and len(below.probes) == 1
-    assert o0.state == "complete" and o0.failure is None and not o0.feasible
+    assert o0.served and not o0.feasible
     assert o0.status == "dominated" and base.status == "ok" and ep.status == "engine_died"
     assert o0.number not in [t.number for t in study_data(study).front()]
     assert study.trials[1].constraints["served"] == 0.0 and study.trials[1].values[1] == 0.0
