@@ -8,6 +8,8 @@ import dataclasses
 import io
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,16 +19,17 @@ from tests.helpers import failed, served, store, with_capacity
 NAME = "weekly-glm-h100-throughput-study-2026"  # longer than an 80-column row leaves
 
 
-@pytest.fixture
-def stored(tmp_path) -> str:
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> str:
     """#0 the baseline, #1 lower latency but less throughput (with a capacity search), #2
-    rejected by vLLM, #3 dominated by #0 on both objectives."""
+    rejected by vLLM, #3 dominated by #0 on both objectives; stored once for the module (the
+    reading commands write nothing: test_cli_errors.py checks it byte for byte)."""
     trials = [served(e2el_ms=1000, throughput=2000, reference="default"),
               with_capacity(served(e2el_ms=800, throughput=1600, params={"max_num_seqs": 128}),
                             [(4, 800), (16, 1500), (64, 2500)], met=16, missed=64),
               failed("Value error, max_num_batched_tokens (2048) is smaller than max_model_len"),
               served(e2el_ms=1500, throughput=1000, params={"max_num_seqs": 64})]
-    return store(tmp_path / "studies", trials, name=NAME, baseline="default",
+    return store(tmp_path_factory.mktemp("outputs") / "studies", trials, name=NAME, baseline="default",
                  profiles=("low-concurrency", "high-concurrency", "capacity"))
 
 
@@ -163,7 +166,8 @@ def test_served_is_one_rule_for_the_trial_rows_and_the_study_counts():
     assert (counted.served, counted.rejected, counted.failed) == (sum(r.served for r in rows), 1, 1)
 
 
-def test_studies_fits_80_columns_and_never_cuts_a_name(cli, stored):
+def test_studies_fits_80_columns_and_never_cuts_a_name(cli, stored, tmp_path):
+    shutil.copytree(Path(stored.removeprefix("sqlite:///")).parent, tmp_path / "studies")
     text = cli("studies", "--storage", "sqlite:///studies/autotune.db")  # the test's cwd
     assert text.splitlines()[0] == "studies in sqlite:///studies/autotune.db"
     assert all(len(line) <= 80 for line in text.splitlines())
