@@ -61,14 +61,15 @@ def study_data(study: optuna.Study, *, confirmed: bool = True,
     inherited from other studies of the storage under the same conditions (``others``: what
     they stored, read once per run by the caller; None: read here)."""
     search = outcomes(study)
-    stored = read_confirmed(study)
+    attrs = study.user_attrs  # read once: plan, baseline and confirmed runs
+    stored = read_confirmed(study, attrs)
     every = [dataclasses.replace(t, results=with_confirmed(t.results, stored[t.number]))
              if t.number in stored else t for t in search]
     found = every if confirmed else search
     again = stored if confirmed else {}
-    name = baseline(study)
+    name = baseline(study, attrs)
     base = next((t for t in found if name and t.reference == name), None)
-    plan = read_plan(study)
+    plan = read_plan(study, attrs)
     others = OthersNoise.read(study) if others is None else others
     return StudyData(outcomes=tuple(found),
                      objectives=plan.parsed_objectives() if plan else (),
