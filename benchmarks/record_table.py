@@ -90,7 +90,7 @@ def export(study_name: str, storage: str, out: Path, space_path: Path) -> None:
     study = optuna.load_study(study_name=study_name, storage=open_existing(storage))
     plan = read_plan(study)
     found = outcomes(study)
-    served = [t for t in found if t.failure is None and t.state == "complete"]
+    served = [t for t in found if t.served]
     profiles = [p.name for p in plan.profiles]
     workload = "; ".join(
         f"{p.name}: {p.num_prompts} requests of {p.input_len} in / {p.output_len} out"

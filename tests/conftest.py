@@ -35,6 +35,18 @@ LLAMA_CONFIG = {
 
 
 @pytest.fixture(scope="session")
+def searched(tmp_path_factory) -> Path:
+    """One 6-trial search with the stand-in trial function (``tests.helpers.StandIn``) stored
+    in SQLite, run once per session: tests copy its folder (``tests.helpers.copy_searched``),
+    never read or write this one."""
+    from tests.helpers import StandIn, make_plan, run
+
+    folder = tmp_path_factory.mktemp("searched")
+    run(make_plan(folder, trials=6), StandIn())
+    return folder
+
+
+@pytest.fixture(scope="session")
 def screenshots() -> Path:
     """Screenshots kept with the test output (test-artifacts/, git-ignored) to look at."""
     path = REPO / "test-artifacts" / "screenshots"

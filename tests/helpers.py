@@ -14,7 +14,10 @@ deployment, which uses a real vLLM server on a generated model, tests/conftest.p
 Study builders:
 
 - ``make_plan`` and ``run``: a small space (``SPACE``, ``REFERENCES``) on a config-only MoE
-  model, run through the real ``StudyRunner`` with a trial function;
+  model, run through the real ``StudyRunner`` with a trial function, on the plan's SQLite file
+  or (``run_in_memory``) on Optuna's in-memory storage; ``o2_o3_plan``: two references that
+  resolve to one engine (``o3_is_o2``); ``copy_searched``: a copy of the 6-trial search that
+  conftest's ``searched`` runs once a session;
 - ``store`` with ``served``/``failed``/``with_capacity``: stored studies as `autotune run`
   stores them (each trial's ``TrialOutcome`` through ``records.write_outcome``, the plan through
   ``state.write_plan``, into a real SQLite file), for the reading commands' tests; only the
@@ -28,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import shutil
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 from autotune.core.analysis.table import NOT_REACHED, fill_unreached, parse_csv
@@ -218,12 +223,60 @@ def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), 
         repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings))
 
 
-def run(plan, trial_fn, heartbeat: Heartbeat | None = None, label: str = "") -> optuna.Study:
+ONE_ENGINE_SPACE = """
+name: one-engine
+deployment: {tensor_parallel_size: 1, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [2, 3], default: 2, flag: --optimization-level}
+  - {name: mtp, type: bool, default: false, applies_to: mtp,
+     json: {flag: --speculative-config, set: {method: mtp, num_speculative_tokens: 1}}}
+"""
+O2_O3_REFERENCES = ("configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
+                    "  - {name: o3, params: {optimization_level: 3}}\n")
+
+
+def o3_is_o2(argv) -> str:
+    """A stand-in for vLLM's resolution (shell.validation.engine_identity, tested in
+    test_validation.py): -O3 resolves to the -O2 engine, as in vLLM 0.32."""
+    return " ".join(argv).replace("--optimization-level 3", "--optimization-level 2")
+
+
+def o2_o3_plan(tmp_path: Path, *, trials: int, space: str = ONE_ENGINE_SPACE):
+    """A plan whose references o2 (-O2) and o3 (-O3) are one engine under ``o3_is_o2``."""
+    return make_plan(tmp_path, trials=trials, space=space, refs=O2_O3_REFERENCES)
+
+
+def run(plan, trial_fn, *, storage: BaseStorage | None = None, heartbeat: Heartbeat | None = None,
+        setup: TrialSetup | None = None, **runner) -> optuna.Study:
+    """Create (or join) the plan's study in ``storage`` (None: the plan's SQLite file, as
+    `autotune run` does) and run one worker on it with ``trial_fn``; ``runner``: the other
+    ``StudyRunner`` settings (``poll_s`` 0.1 unless given)."""
     plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, heartbeat or Heartbeat())
-    setup = TrialSetup(model="", workdir=plan.workdir)
-    return StudyRunner(plan, setup, trial_fn=trial_fn, heartbeat=heartbeat or Heartbeat(),
-                       label=label, poll_s=0.1).work()
+    heartbeat = heartbeat or Heartbeat()
+    prepare_study(plan, heartbeat, storage)
+    return StudyRunner(plan, setup or TrialSetup(model="", workdir=plan.workdir),
+                       trial_fn=trial_fn, storage=storage, heartbeat=heartbeat,
+                       **{"poll_s": 0.1, **runner}).work()
+
+
+def run_in_memory(plan, trial_fn, **settings) -> optuna.Study:
+    """``run`` on Optuna's in-memory storage: for the runner's logic, where what a storage
+    keeps (SQLite, reloading, heartbeats) is not under test; a study run twice needs ``run``
+    with one storage passed both times."""
+    return run(plan, trial_fn, storage=optuna.storages.InMemoryStorage(), **settings)
+
+
+def copy_searched(searched: Path, tmp_path: Path):
+    """The study of conftest's ``searched``, copied into ``tmp_path``: the same as
+    ``run(make_plan(tmp_path, trials=6), StandIn())`` (same seed, same stand-in), without
+    running the search again; returns the plan and the study, open for writing. The stored
+    plan and trials name the template's model folder (the same config, kept for the session);
+    a confirmation or a reading command takes the plan the test passes, as `autotune confirm`
+    rebuilds it (a resumed search would refuse the other model path)."""
+    shutil.copytree(searched, tmp_path, dirs_exist_ok=True)
+    plan = make_plan(tmp_path, trials=6)
+    return plan, optuna.load_study(study_name=plan.study_name,
+                                   storage=open_storage(plan.storage, Heartbeat()))
 
 
 ONE_PARAMETER_SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"

@@ -4,6 +4,7 @@ valid, exit 2, and nothing written; reading commands never create or modify a st
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,22 @@ def cli(tmp_path, monkeypatch, capsys):
     return run
 
 
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    """A stored study: #0 the baseline, #1 served, #2 rejected by vLLM (a long message); its
+    folder, stored once for the module."""
+    folder = tmp_path_factory.mktemp("stored") / "studies"
+    store(folder, [served(e2el_ms=1000, throughput=2000, reference="default"),
+                   served(e2el_ms=900, throughput=1800, params={"max_num_seqs": 128}),
+                   failed(REJECTION)], baseline="default")
+    return folder
+
+
 @pytest.fixture
-def study(tmp_path) -> str:
-    """A stored study: #0 the baseline, #1 served, #2 rejected by vLLM (a long message)."""
-    return store(tmp_path / "studies", [served(e2el_ms=1000, throughput=2000, reference="default"),
-                                        served(e2el_ms=900, throughput=1800, params={"max_num_seqs": 128}),
-                                        failed(REJECTION)], baseline="default")
+def study(tmp_path, stored) -> str:
+    """The stored study, copied into the test's folder (byte for byte); its URL."""
+    shutil.copytree(stored, tmp_path / "studies")
+    return f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}"
 
 
 def files(folder: Path) -> dict[str, str]:

@@ -31,7 +31,7 @@ from autotune.study.output.notes import launch_command, study_note, trial_note
 from autotune.study.run.one_trial import TrialSetup
 from autotune.study.store.optuna_internals import live_trial
 from autotune.study.store.records import outcomes, study_data
-from tests.helpers import StandIn, make_plan, run
+from tests.helpers import StandIn, copy_searched, make_plan, run
 
 LOW = Objective("low-concurrency", "mean_e2el_ms", "minimize")
 HIGH = Objective("high-concurrency", "output_throughput", "maximize")
@@ -99,17 +99,13 @@ def test_the_compact_table_fits_80_columns_for_three_uses_with_undecided_rivals(
     assert "autotune export --study llama-3b-1a2b3c --for balanced" in lines[-1]
 
 
-def served_study(tmp_path):
-    plan = make_plan(tmp_path, trials=6)
-    return plan, run(plan, StandIn())
-
-
 def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_prints_it(
         tmp_path, monkeypatch, capsys):
     from autotune.cli import main
     from autotune.study.run.confirm_rounds import confirm
 
-    plan, study = served_study(tmp_path)
+    plan = make_plan(tmp_path, trials=6)  # its own search: resumed below, in its own folder
+    study = run(plan, StandIn())
     served = [t.number for t in outcomes(study) if t.feasible][:2]
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=served, rounds=2,
             trial_fn=StandIn(seed=7, sd=0.2))
@@ -149,10 +145,11 @@ def test_a_launch_command_with_hf_overrides_survives_a_paste():
     assert shlex.split(line) == ["vllm", "serve", "/models/my model", *argv]
 
 
-def test_export_refuses_a_failed_trial_in_one_line_with_exit_2(tmp_path, monkeypatch, capsys):
+def test_export_refuses_a_failed_trial_in_one_line_with_exit_2(tmp_path, monkeypatch, capsys,
+                                                             searched):
     from autotune.cli import main
 
-    plan, study = served_study(tmp_path)
+    plan, study = copy_searched(searched, tmp_path)
     failed = next(t for t in outcomes(study) if t.failure is not None)
     monkeypatch.chdir(tmp_path)
     code = main(["export", "--study", plan.study_name, "--storage", plan.storage,
@@ -167,10 +164,10 @@ def listing(root) -> list[tuple[str, int]]:
     return sorted((str(p), p.stat().st_size) for p in root.rglob("*"))
 
 
-def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsys):
+def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsys, searched):
     from autotune.cli import main
 
-    plan, study = served_study(tmp_path)
+    plan, study = copy_searched(searched, tmp_path)
     monkeypatch.chdir(tmp_path)
     before = listing(tmp_path)
     assert main(["studies", "--storage", plan.storage]) == 0
@@ -179,7 +176,7 @@ def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsy
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()
             if line.startswith("│")]
     found, front = outcomes(study), len(study_data(study).front())
-    served = sum(t.state == "complete" and t.failure is None for t in found)
+    served = sum(t.served for t in found)
     rejected = sum(t.failure is not None and t.failure.name == "config_rejected" for t in found)
     assert [r[:6] for r in rows] == [[plan.study_name, str(len(study.trials)), str(served),
                                       str(rejected), str(len(found) - served - rejected), str(front)]]
@@ -189,8 +186,9 @@ def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsy
     assert not missing.parent.exists()
 
 
-def test_no_trial_is_told_to_optuna_as_infinite_and_the_failure_class_stays_visible(tmp_path):
-    _, study = served_study(tmp_path)
+def test_no_trial_is_told_to_optuna_as_infinite_and_the_failure_class_stays_visible(tmp_path,
+                                                                                   searched):
+    _, study = copy_searched(searched, tmp_path)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert all(math.isfinite(v) for t in complete for v in t.values)
     failed = [t for t in complete if t.constraints.get("served", 0) > 0]

@@ -4,9 +4,12 @@ checked against the stored study (docs/outputs.md is the schema)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -16,16 +19,17 @@ from tests.helpers import failed, served, store, with_capacity
 NAME = "weekly-glm-h100-throughput-study-2026"  # longer than an 80-column row leaves
 
 
-@pytest.fixture
-def stored(tmp_path) -> str:
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> str:
     """#0 the baseline, #1 lower latency but less throughput (with a capacity search), #2
-    rejected by vLLM, #3 dominated by #0 on both objectives."""
+    rejected by vLLM, #3 dominated by #0 on both objectives; stored once for the module (the
+    reading commands write nothing: test_cli_errors.py checks it byte for byte)."""
     trials = [served(e2el_ms=1000, throughput=2000, reference="default"),
               with_capacity(served(e2el_ms=800, throughput=1600, params={"max_num_seqs": 128}),
                             [(4, 800), (16, 1500), (64, 2500)], met=16, missed=64),
               failed("Value error, max_num_batched_tokens (2048) is smaller than max_model_len"),
               served(e2el_ms=1500, throughput=1000, params={"max_num_seqs": 64})]
-    return store(tmp_path / "studies", trials, name=NAME, baseline="default",
+    return store(tmp_path_factory.mktemp("outputs") / "studies", trials, name=NAME, baseline="default",
                  profiles=("low-concurrency", "high-concurrency", "capacity"))
 
 
@@ -128,7 +132,42 @@ def test_studies_json_and_csv_count_served_rejected_and_failed_apart(cli, stored
     assert (row["study"], row["served"], row["rejected"]) == (NAME, "3", "1")
 
 
-def test_studies_fits_80_columns_and_never_cuts_a_name(cli, stored):
+def test_served_is_one_rule_for_the_trial_rows_and_the_study_counts():
+    """``TrialOutcome.served``, read by `trials` and `studies` alike: a capacity-only trial
+    whose search stopped below the incumbent's load served (its probes are its measurements)
+    though it holds no results; a trial past its SLO did not."""
+    from autotune.core.analysis.study_data import StudyData, noise_of
+    from autotune.core.deployment import failures
+    from autotune.core.trial.capacity_search import Boundary
+    from autotune.core.trial.objectives import parse_objective
+    from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+    from autotune.study.output.documents import study_record, trial_record
+    from tests.helpers import run_metrics
+
+    def capacity(number: int, boundary: Boundary, **fields) -> TrialOutcome:
+        t = with_capacity(TrialOutcome(number, params={"max_num_seqs": 2 ** number}, **fields),
+                          [(4, 800), (16, 2500)], met=4, missed=16)
+        search = t.capacity["capacity"]
+        return dataclasses.replace(t, capacity={"capacity": dataclasses.replace(search, boundary=boundary)})
+
+    at_4 = ProfileResult("capacity", (run_metrics(600, 400), run_metrics(610, 395)))
+    found = (capacity(0, Boundary(4, 16, 4, "resolved", 2), results={"capacity": at_4}),
+             capacity(1, Boundary(None, 4, None, "below the incumbent", 1, below_incumbent=0)),
+             capacity(2, Boundary(None, 4, None, "no load met the SLOs", 1),
+                      failure=failures.SLO_VIOLATED, failure_message="capacity: no load met"),
+             failed("Value error, max_num_seqs is too large"))
+    objectives = (parse_objective("capacity:output_throughput:max", ["capacity"]),)
+    data = StudyData(found, objectives, noise_of(found))
+    rows = [trial_record(data, t) for t in found]
+    assert [(r.outcome, r.served, r.profiles == {}) for r in rows] == [
+        ("ok", True, False), ("dominated", True, True), ("slo_violated", False, True),
+        ("config_rejected", False, True)]
+    counted = study_record("s", data, trials=4, unfinished=0, created="")
+    assert (counted.served, counted.rejected, counted.failed) == (sum(r.served for r in rows), 1, 1)
+
+
+def test_studies_fits_80_columns_and_never_cuts_a_name(cli, stored, tmp_path):
+    shutil.copytree(Path(stored.removeprefix("sqlite:///")).parent, tmp_path / "studies")
     text = cli("studies", "--storage", "sqlite:///studies/autotune.db")  # the test's cwd
     assert text.splitlines()[0] == "studies in sqlite:///studies/autotune.db"
     assert all(len(line) <= 80 for line in text.splitlines())

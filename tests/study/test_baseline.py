@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from optuna.storages import InMemoryStorage
 
 from autotune.cli import main
 from autotune.core.analysis.recommend import TieSettings, recommend_each
@@ -32,14 +33,11 @@ from autotune.core.space.search_space import ModelContext
 from autotune.core.space.space_yaml import parse_space
 from autotune.errors import ConfigError
 from autotune.study.output.export import Export
-from autotune.study.run.creation import dry_run_argv, prepare_study
-from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.creation import dry_run_argv
 from autotune.study.run.planning import build_plan
-from autotune.study.run.runner import StudyRunner
 from autotune.study.store.records import outcomes, study_data
-from autotune.study.store.storage import Heartbeat
 from tests.conftest import GLM_MOE_MTP_CONFIG
-from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids
+from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids, run, run_in_memory
 
 # A space whose fixed context is longer than the model's (32768), as the default space is:
 # every configuration needs YaRN there, vLLM's defaults (the model's native context) do not.
@@ -74,14 +72,6 @@ def plan_of(tmp_path: Path, *, trials: int, name: str = "s", model: str = "model
         references_path=str(tmp_path / "refs.yaml") if references else None,
         baseline_references=str(tmp_path / "refs.yaml"), trials=trials, repeats=1, seed=1,
         study_name=name, **{"baseline": VLLM_DEFAULTS, **settings}))
-
-
-def run(plan, stand_in, progress=None):
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
-    runner = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                         poll_s=0.1, **({"progress": progress} if progress else {}))
-    return runner.work()
 
 
 def ctx_of(space_text: str, max_model_len: int):
@@ -173,7 +163,7 @@ def test_an_unbalanced_quote_in_the_baseline_is_one_line_exit_2(tmp_path, capsys
 def test_the_baseline_is_the_first_trial_before_the_references_and_every_verdict_compares_with_it(
         tmp_path):
     stand_in = StandIn()
-    study = run(plan_of(tmp_path, trials=4, references=True, calibrate=False), stand_in)
+    study = run_in_memory(plan_of(tmp_path, trials=4, references=True, calibrate=False), stand_in)
     found = outcomes(study)
     # 'base' sets vLLM's defaults too: without vLLM's resolution here its parameters make it the
     # baseline's configuration, recorded as a copy and never deployed
@@ -201,7 +191,7 @@ def test_baseline_given_as_a_reference_name_flags_or_an_exported_file(tmp_path, 
     given = {"reference": "o0", "flags": "--optimization-level 0 --max-model-len 4096",
              "file": str(export)}[form]
     stand_in = StandIn()
-    study = run(plan_of(tmp_path, trials=1, baseline=given, calibrate=False), stand_in)
+    study = run_in_memory(plan_of(tmp_path, trials=1, baseline=given, calibrate=False), stand_in)
     first = outcomes(study)[0]
     assert first.params["optimization_level"] == 0 and first.reference
     assert study_data(study).baseline.number == 0
@@ -221,7 +211,7 @@ def test_an_unknown_baseline_flag_exits_2_with_one_line_and_writes_nothing(tmp_p
 def test_the_calibration_redeploys_the_baseline_once_and_the_noise_is_measured(tmp_path):
     stand_in = StandIn()
     said = Said()
-    study = run(plan_of(tmp_path, trials=3), stand_in, said)
+    study = run_in_memory(plan_of(tmp_path, trials=3), stand_in, progress=said)
     base_argv = ("--tensor-parallel-size", "1")
     assert stand_in.calls[:2] == [base_argv, base_argv] and stand_in.calls.count(base_argv) == 2
     line = noise_line(study_data(study))
@@ -231,25 +221,29 @@ def test_the_calibration_redeploys_the_baseline_once_and_the_noise_is_measured(t
 
 def test_no_calibrate_deploys_the_baseline_once_and_the_noise_stays_assumed(tmp_path):
     stand_in = StandIn()
-    study = run(plan_of(tmp_path, trials=3, calibrate=False), stand_in)
+    study = run_in_memory(plan_of(tmp_path, trials=3, calibrate=False), stand_in)
     assert stand_in.calls.count(("--tensor-parallel-size", "1")) == 1
     assert "measured" not in noise_line(study_data(study))
 
 
 def test_noise_is_inherited_by_a_study_of_the_same_model_and_not_by_another_models(tmp_path):
-    run(plan_of(tmp_path, trials=1, name="first"), StandIn())
+    storage, reads = InMemoryStorage(), []  # one storage, three studies
+    run(plan_of(tmp_path, trials=1, name="first"), StandIn(), storage=storage)
+    every_study = storage.get_all_studies  # what reading the other studies' spreads costs
+    storage.get_all_studies = lambda: reads.append(1) or every_study()
     again = StandIn(seed=1)
-    second = run(plan_of(tmp_path, trials=1, name="second"), again)
+    second = run(plan_of(tmp_path, trials=1, name="second"), again, storage=storage)
     assert len(again.calls) == 1  # inherited: no calibration needed
+    assert len(reads) == 1  # once in the run, though the runner reads the study's data often
     line = noise_line(study_data(second))
     assert line.count("measured, 1 df") == 2 and "inherited from study 'first'" in line
     other = run(plan_of(tmp_path, trials=1, name="other", model="other-model", calibrate=False),
-                StandIn(seed=2))
+                StandIn(seed=2), storage=storage)
     assert "measured" not in noise_line(study_data(other))
 
 
 def test_a_study_that_measured_only_the_baseline_says_keep_what_you_run(tmp_path):
-    study = run(plan_of(tmp_path, trials=1), StandIn())
+    study = run_in_memory(plan_of(tmp_path, trials=1), StandIn())
     data = study_data(study)
     recs = recommend_each(data, ("interactive", "throughput", "balanced"), TieSettings("s", 0.05))
     text = "\n".join(recommendation_table(data, recs, "s"))
@@ -272,6 +266,6 @@ def test_the_samplers_random_start_is_a_quarter_of_the_expected_trials_within_2_
 
 def test_the_runner_says_the_random_start_it_chose_from_the_budget(tmp_path):
     said = Said()
-    run(plan_of(tmp_path, trials=2, calibrate=False), StandIn(), said)
+    run_in_memory(plan_of(tmp_path, trials=2, calibrate=False), StandIn(), progress=said)
     assert said.said[0].startswith("the sampler starts with 2 random trial(s): a quarter of the 2 "
                                    "expected (--trials 2)")

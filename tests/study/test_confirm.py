@@ -4,10 +4,8 @@ are deployed, how often, and what the study keeps."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import optuna
 import pytest
 from optuna.exceptions import StorageInternalError
 
@@ -16,29 +14,15 @@ from autotune.study.run.confirm_rounds import confirm
 from autotune.study.run.one_trial import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmation, read_confirmed
-from autotune.study.store.storage import Heartbeat, open_storage
-from tests.helpers import StandIn, make_plan, run
-
-
-@pytest.fixture(scope="module")
-def searched(tmp_path_factory) -> Path:
-    """One 6-trial search with the stand-in, run once for the module: the tests confirm on a
-    copy of its folder (storage, model, space), never on this one."""
-    folder = tmp_path_factory.mktemp("searched")
-    run(make_plan(folder, trials=6), StandIn())
-    return folder
+from autotune.study.store.storage import Heartbeat
+from tests.helpers import StandIn, copy_searched, make_plan, run
 
 
 def served_study(tmp_path, searched: Path):
-    """The searched study, copied into ``tmp_path``: the same as ``run(make_plan(tmp_path,
-    trials=6), StandIn())`` (same seed, same stand-in), without running the search again. The
-    stored plan and trials name the template's model folder (the same config, kept for the
-    module); confirmation takes the plan the test passes, as `autotune confirm` rebuilds it."""
-    shutil.copytree(searched, tmp_path, dirs_exist_ok=True)
-    plan = make_plan(tmp_path, trials=6)
-    study = optuna.load_study(study_name=plan.study_name, storage=open_storage(plan.storage, Heartbeat()))
-    served = [t.number for t in outcomes(study) if t.feasible]
-    return plan, study, served
+    """The session's searched study (conftest's ``searched``) copied into ``tmp_path``, and its
+    served trials."""
+    plan, study = copy_searched(searched, tmp_path)
+    return plan, study, [t.number for t in outcomes(study) if t.feasible]
 
 
 def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp_path, searched):
@@ -221,7 +205,6 @@ def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continu
 def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the_budget(tmp_path):
     from autotune.study.run.creation import prepare_study
     from autotune.study.run.runner import StudyRunner
-    from autotune.study.store.storage import Heartbeat
 
     plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=0.01)
     plan.workdir.mkdir(parents=True)

@@ -3,7 +3,6 @@ installed versions lie in the range that was checked, which pyproject.toml accep
 
 from __future__ import annotations
 
-import time
 import tomllib
 from importlib.metadata import version
 
@@ -13,6 +12,7 @@ from optuna.trial import TrialState
 from autotune.study.store import optuna_internals as oi
 from autotune.study.store.storage import Heartbeat, open_storage
 from tests.conftest import REPO
+from tests.helpers import age_heartbeats
 
 
 def _minor(text: str) -> tuple[int, int]:
@@ -54,7 +54,7 @@ def test_each_private_use_behaves_on_the_installed_optuna(tmp_path):
     dead = study.ask()
     dead.suggest_float("x", 0, 2)
     oi.record_heartbeat(study, oi.stored_trial(study, dead))  # then its worker dies
-    time.sleep(3.1)  # past the grace period (whole seconds)
+    age_heartbeats(tmp_path / "s.db", 3)  # 3 s ago: past the 2 s grace period
     optuna.storages.fail_stale_trials(study)
     retry = study.get_trials(states=(TrialState.WAITING,))
     assert [oi.retry_of(t) for t in retry] == [dead.number] and oi.was_enqueued(retry[0])

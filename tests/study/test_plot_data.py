@@ -4,6 +4,7 @@ each pick's latency against load from what the study measured. Records, not pixe
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -11,22 +12,29 @@ from autotune.study.output.plot_data import front_plot, label_box, load_curves, 
 from tests.helpers import served, store, with_capacity
 
 
-@pytest.fixture
-def data(tmp_path):
-    """#0 baseline; #1 and #2 nearly the same point (their labels once overprinted); #3 with a
-    capacity search; #4 dominated."""
-    from autotune.study.store.records import study_data
-    from autotune.study.store.storage import load_existing
-
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    """A study in its folder's autotune.db, stored once for the module: #0 baseline; #1 and #2
+    nearly the same point (their labels once overprinted); #3 with a capacity search; #4
+    dominated. A test that writes copies the folder."""
+    folder = tmp_path_factory.mktemp("plotted")
     trials = [served(e2el_ms=1000, throughput=2000, reference="default"),
               served(e2el_ms=800, throughput=1600, params={"max_num_seqs": 128}),
               served(e2el_ms=801, throughput=1599, params={"max_num_seqs": 96}),
               with_capacity(served(e2el_ms=900, throughput=1900, params={"max_num_seqs": 192}),
                             [(4, 800.0), (16, 1500.0), (16, 1600.0), (64, 2500.0)], met=16, missed=64),
               served(e2el_ms=1500, throughput=1000, params={"max_num_seqs": 64})]
-    url = store(tmp_path, trials, baseline="default",
-                profiles=("low-concurrency", "high-concurrency", "capacity"))
-    return study_data(load_existing("s", url))
+    store(folder, trials, baseline="default",
+          profiles=("low-concurrency", "high-concurrency", "capacity"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(stored):
+    from autotune.study.store.records import study_data
+    from autotune.study.store.storage import load_existing
+
+    return study_data(load_existing("s", f"sqlite:///{stored / 'autotune.db'}"))
 
 
 def test_the_picks_are_marked_with_their_uses(data):
@@ -67,18 +75,24 @@ def test_each_pick_has_its_latency_against_load_from_its_profiles_and_probes(dat
     assert [p.load for p in curves[0].points] == [2.0, 100.0]  # no capacity search: its profiles
 
 
-def test_the_report_draws_the_front_and_each_picks_load_figure(data, tmp_path):
+def test_the_report_draws_the_front_and_each_picks_load_figure(stored, tmp_path):
     from autotune.study.output.report import write_report
     from autotune.study.store.storage import load_existing
 
-    written = write_report(load_existing("s", f"sqlite:///{tmp_path / 'autotune.db'}"), tmp_path / "r")
+    written = write_report(load_existing("s", f"sqlite:///{stored / 'autotune.db'}"), tmp_path / "r")
     names = {p.name for p in written}
     assert "front.png" in names and any(n.startswith("load-trial-") for n in names)
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Each pick under load" in md and "load-trial-" in md
 
 
-def test_the_dashboard_gets_the_figures_as_the_studys_artifacts(data, tmp_path):
+def test_the_dashboard_gets_each_figure_once_as_the_studys_artifact_replaced_when_it_changes(
+        stored, data, tmp_path):
+    """The notes are rewritten after every confirmation: each figure stays one artifact of the
+    study, its bytes untouched when drawn the same and replaced when the numbers changed."""
+    import dataclasses
+    import shutil
+
     import optuna
     from optuna.artifacts import get_all_artifact_meta
 
@@ -86,9 +100,26 @@ def test_the_dashboard_gets_the_figures_as_the_studys_artifacts(data, tmp_path):
     from autotune.study.output.notes import upload_figures
     from autotune.study.store.storage import Heartbeat, open_storage
 
-    url = f"sqlite:///{tmp_path / 'autotune.db'}"
-    study = optuna.load_study(study_name="s", storage=open_storage(url, Heartbeat()))
-    names = upload_figures(study, data, tmp_path / "artifacts", TieSettings("s"))
+    shutil.copytree(stored, tmp_path, dirs_exist_ok=True)
+    study = optuna.load_study(study_name="s", storage=open_storage(
+        f"sqlite:///{tmp_path / 'autotune.db'}", Heartbeat()))
+    artifacts = tmp_path / "artifacts"
+
+    def kept() -> dict[str, tuple[str, bytes, int]]:
+        return {m.filename: (m.artifact_id, (artifacts / m.artifact_id).read_bytes(),
+                             (artifacts / m.artifact_id).stat().st_mtime_ns)
+                for m in get_all_artifact_meta(study)}
+
+    names = upload_figures(study, data, artifacts, TieSettings("s"))
     assert names[0] == "front.png" and all(n.startswith("load-trial-") for n in names[1:])
-    assert sorted(m.filename for m in get_all_artifact_meta(study)) == sorted(names)
-    assert len(list((tmp_path / "artifacts").iterdir())) == len(names)
+    first = kept()
+    assert sorted(first) == sorted(names) and len(list(artifacts.iterdir())) == len(names)
+    assert upload_figures(study, data, artifacts, TieSettings("s")) == names
+    assert kept() == first  # the same figures: not one written again
+    without_4 = dataclasses.replace(data, outcomes=data.outcomes[:4])  # #4 off the plot
+    assert upload_figures(study, without_4, artifacts, TieSettings("s")) == names
+    now = kept()
+    assert {n: a for n, (a, _, _) in now.items()} == {n: a for n, (a, _, _) in first.items()}
+    assert now["front.png"][1] != first["front.png"][1]  # the front drawn without #4
+    assert all(now[n] == first[n] for n in names[1:])  # the picks' load curves: the same
+    assert len(list(artifacts.iterdir())) == len(names)

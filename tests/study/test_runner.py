@@ -3,7 +3,10 @@ infeasible trials, SLOs, resume, interrupts, dead workers and confirmation.
 
 The trial function is a stand-in passed through the runner's seam (``trial_fn``): it returns
 measurements computed from the flags with seeded noise instead of deploying vLLM. What it
-stands in for is tested against real deployments in test_study.py and test_deploy.py.
+stands in for is tested against real deployments in test_study.py and test_deploy.py. The
+studies live in Optuna's in-memory storage (the runner's ``storage`` seam) where what a storage
+keeps is not under test; the first test stores through SQLite as `autotune run` does, and dead
+workers need SQLite's heartbeats.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 
 import optuna
 import pytest
+from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState
 
 from autotune.core.deployment import failures
@@ -22,19 +26,31 @@ from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError, ValidationError
 from autotune.study.run.confirm_rounds import confirm
 from autotune.study.run.creation import prepare_study
-from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.one_trial import TrialSetup, run_trial
 from autotune.study.run.planning import build_plan
 from autotune.study.run.runner import SilentProgress, StudyRunner
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import outcomes, read_outcome, study_data, with_confirmed
 from autotune.study.store.state import read_confirmed
 from autotune.study.store.storage import Heartbeat
-from tests.helpers import Said, StandIn, StandInBench, StandInDeployment, age_heartbeats, ids, make_plan, run
+from tests.helpers import (
+    Said,
+    StandIn,
+    StandInBench,
+    StandInDeployment,
+    age_heartbeats,
+    ids,
+    make_plan,
+    o2_o3_plan,
+    o3_is_o2,
+    run,
+    run_in_memory,
+)
 
 
 def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(tmp_path):
     stand_in = StandIn()
-    study = run(make_plan(tmp_path, trials=6), stand_in)
+    study = run(make_plan(tmp_path, trials=6), stand_in)  # stored in SQLite, read back
     found = outcomes(study)
     assert [t.reference for t in found[:3]] == ["base", "o0", "ep"]
     assert sum(t.state == "complete" for t in found) == 6
@@ -52,7 +68,7 @@ def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(
 
 def test_a_configuration_that_failed_is_recorded_again_without_a_deployment(tmp_path):
     stand_in = StandIn()  # 8 configurations, 4 of them crash; random sampling meets one again
-    found = outcomes(run(make_plan(tmp_path, trials=12, sampler="random"), stand_in))
+    found = outcomes(run_in_memory(make_plan(tmp_path, trials=12, sampler="random"), stand_in))
     copies = [t for t in found if t.failure is not None and t.duplicate_of is not None]
     assert copies and all(t.startup_s is None for t in copies)
     assert all(found[t.duplicate_of].argv == t.argv for t in copies)
@@ -61,14 +77,15 @@ def test_a_configuration_that_failed_is_recorded_again_without_a_deployment(tmp_
 
 
 def test_the_front_of_the_study_trades_interactive_latency_against_throughput_under_load(tmp_path):
-    study = run(make_plan(tmp_path, trials=8, references=False), StandIn(sd=0.01))
+    study = run_in_memory(make_plan(tmp_path, trials=8, references=False), StandIn(sd=0.01))
     front = study_data(study).front()
     assert {t.params["mtp"] for t in front} == {True, False}
 
 
 def test_rerunning_resumes_without_enqueueing_references_again(tmp_path):
-    run(make_plan(tmp_path, trials=3), StandIn())
-    study = run(make_plan(tmp_path, trials=5), StandIn(seed=1))
+    storage = InMemoryStorage()
+    run(make_plan(tmp_path, trials=3), StandIn(), storage=storage)
+    study = run(make_plan(tmp_path, trials=5), StandIn(seed=1), storage=storage)
     found = outcomes(study)
     assert sum(t.state == "complete" for t in found) == 5
     assert sum(bool(t.reference) for t in found) == 3
@@ -78,7 +95,7 @@ def test_rerunning_resumes_without_enqueueing_references_again(tmp_path):
 def test_a_sample_identical_to_a_measured_trial_is_a_copy_told_to_the_sampler(tmp_path):
     # 2 x 2 applicable configurations without expert parallel crashes: the sampler repeats itself.
     stand_in = StandIn()
-    study = run(make_plan(tmp_path, trials=7, references=False), stand_in)
+    study = run_in_memory(make_plan(tmp_path, trials=7, references=False), stand_in)
     copies = [t for t in map(read_outcome, study.trials) if t.same_engine_as is not None]
     assert copies and all(t.state == "complete" and t.startup_s is None for t in copies)
     for t in copies:  # the sampler learns the copied trial's values
@@ -87,31 +104,9 @@ def test_a_sample_identical_to_a_measured_trial_is_a_copy_told_to_the_sampler(tm
     assert not {t.number for t in copies} & {t.number for t in study_data(study).outcomes}
 
 
-ONE_ENGINE_SPACE = """
-name: one-engine
-deployment: {tensor_parallel_size: 1, max_model_len: 4096}
-parameters:
-  - {name: optimization_level, type: categorical, choices: [2, 3], default: 2, flag: --optimization-level}
-  - {name: mtp, type: bool, default: false, applies_to: mtp,
-     json: {flag: --speculative-config, set: {method: mtp, num_speculative_tokens: 1}}}
-"""
-
-
-def o3_is_o2(argv):
-    """A stand-in for vLLM's resolution (shell.validation.engine_identity, tested in
-    test_validation.py): -O3 resolves to the -O2 engine, as in vLLM 0.32."""
-    return " ".join(argv).replace("--optimization-level 3", "--optimization-level 2")
-
-
 def test_two_flag_sets_that_resolve_to_one_engine_are_deployed_once(tmp_path):
-    plan = make_plan(tmp_path, trials=2, space=ONE_ENGINE_SPACE,
-                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
-                          "  - {name: o3, params: {optimization_level: 3}}\n")
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
     stand_in = StandIn()
-    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                        engine_id=o3_is_o2, poll_s=0.1).work()
+    study = run_in_memory(o2_o3_plan(tmp_path, trials=2), stand_in, engine_id=o3_is_o2)
     o3 = read_outcome(study.trials[1])
     assert o3.params["optimization_level"] == 3 and o3.same_engine_as == 0
     assert study.trials[1].state == TrialState.COMPLETE
@@ -131,11 +126,9 @@ def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(
     from autotune.core.trial.outcome import TrialOutcome
     from autotune.study.store.records import write_outcome
 
-    plan = make_plan(tmp_path, trials=2, space=ONE_ENGINE_SPACE,
-                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
-                          "  - {name: o3, params: {optimization_level: 3}}\n")
+    plan, storage = o2_o3_plan(tmp_path, trials=2), InMemoryStorage()
     plan.workdir.mkdir(parents=True, exist_ok=True)
-    study, _, _ = prepare_study(plan, Heartbeat())
+    study, _, _ = prepare_study(plan, Heartbeat(), storage)
     other = study.ask()  # the other slot's claim: the reference o2, enqueued first
     params = sample(plan.space, plan.ctx, other)
     argv = tuple(to_argv(plan.space, plan.ctx, params))
@@ -154,7 +147,7 @@ def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(
     monkeypatch.setattr(runner_module.time, "sleep", other_slot_finishes)
     stand_in = StandIn()
     StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                engine_id=o3_is_o2, poll_s=0.01).work()
+                storage=storage, engine_id=o3_is_o2, poll_s=0.01).work()
     o3 = next(t for t in map(read_outcome, study.trials) if t.params.get("optimization_level") == 3)
     assert o3.same_engine_as == other.number
     assert o3_is_o2(argv) not in [o3_is_o2(a) for a in stand_in.calls]  # never deployed twice
@@ -183,12 +176,10 @@ class CountingVllm:
 
 def test_the_real_trial_takes_the_runners_verdict_so_vllm_is_asked_once_per_trial(tmp_path):
     plan = make_plan(tmp_path, trials=3)
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
     vllm = CountingVllm()
     setup = TrialSetup(model="", workdir=plan.workdir, validator=vllm, run_profile=StandInBench(),
                        deploy=lambda spec, on_phase: StandInDeployment(spec, on_phase))
-    study = StudyRunner(plan, setup, poll_s=0.1).work()  # run_trial, the real trial function
+    study = run_in_memory(plan, run_trial, setup=setup)  # run_trial, the real trial function
     found = outcomes(study)
     assert [t.reference for t in found[:3]] == ["base", "o0", "ep"]
     every = [read_outcome(t) for t in study.trials]  # copies of a measured engine included
@@ -209,8 +200,6 @@ def _validated_run(tmp_path, trials: int, vllm: CountingVllm) -> tuple[optuna.St
     """The real trial function (run_trial) with a stand-in for vLLM's resolution, deployment
     and benchmark (test_trial.py's): what the runner counts, not what a deployment measures."""
     plan = make_plan(tmp_path, trials=trials)
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
     deployed: list = []
 
     def deploy(spec, on_phase):
@@ -220,7 +209,7 @@ def _validated_run(tmp_path, trials: int, vllm: CountingVllm) -> tuple[optuna.St
     setup = TrialSetup(model="", workdir=plan.workdir, validator=vllm, run_profile=StandInBench(),
                        deploy=deploy)
     said = Said()
-    return StudyRunner(plan, setup, progress=said, poll_s=0.1).work(), said, deployed
+    return run_in_memory(plan, run_trial, setup=setup, progress=said), said, deployed
 
 
 def test_a_configuration_vllm_rejects_costs_a_validation_not_one_of_the_trials(tmp_path):
@@ -250,7 +239,7 @@ def test_a_space_of_rejects_ends_at_three_times_the_trials(tmp_path):
 
 def test_a_trial_past_its_slo_is_infeasible_with_its_measurements(tmp_path):
     plan = make_plan(tmp_path, trials=2, slos=["low-concurrency:p99_ttft_ms<=100"])
-    study = run(plan, StandIn())
+    study = run_in_memory(plan, StandIn())
     o0 = next(t for t in outcomes(study) if t.reference == "o0")  # -O0 doubles the p99 TTFT
     assert o0.failure is failures.SLO_VIOLATED and o0.results and not o0.feasible
     assert o0.slo_violations["low-concurrency:p99_ttft_ms<=100"] == pytest.approx(60.0)
@@ -264,9 +253,10 @@ def test_an_exception_in_a_trial_fails_it_and_leaves_nothing_running(tmp_path, e
     def broken(argv, bench, setup, on_phase):
         raise error("boom")
 
+    storage = InMemoryStorage()
     with pytest.raises(error):
-        run(make_plan(tmp_path, trials=2), broken)
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}")
+        run(make_plan(tmp_path, trials=2), broken, storage=storage)
+    study = optuna.load_study(study_name="s", storage=storage)
     (only,) = outcomes(study)
     assert only.state == "fail" and only.failure is failure
     assert not study.get_trials(states=(TrialState.RUNNING,))
@@ -291,12 +281,8 @@ class FailingNotByItsConfiguration(StandIn):
 
 
 def test_a_failure_that_is_not_the_configurations_is_run_once_more_and_not_held_against_it(tmp_path):
-    plan = make_plan(tmp_path, trials=3)
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
     stand_in, progress = FailingNotByItsConfiguration(failures.HOST_FAULT, times=1), Said()
-    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                        progress=progress).work()
+    study = run_in_memory(make_plan(tmp_path, trials=3), stand_in, progress=progress)
     o0 = next(t for t in outcomes(study) if t.reference == "o0")
     assert o0.feasible and o0.failure is None and stand_in.calls.count(o0.argv) == 2
     assert study.trials[o0.number].constraints["served"] == 0.0
@@ -306,21 +292,21 @@ def test_a_failure_that_is_not_the_configurations_is_run_once_more_and_not_held_
 @pytest.mark.parametrize("failure", [failures.HOST_FAULT, failures.INTERNAL_ERROR],
                          ids=["the-machines", "ours"])
 def test_a_second_failure_that_is_not_the_configurations_stops_the_study_with_one_line(tmp_path, failure):
-    stand_in = FailingNotByItsConfiguration(failure, times=2)
+    stand_in, storage = FailingNotByItsConfiguration(failure, times=2), InMemoryStorage()
     with pytest.raises(StudyError) as stopped:
-        run(make_plan(tmp_path, trials=3), stand_in)
+        run(make_plan(tmp_path, trials=3), stand_in, storage=storage)
     message = str(stopped.value)
     assert "\n" not in message and message.startswith(
         f"trial #1 failed twice for a reason that is not its configuration's ({failure.name}: "
         "OSError: [Errno 28] No space left on device); the study stops: ")
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}")
+    study = optuna.load_study(study_name="s", storage=storage)
     base, o0 = outcomes(study)
     assert base.feasible and (o0.state, o0.failure) == ("fail", failure)  # FAIL: no sampler learns from it
     assert stand_in.calls.count(o0.argv) == 2 and not study.trials[o0.number].constraints
     # Run again once the machine is fixed: -O0, drawn again, is deployed, not copied.
     study.enqueue_trial(o0.params)
     again = StandIn()
-    found = outcomes(run(make_plan(tmp_path, trials=3), again))
+    found = outcomes(run(make_plan(tmp_path, trials=3), again, storage=storage))
     assert o0.argv in again.calls and any(t.argv == o0.argv and t.feasible for t in found)
 
 
@@ -330,9 +316,9 @@ def test_a_failure_an_older_autotune_held_against_a_configuration_is_not_copied(
     from autotune.core.trial.outcome import TrialOutcome
     from autotune.study.store.records import write_outcome
 
-    plan = make_plan(tmp_path, trials=2, references=False)
+    plan, storage = make_plan(tmp_path, trials=2, references=False), InMemoryStorage()
     plan.workdir.mkdir(parents=True)
-    study, _, _ = prepare_study(plan, Heartbeat())
+    study, _, _ = prepare_study(plan, Heartbeat(), storage)
     old = study.ask()
     # Without expert parallel, which the stand-in crashes for the configuration's own reason.
     params = {**sample(plan.space, plan.ctx, old), "expert_parallel": False}
@@ -342,7 +328,7 @@ def test_a_failure_an_older_autotune_held_against_a_configuration_is_not_copied(
     study.tell(old, [math.inf, 0.0])  # as an older autotune told it: infeasible
     study.enqueue_trial(params)
     stand_in = StandIn()
-    found = outcomes(run(plan, stand_in))
+    found = outcomes(run(plan, stand_in, storage=storage))
     assert stand_in.calls[0] == argv and found[1].argv == argv
     assert found[1].feasible and found[1].duplicate_of is None
 
@@ -363,7 +349,7 @@ def test_a_dead_workers_trial_is_failed_and_run_again_by_a_live_one(tmp_path):
 
 def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_numbers(tmp_path):
     plan = make_plan(tmp_path, trials=5)
-    study = run(plan, StandIn())
+    study = run_in_memory(plan, StandIn())
     stand_in = StandIn(seed=5)
     confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
                         trial_fn=stand_in)
@@ -433,7 +419,7 @@ def test_a_confirmation_reprobes_a_capacity_trials_boundary_instead_of_searching
     from autotune.study.run.confirm_rounds import confirm
 
     plan = capacity_plan(tmp_path)
-    study = run(plan, CapacityStandIn())
+    study = run_in_memory(plan, CapacityStandIn())
     base = outcomes(study)[0]
     found = base.capacity["capacity"]
     again = CapacityStandIn()
@@ -450,7 +436,7 @@ def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_i
     plan = capacity_plan(tmp_path)
     assert [o.name for o in plan.objectives] == ["low-concurrency:mean_e2el_ms", "capacity:output_throughput"]
     stand_in = CapacityStandIn()
-    study = run(plan, stand_in)
+    study = run_in_memory(plan, stand_in)
     base, o0, ep = outcomes(study)[:3]
     # -O2 meets p99 TTFT <= 2000 ms up to 40 x 3**0.5 = 69 concurrent requests.
     found = base.capacity["capacity"].boundary
@@ -462,7 +448,7 @@ def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_i
     assert stand_in.incumbents[1].trial == 0
     below = o0.capacity["capacity"]
     assert below.boundary.below_incumbent == 0 and len(below.probes) == 1
-    assert o0.state == "complete" and o0.failure is None and not o0.feasible
+    assert o0.served and not o0.feasible
     assert o0.status == "dominated" and base.status == "ok" and ep.status == "engine_died"
     assert o0.number not in [t.number for t in study_data(study).front()]
     assert study.trials[1].constraints["served"] == 0.0 and study.trials[1].values[1] == 0.0
@@ -508,11 +494,12 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         plan = make_plan(tmp_path / f"c{finalists}", trials=100, references=False,
                          confirm=finalists, time_budget_s=budget)
         plan.workdir.mkdir(parents=True)
-        study, _, _ = prepare_study(plan, Heartbeat())
+        storage = InMemoryStorage()
+        study, _, _ = prepare_study(plan, Heartbeat(), storage)
         start = clock.now
         start_clock(study, start)
         StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=costly,
-                    progress=Said(), clock=clock).work()
+                    storage=storage, progress=Said(), clock=clock).work()
         # A deployment costs 100 s (a failure copied from an identical trial costs nothing).
         # confirm 0: 4 deployments fit 450 s; confirm 1: the first round of 1 finalist (no
         # baseline ran) x 100 s is kept, so 7 fit 850 s (the space holds 8 engines).
@@ -536,7 +523,7 @@ def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial
         why = beaten(bench.race, measured.results) if bench.race and measured.results else ""
         return dataclasses.replace(measured, raced=why)
 
-    found = outcomes(run(plan, racing))
+    found = outcomes(run_in_memory(plan, racing))
     assert fronts[:2] == [(), ("#0 base",)]  # the first trial has nothing to race
     o0 = found[1]
     assert o0.reference == "o0" and o0.raced.startswith("beaten by #0 base beyond the noise")
@@ -562,14 +549,9 @@ parameters:
 def test_a_one_engine_space_costs_one_deployment_and_shows_one_trial(tmp_path):
     from autotune.core.analysis.recommend import USES, recommend
 
-    plan = make_plan(tmp_path, trials=10, space=OPT_LEVEL_SPACE,
-                     refs="configs:\n  - {name: o2, params: {optimization_level: 2}}\n"
-                          "  - {name: o3, params: {optimization_level: 3}}\n")
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
     stand_in, said = StandIn(), Said()
-    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                        engine_id=o3_is_o2, progress=said, poll_s=0.1).work()
+    study = run_in_memory(o2_o3_plan(tmp_path, trials=10, space=OPT_LEVEL_SPACE), stand_in,
+                          engine_id=o3_is_o2, progress=said)
     assert len(stand_in.calls) == 1  # -O3 is -O2's engine: a copy, and nothing else to draw
     assert said.said[-1] == "search stops: all 1 distinct engine(s) of the space are measured"
     data = study_data(study)
@@ -592,12 +574,9 @@ def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_s
 
     # 2000 configurations that vLLM resolves to one engine (a stand-in for its resolution):
     # the space is not exhausted, but every draw after the first is the engine measured.
-    plan = make_plan(tmp_path, trials=50, references=False, space=WIDE_SPACE)
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    prepare_study(plan, Heartbeat())
     stand_in, said = StandIn(), Said()
-    study = StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                        engine_id=lambda argv: "the one engine", progress=said, poll_s=0.1).work()
+    study = run_in_memory(make_plan(tmp_path, trials=50, references=False, space=WIDE_SPACE),
+                          stand_in, engine_id=lambda argv: "the one engine", progress=said)
     assert len(stand_in.calls) == 1
     copies = [t for t in map(read_outcome, study.trials) if t.same_engine_as == 0]
     assert len(copies) == MAX_RESAMPLES and len(study_data(study).outcomes) == 1
@@ -633,11 +612,12 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
         where.mkdir()
         plan = make_plan(where, trials=100, references=False, confirm=1, time_budget_s=budget)
         plan.workdir.mkdir(parents=True)
-        study, _, _ = prepare_study(plan, Heartbeat())
+        storage = InMemoryStorage()
+        study, _, _ = prepare_study(plan, Heartbeat(), storage)
         start = clock.now
         start_clock(study, start)
         setup = TrialSetup(model="", workdir=plan.workdir)
-        StudyRunner(plan, setup, trial_fn=costly, clock=clock).work()
+        StudyRunner(plan, setup, trial_fn=costly, storage=storage, clock=clock).work()
         searched = clock.now - start
         said: list[str] = []
         confirm(study, plan, setup, k=1, trial_fn=costly, say=said.append,
@@ -662,11 +642,12 @@ def test_deployments_that_crash_before_any_is_served_still_price_the_next_trial(
 
     plan = make_plan(tmp_path, trials=100, references=False, confirm=0, time_budget_s=250.0)
     plan.workdir.mkdir(parents=True)
-    study, _, _ = prepare_study(plan, Heartbeat())
+    storage = InMemoryStorage()
+    study, _, _ = prepare_study(plan, Heartbeat(), storage)
     start = clock.now
     start_clock(study, start)
     StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=crashing,
-                clock=clock).work()
+                storage=storage, clock=clock).work()
     assert clock.now - start == 200.0
 
 
@@ -693,7 +674,7 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
         model=str(model), space_path=str(SPACES / "reference.yaml"), trials=10_000, repeats=2,
         seed=1, study_name="replay", storage=f"sqlite:///{tmp_path}/replay.db", confirm=2,
         time_budget_s=budget_s))
-    storage = optuna.storages.InMemoryStorage()
+    storage = InMemoryStorage()
     study, _, _ = prepare_study(plan, Heartbeat(), storage)
     clock = DeviceClock()
     start_clock(study, clock.now)
@@ -726,7 +707,7 @@ def test_each_trial_runs_at_the_balance_of_what_the_study_measured_before_it(tmp
 
     stand_in = RecordingBalance()
     plan = make_plan(tmp_path, trials=3)
-    study = run(plan, stand_in)
+    study = run_in_memory(plan, stand_in)
     prior = plan.bench.pinned["low-concurrency"].rule.balance
     assert prior is not None and stand_in.balances[0] == prior
     first = deployment_cost_s(outcomes(study)[:1], again=True)  # the baseline's wall

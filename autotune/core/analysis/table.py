@@ -82,10 +82,10 @@ def table_from_outcomes(outcomes: Sequence[TrialOutcome], parameters: Sequence[s
         key = params_key({k: t.params.get(k) for k in parameters})
         if key in rows:
             continue
-        status = SERVED if t.failure is None else t.failure.name
+        status = SERVED if t.served else t.failure.name
         runs = {p: tuple({m: float(run[m]) for m in TABLE_METRICS if m in run}
                          for run in t.results[p].runs)
-                for p in profiles if t.failure is None and p in t.results}
+                for p in profiles if t.served and p in t.results}
         rows[key] = TableRow(dict(t.params), status, runs, t.startup_s,
                              t.failure_message.splitlines()[0][:200] if t.failure_message else "")
     for params in grid:

@@ -98,8 +98,10 @@ class NoiseModel:
 
 
 def _logs(values: Sequence[float]) -> np.ndarray | None:
-    arr = np.asarray(values, dtype=float)
-    return np.log(arr) if arr.size and np.all(arr > 0) and np.all(np.isfinite(arr)) else None
+    # Checked value by value: numpy's reductions cost more than the few values of a group.
+    if len(values) == 0 or not all(v > 0 and math.isfinite(v) for v in values):
+        return None
+    return np.log(np.asarray(values, dtype=float))
 
 
 def pooled_sd(groups: Iterable[Sequence[float]]) -> tuple[float, int, int] | None:

@@ -12,6 +12,7 @@ attributes (``study.store.records`` writes and reads them).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,17 @@ class ProfileResult:
         return [g for g in groups if g]
 
     def deployment_means(self, metric: str) -> list[float]:
-        return [statistics.fmean(g) for g in self.by_deployment(metric)]
+        memo = self._deployment_means
+        if metric not in memo:
+            memo[metric] = tuple(statistics.fmean(g) for g in self.by_deployment(metric))
+        return list(memo[metric])
+
+    @functools.cached_property
+    def _deployment_means(self) -> dict[str, tuple[float, ...]]:
+        """``deployment_means`` by metric, computed once: a recommendation compares the same
+        trials many times over (and the front reads every cost once per pair); the runs of a
+        record never change. Not a field: no comparison, copy or rendering sees it."""
+        return {}
 
     def mean(self, metric: str) -> float:
         """The mean over deployments of each deployment's mean (the runs' mean on one)."""
@@ -132,18 +143,25 @@ class TrialOutcome(Measurement):
     derived: tuple[str, ...] = ()  # metrics computed from others on import
 
     @property
+    def served(self) -> bool:
+        """Finished without a failure: the deployment answered and was measured to the end.
+        A capacity search stopped below an incumbent's load is served (its probes are its
+        measurements) though it may hold no results; an SLO missed is a failure."""
+        return self.state == "complete" and self.failure is None
+
+    @property
     def feasible(self) -> bool:
-        """Finished, served, measured, within every SLO, and every capacity found (a search
-        stopped below an incumbent is complete but has none)."""
-        return (self.state == "complete" and self.failure is None and bool(self.results)
+        """Served with results, within every SLO, and every capacity found (a search stopped
+        below an incumbent is served but has none)."""
+        return (self.served and bool(self.results)
                 and all(v <= 0 for v in self.slo_violations.values())
                 and all(s.boundary.found for s in self.capacity.values()))
 
     @property
     def dominated(self) -> bool:
-        """Complete and served, but a capacity search stopped below an incumbent's load."""
-        return self.state == "complete" and self.failure is None and any(
-            s.boundary.below_incumbent is not None for s in self.capacity.values())
+        """Served, but a capacity search stopped below an incumbent's load."""
+        return self.served and any(s.boundary.below_incumbent is not None
+                                   for s in self.capacity.values())
 
     @property
     def status(self) -> str:
@@ -252,18 +270,18 @@ def startup_summary(trials: Sequence[TrialOutcome]) -> str:
     """'the median of 5 deployments: 75 s: imports 11, ..., unnamed 1 (compile cache: 5 miss)':
     each phase's median (and the ready time's) over the trials that started a server with
     phases recorded, and how often vLLM's compile cache served or missed."""
-    served = [t for t in trials if t.startup_s and t.startup_phases]
-    if not served:
+    started = [t for t in trials if t.startup_s and t.startup_phases]
+    if not started:
         return "no deployment recorded its start-up phases"
     keys = [p.key for p in PHASES] + ["unnamed_s"]
-    median = {k: statistics.median(float(t.startup_phases.get(k, 0) or 0) for t in served) for k in keys}
-    ready = statistics.median(float(t.startup_s or 0) for t in served)
+    median = {k: statistics.median(float(t.startup_phases.get(k, 0) or 0) for t in started) for k in keys}
+    ready = statistics.median(float(t.startup_s or 0) for t in started)
     caches: dict[str, int] = {}
-    for t in served:
+    for t in started:
         cache = str(t.startup_phases.get("compile_cache", "") or "")
         caches[cache] = caches.get(cache, 0) + bool(cache)
     said = ", ".join(f"{n} {cache}" for cache, n in caches.items() if n)
-    return (f"the median of {len(served)} deployment{'s' * (len(served) > 1)}: "
+    return (f"the median of {len(started)} deployment{'s' * (len(started) > 1)}: "
             + TrialOutcome(-1, startup_s=ready, startup_phases=median).startup_detail
             + (f" (compile cache: {said})" if said else ""))
 

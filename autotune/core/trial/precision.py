@@ -39,6 +39,7 @@ per-request records through the same function and recomputes its stop.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import re
@@ -356,11 +357,13 @@ def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequen
     starts = sorted(r.start_s for r in records)
     pinned = Pinned(rule, tuple(metrics))
     done: list[RequestResult] = []
+    first_s = math.inf  # the first send among ``done``, kept as they grow (linear, not quadratic)
     for i in sorted(range(len(records)), key=lambda k: ends[k]):
         done.append(records[i])
-        sent = int(np.searchsorted(starts, ends[i], side="left"))
+        first_s = min(first_s, records[i].start_s)
+        sent = bisect.bisect_left(starts, ends[i])  # the sends strictly before this completion
         said = pinned.stop(done, sent=sent, concurrency=concurrency, ceiling=ceiling,
-                           elapsed_s=ends[i] - min(r.start_s for r in done))
+                           elapsed_s=ends[i] - first_s)
         if said:
             return RunStop(sent, said, max_concurrency(records), concurrency)
     return RunStop(len(records), reason_for(records, sent=len(records), ceiling=ceiling,

@@ -38,7 +38,9 @@ class FailBar:
         """This request's latency, as the run's summary counts it (None: not counted)."""
         if not r.success:
             return None
-        seconds = {"ttft": r.ttft_s, "tpot": tpot_s(r), "e2el": r.latency_s}[self.latency]
+        # Only the latency asked for: the rule asks after every completion, of every request.
+        seconds = (r.ttft_s if self.latency == "ttft" else r.latency_s if self.latency == "e2el"
+                   else tpot_s(r))
         return None if seconds is None else seconds * 1000.0
 
     def needed(self, planned: int) -> int:

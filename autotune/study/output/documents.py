@@ -67,7 +67,7 @@ class ProfileRecord:
 @dataclass(frozen=True)
 class TrialRecord:
     """One trial as `autotune trials` lists it. ``outcome``: ok, raced, dominated, a failure
-    class (core.deployment.failures) or Optuna's state; ``served``: a deployment answered."""
+    class (core.deployment.failures) or Optuna's state; ``served``: ``TrialOutcome.served``."""
 
     number: int
     state: str
@@ -121,9 +121,9 @@ class RecommendationRecord:
 
 @dataclass(frozen=True)
 class StudyRecord:
-    """One study of a storage: its finished trials counted apart (served: a deployment answered
-    and was measured; rejected: vLLM refused the flags; failed: every other failure, an SLO
-    missed included), the front's size (None: the study has no objectives stored)."""
+    """One study of a storage: its finished trials counted apart (served:
+    ``TrialOutcome.served``; rejected: vLLM refused the flags; failed: every other failure, an
+    SLO missed included), the front's size (None: the study has no objectives stored)."""
 
     study: str
     trials: int
@@ -155,7 +155,7 @@ def trial_record(data: StudyData, t: TrialOutcome) -> TrialRecord:
     front = {f.number for f in data.front()}
     return TrialRecord(
         number=t.number, state=t.state, outcome=t.status, reference=t.reference,
-        served=t.state == "complete" and t.failure is None and bool(t.results),
+        served=t.served,
         feasible=t.feasible, on_front=t.number in front, confirmed=t.number in data.confirmed,
         params=dict(t.params), model=t.model, flags=tuple(t.argv),
         failure_message=failures.first_line(t.failure_message, 2000) if t.failure else "",
@@ -189,7 +189,7 @@ def recommendation_record(data: StudyData, rec: Recommendation | str, use: str) 
 
 def study_record(name: str, data: StudyData, *, trials: int, unfinished: int,
                  created: str) -> StudyRecord:
-    served = [t for t in data.outcomes if t.state == "complete" and t.failure is None]
+    served = [t for t in data.outcomes if t.served]
     rejected = [t for t in data.outcomes if t.failure is failures.CONFIG_REJECTED]
     return StudyRecord(study=name, trials=trials, served=len(served), rejected=len(rejected),
                        failed=len(data.outcomes) - len(served) - len(rejected),

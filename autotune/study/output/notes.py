@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 
@@ -24,6 +25,9 @@ from autotune.core.analysis.recommend import (
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.capacity_search import boundary_text
+
+if TYPE_CHECKING:
+    from optuna.artifacts import FileSystemArtifactStore
 
 
 def trial_note(t, data: StudyData) -> str:
@@ -110,10 +114,13 @@ def write_notes(study: optuna.Study, plan=None) -> None:
 
 def upload_figures(study: optuna.Study, data: StudyData, artifacts: Path, tie: TieSettings) -> list[str]:
     """The report's front (picks starred) and each pick's latency against load, as artifacts
-    of the study in the dashboard's store ``artifacts``; returns their file names."""
+    of the study in the dashboard's store ``artifacts``; returns their file names. Each name
+    is one artifact of the study: a figure is uploaded when it is new, its stored bytes
+    replaced when it changed, and left alone when the same (``keep_figure``): the notes are
+    rewritten after every confirmation, and the dashboard listed a copy per rewrite."""
     import tempfile
 
-    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+    from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 
     from autotune.study.output.plot_data import front_plot, load_curves, load_png
     from autotune.study.output.plots import plot_front, plot_load
@@ -122,6 +129,7 @@ def upload_figures(study: optuna.Study, data: StudyData, artifacts: Path, tie: T
              if not isinstance(r, str)}
     artifacts.mkdir(parents=True, exist_ok=True)  # where the runner keeps the trials' artifacts
     store = FileSystemArtifactStore(str(artifacts))
+    stored = {m.filename: m.artifact_id for m in get_all_artifact_meta(study)}
     names = []
     with tempfile.TemporaryDirectory() as folder:
         if data.feasible and len(data.objectives) > 1:
@@ -131,6 +139,26 @@ def upload_figures(study: optuna.Study, data: StudyData, artifacts: Path, tie: T
             names.append(load_png(curve))
             plot_load(curve, Path(folder) / names[-1])
         for name in names:
-            upload_artifact(artifact_store=store, file_path=str(Path(folder) / name),
-                            study_or_trial=study)
+            keep_figure(study, store, Path(folder) / name, stored.get(name))
     return names
+
+
+def keep_figure(study: optuna.Study, store: FileSystemArtifactStore, path: Path,
+                artifact_id: str | None) -> None:
+    """Store the figure ``path`` as the study's artifact of its name: uploaded where none is
+    stored (``artifact_id`` None), written over the stored bytes of ``artifact_id`` where they
+    differ (or are gone from the store), untouched where they are the same."""
+    from optuna.artifacts import upload_artifact
+    from optuna.artifacts.exceptions import ArtifactNotFound
+
+    if artifact_id is None:
+        upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=study)
+        return
+    try:
+        with store.open_reader(artifact_id) as stored:
+            if stored.read() == path.read_bytes():
+                return
+    except ArtifactNotFound:
+        pass
+    with path.open("rb") as figure:
+        store.write(artifact_id, figure)

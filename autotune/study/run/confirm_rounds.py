@@ -33,7 +33,7 @@ from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
 from autotune.study.run.one_trial import TrialFunction, TrialSetup, run_trial
 from autotune.study.run.planning import StudyPlan
-from autotune.study.store.records import store_noise, study_data
+from autotune.study.store.records import OthersNoise, store_noise, study_data
 from autotune.study.store.state import add_confirmed, read_confirmation, write_confirmation
 
 CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
@@ -90,16 +90,18 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
 
 def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: TrialOutcome,
                 count: int, *, trial_fn: TrialFunction, say: Callable[[str], None],
-                tag: str) -> dict[str, ProfileResult]:
+                tag: str, others: OthersNoise | None = None) -> dict[str, ProfileResult]:
     """Deploy trial ``t`` once more (its ``count``-th confirmation deployment) with the study's
     benchmark, a capacity profile re-probing the boundary its search found; its runs are stored
-    the moment it is torn down. Returns them ({} when it failed, which is said)."""
+    the moment it is torn down. Returns them ({} when it failed, which is said). ``others``:
+    the spreads other studies stored, as the caller read them (``study_data``'s)."""
     folder = plan.workdir / "trials" / plan.study_name
     while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
         count += 1
     here = dataclasses.replace(setup, model=plan.model.name,
                                workdir=folder / f"confirm-{t.number:04d}-{count}")
-    bench = plan.bench.measured(study_data(study)) if plan.bench.balanced else plan.bench
+    bench = (plan.bench.measured(study_data(study, others=others)) if plan.bench.balanced
+             else plan.bench)
     bench = dataclasses.replace(bench, around={
         p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
     m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
@@ -126,7 +128,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     study is continued instead of starting a new one. Returns the runs this call added; a trial
     that fails a redeployment keeps the runs it served, and the failure is said."""
     check_rounds(rounds)
-    data = study_data(study, confirmed=False)
+    others = OthersNoise.read(study)  # once: it reads every study of the storage
+    data = study_data(study, confirmed=False, others=others)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     left = None if budget_end is None else max(budget_end - clock(), 0.0)
     state = plan_or_resume(study, data, k=k, trials=trials, rounds=rounds, left_s=left, say=say)
@@ -144,7 +147,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
         else:
             members = [t.number for t in chosen]
             if r > 0:
-                decision = next_deployment(study_data(study), members)
+                decision = next_deployment(study_data(study, others=others), members)
                 if not decision.open:
                     stop = decision.reason
                     break
@@ -170,7 +173,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             count = state.deployments_of(t.number) + 1
             tag = (f"confirm step {r + 1} of up to {total}, deployment {i + 1} of {len(order)}: "
                    f"trial {t.label}")
-            got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag)
+            got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag,
+                              others=others)
             walls.append(clock() - now)
             for profile, result in got.items():
                 runs[t.number].setdefault(profile, []).extend(result.runs)

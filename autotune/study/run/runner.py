@@ -74,6 +74,7 @@ from autotune.study.run.samplers import make_sampler
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import (
     TRIAL_ENV,
+    OthersNoise,
     read_outcome,
     study_data,
     write_outcome,
@@ -156,6 +157,9 @@ class StudyRunner:
     _drawable: frozenset[str] | None = None  # params keys the space can draw (None: not listable)
     _drawable_known: bool = False
     _baseline: Baseline | None = None  # the study's measured baseline (its first trial)
+    # The spreads other studies of the storage stored, read once per run: reading them reads
+    # every study of the storage, and the runner reads the study's data several times a trial.
+    _others: OthersNoise = field(default_factory=OthersNoise)
 
     def work(self) -> optuna.Study:
         plan = self.plan
@@ -166,6 +170,7 @@ class StudyRunner:
         except KeyError:
             raise StudyError(f"no study {plan.study_name!r} in this storage; create it with "
                              "`autotune run --storage ... --study NAME`") from None
+        self._others = OthersNoise.read(study)
         study.sampler = self._sampler(study, seed)
         self._baseline = baseline_config(study)
         refuse_shared_sqlite(plan.storage, {
@@ -201,7 +206,7 @@ class StudyRunner:
             if done:
                 self.progress.message(f"search stops: {done}")
                 return study
-            left = time_left(study, plan, now=self.clock())
+            left = time_left(study, plan, now=self.clock(), others=self._others)
             if left is not None and not left.fits:
                 self.progress.message(f"time budget: no new trial starts ({left.text})")
                 return study
@@ -216,7 +221,7 @@ class StudyRunner:
         plan = self.plan
         if self.sampler_fn is not None:
             return self.sampler_fn(seed, plan.sampler)
-        data = study_data(study, confirmed=False)
+        data = study_data(study, confirmed=False, others=self._others)
         start = start_up(plan.trials, budget_s=plan.time_budget_s,
                          trial_s=deployment_cost_s(data.outcomes), platform=plan.ctx.platform)
         if plan.sampler in ("tpe", "gp"):
@@ -333,10 +338,11 @@ class StudyRunner:
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
         # Balanced runs: the spread between deployments and their cost as measured so far.
-        bench = plan.bench.measured(study_data(study)) if plan.bench.balanced else plan.bench
+        bench = (plan.bench.measured(study_data(study, others=self._others)) if plan.bench.balanced
+                 else plan.bench)
         capacity = [p.name for p in bench.profiles if p.capacity is not None]
         if capacity or plan.race:
-            data = study_data(study, confirmed=False)
+            data = study_data(study, confirmed=False, others=self._others)
             bench = dataclasses.replace(bench, run_seconds=run_seconds(data))
         if capacity:
             bench = dataclasses.replace(bench, incumbents={p: incumbents(data, p) for p in capacity})
@@ -365,7 +371,7 @@ class StudyRunner:
         already measured or inherited for every objective, or where the time budget cannot
         afford it beside the confirmation's reserve."""
         plan = self.plan
-        data = study_data(study)
+        data = study_data(study, others=self._others)
         baseline = data.baseline
         if not plan.request.calibrate or baseline is None or not baseline.feasible:
             return
@@ -375,7 +381,7 @@ class StudyRunner:
             self.progress.message("calibration: not needed, the spread between deployments is "
                                   f"already measured ({noise_line(data)})")
             return
-        left = time_left(study, plan, now=self.clock())
+        left = time_left(study, plan, now=self.clock(), others=self._others)
         cost = data.deployment_s or baseline.trial_wall_s or 0.0
         if left is not None and not left.affords(cost):
             self.progress.message(f"calibration skipped: redeploying the baseline "
@@ -383,9 +389,9 @@ class StudyRunner:
             return
         tag = f"calibration: trial {baseline.label} deployed again"
         got = deploy_once(study, plan, self.setup, baseline, 1, trial_fn=self.trial_fn,
-                          say=self.progress.message, tag=tag)
+                          say=self.progress.message, tag=tag, others=self._others)
         if got:
-            self.progress.message(f"{tag}: {noise_line(study_data(study))}")
+            self.progress.message(f"{tag}: {noise_line(study_data(study, others=self._others))}")
 
     def _measure(self, argv: tuple[str, ...], bench: BenchPlan, setup: TrialSetup,
                  number: int, trial_number: int) -> Measurement:
@@ -421,7 +427,7 @@ class StudyRunner:
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
         # The numbers `pareto` shows: an earlier confirmation's included, where a resumed study has one.
-        data = study_data(study)
+        data = study_data(study, others=self._others)
         frozen = study.get_trials(deepcopy=False)[trial_number]
         outcome = read_outcome(frozen)
         try:
@@ -498,7 +504,8 @@ def run_seconds(data: StudyData) -> dict[str, float]:
     return {p: statistics.median(v) for p, v in found.items() if v}
 
 
-def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft | None:
+def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
+              others: OthersNoise | None = None) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
     of a deployment, measured on the served trials (``deployment_cost_s``; before the first,
     what the failed deployments cost, a floor; None before any), and the confirmation's first
@@ -506,11 +513,12 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float) -> TimeLeft |
     redeploying a measured engine, whose compiled graphs are cached): later rounds go only
     where a tie is still open, and are planned inside whatever the search leaves
     (``core.plan.confirmation``). Keeping every round in reserve cut a 5-minute CPU study
-    to one served trial, whose confirmation then shrank to one round anyway."""
+    to one served trial, whose confirmation then shrank to one round anyway. ``others``: the
+    spreads other studies stored, as the caller read them (``study_data``'s)."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
-    data = study_data(study, confirmed=False)
+    data = study_data(study, confirmed=False, others=others)
     cost = deployment_cost_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
     again = data.deployment_s  # a redeployment's cost: the confirmation's
     deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.run.confirm_rounds picks them

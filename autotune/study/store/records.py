@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -17,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core.analysis.study_data import StudyData, measured_spreads, noise_of
 from autotune.core.maths.stats import Spread, pool_spreads
 from autotune.core.plan.confirmation import deployment_cost_s
+from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.study.store import optuna_internals
 from autotune.study.store.state import (
@@ -50,24 +52,29 @@ def outcomes(study: optuna.Study) -> list[TrialOutcome]:
     return [t for t in found if t.same_engine_as is None]
 
 
-def study_data(study: optuna.Study, *, confirmed: bool = True) -> StudyData:
+def study_data(study: optuna.Study, *, confirmed: bool = True,
+               others: OthersNoise | None = None) -> StudyData:
     """The study's trials, objectives, noise, baseline and vLLM's defaults, read once. Where
     finalists were confirmed (and ``confirmed``), each confirmation deployment is one more
     deployment of the trial beside its search's; every other trial keeps its one. The noise
     always rests on every deployment (a calibration's from the study's start) and on the spread
-    inherited from other studies of the storage under the same conditions."""
+    inherited from other studies of the storage under the same conditions (``others``: what
+    they stored, read once per run by the caller; None: read here)."""
     search = outcomes(study)
-    stored = read_confirmed(study)
+    attrs = study.user_attrs  # read once: plan, baseline and confirmed runs
+    stored = read_confirmed(study, attrs)
     every = [dataclasses.replace(t, results=with_confirmed(t.results, stored[t.number]))
              if t.number in stored else t for t in search]
     found = every if confirmed else search
     again = stored if confirmed else {}
-    name = baseline(study)
+    name = baseline(study, attrs)
     base = next((t for t in found if name and t.reference == name), None)
-    plan = read_plan(study)
+    plan = read_plan(study, attrs)
+    others = OthersNoise.read(study) if others is None else others
     return StudyData(outcomes=tuple(found),
                      objectives=plan.parsed_objectives() if plan else (),
-                     noise=noise_of(every, platform_of(every), inherited_noise(study, every)),
+                     noise=noise_of(every, platform_of(every),
+                                    others.inherited(noise_conditions(plan, every))),
                      baseline=base,
                      defaults=plan.defaults if plan else {},
                      loads={p.name: p.load for p in plan.profiles} if plan else {},
@@ -95,12 +102,11 @@ def with_confirmed(search: Mapping[str, ProfileResult], confirmed: Mapping[str, 
     return out
 
 
-def noise_conditions(study: optuna.Study, found: Sequence[TrialOutcome]) -> dict | None:
+def noise_conditions(plan: PlanRequest | None, found: Sequence[TrialOutcome]) -> dict | None:
     """What must match for a spread between deployments to hold in another study: the model,
     the machine and vLLM its served trials ran on, and each profile's definition (a hash).
-    None where the study has no served trial, or its trials ran on more than one machine or
-    vLLM."""
-    plan = read_plan(study)
+    None where the study has no plan or no served trial, or its trials ran on more than one
+    machine or vLLM."""
     ran = {(t.hardware, t.vllm_version) for t in found if t.feasible and t.results}
     if plan is None or len(ran) != 1:
         return None
@@ -114,33 +120,45 @@ def noise_conditions(study: optuna.Study, found: Sequence[TrialOutcome]) -> dict
 def store_noise(study: optuna.Study) -> None:
     """Record the study's own spread between deployments (its calibration's and
     confirmations'), with its conditions, for later studies of the storage to inherit."""
-    found = study_data(study).outcomes
-    conditions = noise_conditions(study, found)
+    found = study_data(study, others=OthersNoise()).outcomes  # the trials only: none inherited
+    conditions = noise_conditions(read_plan(study), found)
     spreads = measured_spreads(found)
     if conditions is not None and spreads:
         write_noise(study, {**conditions, "spreads": {k: list(v) for k, v in spreads.items()}})
 
 
-def inherited_noise(study: optuna.Study, found: Sequence[TrialOutcome]) -> dict[str, Spread]:
-    """Per ``profile:metric``, the spread between deployments that the other studies of the
-    storage measured under this study's conditions (``noise_conditions``), pooled."""
-    mine = noise_conditions(study, found)
-    if mine is None:
-        return {}
-    by_key: dict[str, list[Spread]] = {}
-    for other in optuna_internals.storage_of(study).get_all_studies():
-        if other.study_name == study.study_name:
-            continue
-        record = noise_of_attrs(other.user_attrs)
-        if not record or any(record.get(k) != mine[k] for k in ("model", "hardware", "vllm")):
-            continue
-        for key, (sd, df) in record.get("spreads", {}).items():
-            profile = key.rsplit(":", 1)[0]
-            theirs = record.get("profiles", {}).get(profile)
-            if theirs is not None and theirs == mine["profiles"].get(profile):
-                by_key.setdefault(key, []).append(
-                    Spread(float(sd), float(df), f"{df:g} df inherited from study {other.study_name!r}"))
-    return {k: pooled for k, v in by_key.items() if (pooled := pool_spreads(v)) is not None}
+@dataclass(frozen=True)
+class OthersNoise:
+    """The spreads between deployments that the other studies of a storage stored
+    (``store_noise``), by study name, with their conditions: what a study may inherit. Reading
+    them takes every study of the storage, so a run reads them once (``read``) and passes them
+    to each ``study_data``; ``inherited`` pools them for this study's conditions."""
+
+    by_study: Mapping[str, Mapping] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, study: optuna.Study) -> OthersNoise:
+        return cls({other.study_name: record
+                    for other in optuna_internals.storage_of(study).get_all_studies()
+                    if other.study_name != study.study_name
+                    and (record := noise_of_attrs(other.user_attrs))})
+
+    def inherited(self, mine: Mapping | None) -> dict[str, Spread]:
+        """Per ``profile:metric``, the spread the other studies measured under the conditions
+        ``mine`` (``noise_conditions``; None: none inherited), pooled."""
+        if mine is None:
+            return {}
+        by_key: dict[str, list[Spread]] = {}
+        for name, record in self.by_study.items():
+            if any(record.get(k) != mine[k] for k in ("model", "hardware", "vllm")):
+                continue
+            for key, (sd, df) in record.get("spreads", {}).items():
+                profile = key.rsplit(":", 1)[0]
+                theirs = record.get("profiles", {}).get(profile)
+                if theirs is not None and theirs == mine["profiles"].get(profile):
+                    by_key.setdefault(key, []).append(
+                        Spread(float(sd), float(df), f"{df:g} df inherited from study {name!r}"))
+        return {k: pooled for k, v in by_key.items() if (pooled := pool_spreads(v)) is not None}
 
 
 def platform_of(found: Sequence[TrialOutcome]) -> str:

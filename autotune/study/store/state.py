@@ -29,11 +29,14 @@ _CONFIRMED = "confirmed"  # trial number -> profile -> one list of runs per depl
 _CONFIRMED_STOPS = "confirmed_stops"  # the same layout: how each of those runs ended (RunStop)
 
 
-def read_plan(study: optuna.Study) -> PlanRequest | None:
-    """The plan stored in ``study``; None for a study that autotune did not create."""
-    data = study.user_attrs.get(_PLAN)
+def read_plan(study: optuna.Study, attrs: Mapping | None = None) -> PlanRequest | None:
+    """The plan stored in ``study``; None for a study that autotune did not create. ``attrs``
+    (here and below): the study's attributes, where the caller has read them already (each
+    read of ``study.user_attrs`` is a storage query and a deep copy)."""
+    attrs = study.user_attrs if attrs is None else attrs
+    data = attrs.get(_PLAN)
     return None if data is None else PlanRequest.from_dict(
-        data, f"study {study.study_name!r}", beside=study.user_attrs)
+        data, f"study {study.study_name!r}", beside=attrs)
 
 
 def write_plan(study: optuna.Study, plan: PlanRequest) -> None:
@@ -47,10 +50,11 @@ def start_clock(study: optuna.Study, now: float) -> None:
 
 def time_budget(study: optuna.Study) -> tuple[float | None, float]:
     """(seconds, epoch start) of the study's time budget; (None, 0) without one."""
-    plan = read_plan(study)
+    attrs = study.user_attrs
+    plan = read_plan(study, attrs)
     seconds = plan.time_budget_s if plan else None
-    layout1 = study.user_attrs.get(LAYOUT1_TIME_BUDGET) or {}
-    started = study.user_attrs.get(_CLOCK, layout1.get("started_at", 0.0))
+    layout1 = attrs.get(LAYOUT1_TIME_BUDGET) or {}
+    started = attrs.get(_CLOCK, layout1.get("started_at", 0.0))
     return (None, 0.0) if seconds is None else (seconds, float(started))
 
 
@@ -82,8 +86,8 @@ def mark_baseline(study: optuna.Study, record: Baseline) -> None:
     study.set_user_attr(_BASELINE, record.name)
 
 
-def baseline(study: optuna.Study) -> str | None:
-    return study.user_attrs.get(_BASELINE)
+def baseline(study: optuna.Study, attrs: Mapping | None = None) -> str | None:
+    return (study.user_attrs if attrs is None else attrs).get(_BASELINE)
 
 
 def baseline_config(study: optuna.Study) -> Baseline | None:
@@ -100,7 +104,7 @@ def write_noise(study: optuna.Study, record: Mapping) -> None:
 
 def noise_of_attrs(user_attrs: Mapping) -> Mapping | None:
     """The stored measured spread of a study, from its attributes (those of every study in a
-    storage are read at once: ``records.inherited_noise``)."""
+    storage are read at once: ``records.OthersNoise.read``)."""
     return user_attrs.get(_NOISE)
 
 
@@ -114,12 +118,14 @@ def _groups(stored: list) -> list[list[dict]]:
     return [list(g) for g in stored if g]
 
 
-def read_confirmed(study: optuna.Study) -> dict[int, dict[str, ProfileResult]]:
+def read_confirmed(study: optuna.Study, attrs: Mapping | None = None
+                   ) -> dict[int, dict[str, ProfileResult]]:
     """Per confirmed trial and profile, its confirmed runs with the deployment each came from
     (``ProfileResult.deployment_sizes``)."""
+    attrs = study.user_attrs if attrs is None else attrs
     out: dict[int, dict[str, ProfileResult]] = {}
-    all_stops = study.user_attrs.get(_CONFIRMED_STOPS, {})
-    for n, by_profile in study.user_attrs.get(_CONFIRMED, {}).items():
+    all_stops = attrs.get(_CONFIRMED_STOPS, {})
+    for n, by_profile in attrs.get(_CONFIRMED, {}).items():
         out[int(n)] = {}
         for p, stored in by_profile.items():
             groups = _groups(stored)
