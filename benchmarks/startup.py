@@ -110,6 +110,8 @@ def pairs(count: int, env_a: list[str], env_b: list[str], options: list[str], sl
         print(f"pair {i + 1 if i >= 0 else 'warm-up'} {side} "
               f"({' '.join('='.join(e) for e in envs[side]) or 'as is'}): ready {seconds:.1f} s; "
               f"{named}; unnamed {phases.unnamed_s if phases else 0:.1f}", flush=True)
+    if launcher is not None:
+        launcher.close()
     logs = [math.log(b / a) for a, b in zip(ready["A"], ready["B"], strict=True)]
     ratios = [math.exp(x) for x in logs]
     mean = statistics.fmean(logs)

@@ -118,11 +118,14 @@ def _heartbeat(args: argparse.Namespace):
 
 
 @contextlib.contextmanager
-def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> Iterator[tuple[StudyPlan, TrialSetup]]:
-    """The plan as the installed vLLM's parser takes it, and where this node's trials deploy,
-    with that parser as the validator and (unless --no-preimport) the launcher that imports
-    vLLM once for all of them: started here, so that its imports run while the parser loads
-    and the study is prepared (not for a dry run), and ended when the command ends."""
+def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]
+                   ) -> Iterator[tuple[StudyPlan, TrialSetup]]:
+    """The plan as the installed vLLM's parser takes it, and where this node's trials deploy
+    (the first slot), with that parser as the validator and (unless --no-preimport) the
+    launcher that imports vLLM once for all of them: started here where this process deploys
+    (one slot, not a dry run), so that its imports run while the parser loads and the study is
+    prepared; with several slots each worker process has its own, and this one starts only if
+    it deploys (a confirmation). Ended when the command ends."""
     import dataclasses
 
     from autotune.shell.server import preimported_launcher
@@ -132,11 +135,11 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slot: Slot) -> Ite
         entrypoint, on_failure=lambda why: console.print(
             f"the pre-imported launcher cannot be used ({why}): deployments start as new processes"))
     try:
-        if launcher is not None and not getattr(args, "dry_run", False):
+        if launcher is not None and len(slots) == 1 and not getattr(args, "dry_run", False):
             launcher.start()
         validator, space = vllm_validator(plan.space, console.print)
         plan = dataclasses.replace(plan, space=space)
-        setup = plan.trial_setup(slot=slot, entrypoint=entrypoint, validator=validator)
+        setup = plan.trial_setup(slot=slots[0], entrypoint=entrypoint, validator=validator)
         yield plan, dataclasses.replace(setup, launcher=launcher)
     finally:
         if launcher is not None:
@@ -236,7 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
-    with _for_this_vllm(plan, args, slots[0]) as (plan, setup):
+    with _for_this_vllm(plan, args, slots) as (plan, setup):
         if plan.precision_text:
             console.print(plan.precision_text)
         if args.dry_run:
@@ -290,7 +293,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.trials is not None:
         set_budget(study, args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
-    with _for_this_vllm(plan, args, slots[0]) as (plan, setup):
+    with _for_this_vllm(plan, args, slots) as (plan, setup):
         label = args.worker_label or hostname()
         console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
                       f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
@@ -314,8 +317,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     study = load_existing(args.study, storage, writable=True)
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))
-    slot = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[0]
-    with _for_this_vllm(plan, args, slot) as (plan, setup):
+    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[:1]
+    with _for_this_vllm(plan, args, slots) as (plan, setup):
         _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
         return _finish(plan, 0)
 

@@ -108,7 +108,8 @@ class Preimported:
         self._proc = None
         self._sock: socket.socket | None = None
         self._cond = threading.Condition()
-        self._replies: list[dict] = []
+        self._replies: dict[int | None, dict] = {}  # by request id
+        self._requests = 0
         self._exits: dict[int, int] = {}
         self._closed = False
         self.ready_s: float | None = None  # its imports' seconds, once done
@@ -137,14 +138,11 @@ class Preimported:
         import subprocess
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        root = str(Path(__file__).resolve().parents[2])
-        env = {**self._base_env, "PYTHONPATH": os.pathsep.join(
-            p for p in (root, self._base_env.get("PYTHONPATH", "")) if p)}
         try:
             self._proc = subprocess.Popen(
-                [self.interpreter, "-m", "autotune.shell.preimported", str(theirs.fileno()), self.module],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                pass_fds=(theirs.fileno(),), start_new_session=True,
+                [self.interpreter, "-c", LOADER, __file__, str(theirs.fileno()), self.module],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=self._base_env, pass_fds=(theirs.fileno(),), start_new_session=True,
             )
         except OSError as exc:
             self._fail(f"could not start {self.interpreter}: {exc}")
@@ -159,6 +157,8 @@ class Preimported:
         """Start it if need be and wait for its imports; whether it can be used."""
         if self._sock is None and not self.failed and not self._closed:
             self.start()
+        if self._sock is None:
+            return False
         with self._cond:
             self._cond.wait_for(lambda: self.ready_s is not None or self.failed, timeout_s)
         return self.ready_s is not None and not self.failed
@@ -175,7 +175,12 @@ class Preimported:
                     self._fail("its process ended")
                     self._cond.notify_all()
                     return
-                msg = json.loads(data)
+                try:
+                    msg = json.loads(data)
+                except ValueError:
+                    self._fail(f"unreadable answer {data[:80]!r}")
+                    self._cond.notify_all()
+                    return
                 if "exit" in msg:
                     self._exits[msg["exit"]] = msg["code"]
                 elif "ready" in msg:
@@ -183,37 +188,38 @@ class Preimported:
                     if msg.get("error"):
                         self._fail(f"its imports failed: {msg['error']}")
                 else:
-                    self._replies.append(msg)
+                    self._replies[msg.get("id")] = msg
                 self._cond.notify_all()
 
     def spawn(self, args: Sequence[str], env: Mapping[str, str], cwd: str,
               timeout_s: float = 600.0) -> ForkedServer | None:
-        """Fork a server running the module with ``args`` (``EntryModule.args``), this environment
-        and folder; None where the launcher cannot serve (the caller starts a process)."""
+        """Fork a server running the module with ``args`` (``EntryModule.args``), this
+        environment and folder; None where the launcher cannot serve (the caller starts a
+        process). The first waits for the imports, at most ``timeout_s``."""
         if self._sock is None and not self.failed and not self._closed:
             self.start()
         if self._sock is None or self.failed:
             return None
         read_end, write_end = os.pipe()
         try:
-            request = json.dumps({"args": list(args), "env": dict(env), "cwd": cwd}).encode()
             with self._cond:
-                socket.send_fds(self._sock, [request], [write_end])
-                # The first answer waits for the imports (a first deployment pays them here).
-                if not self._cond.wait_for(lambda: self._replies or self.failed, timeout_s):
+                self._requests += 1
+                rid = self._requests
+                request = json.dumps({"id": rid, "args": list(args), "env": dict(env), "cwd": cwd})
+                socket.send_fds(self._sock, [request.encode()], [write_end])
+                if not self._cond.wait_for(lambda: rid in self._replies or self.failed, timeout_s):
                     self._fail(f"no answer in {timeout_s:.0f} s")
-                if not self._replies:
-                    os.close(read_end)
-                    return None
-                reply = self._replies.pop(0)
-        except OSError as exc:
-            self._fail(f"lost: {exc}")
+                reply = self._replies.pop(rid, {"error": self.failed})
+        except BaseException as exc:  # an interrupt too: a reply may still come, for nobody
             os.close(read_end)
+            self._fail(f"lost: {exc!r}")
+            if not isinstance(exc, Exception):
+                raise
             return None
         finally:
             os.close(write_end)
         if "pid" not in reply:
-            self._fail(reply.get("error", "no pid"))
+            self._fail(reply.get("error") or "no pid")
             os.close(read_end)
             return None
         return ForkedServer(self, reply["pid"], os.fdopen(read_end, "rb", buffering=0))
@@ -274,14 +280,25 @@ def _send(sock: socket.socket, msg: dict) -> None:
         pass
 
 
+def _die_with_parent() -> None:
+    """Get SIGTERM when the launcher dies (PR_SET_PDEATHSIG; this module imports no autotune
+    module, so that vLLM's interpreter needs no path to autotune)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
 def _child(sock: socket.socket, request: dict, out_fd: int, module: str) -> None:
-    """In the forked child: become the deployment's server; never returns."""
-    code = 1
+    """In the forked child: become the deployment's server and run vLLM's entry module as
+    ``python -m`` runs it. It returns only by raising (SystemExit when the server ends), which
+    ends this process as python ends: atexit handlers and finalizers run (vLLM shuts its
+    engine down in them), an uncaught exception prints its traceback and exits 1."""
     try:
         os.setsid()
-        from autotune.shell.processes import die_with_parent
-
-        die_with_parent()
+        _die_with_parent()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -300,29 +317,23 @@ def _child(sock: socket.socket, request: dict, out_fd: int, module: str) -> None
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.argv = [module, *request["args"]]  # runpy puts the module's file in argv[0]
-        import runpy
-        import warnings
-
-        # The module is already imported: runpy says so once; python -m would not.
-        warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - reported in the server's own log, as python would
+    except BaseException:  # noqa: BLE001 - the server's own log says why it never started
         import traceback
 
         traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        sys.stderr.flush()
+        os._exit(1)
+    import runpy
+    import warnings
+
+    # The module is already imported: runpy says so once; python -m would not.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
 
 
-def _reap(sock: socket.socket) -> None:
+def _reap(sock: socket.socket, children: set[int]) -> None:
+    """Report each child that ended; an ended child's pid is no longer ours to kill."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -330,11 +341,13 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
+        children.discard(pid)
         _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def serve(fd: int, module: str) -> None:
-    """The launcher process: import, then fork a server per request until the socket closes."""
+    """The launcher process: import, then fork a server per request until the socket closes.
+    A forked child leaves this function only by raising (``_child``)."""
     sock = socket.socket(fileno=fd)
     t0 = time.monotonic()
     error = ""
@@ -355,7 +368,7 @@ def serve(fd: int, module: str) -> None:
         try:
             data, fds, _, _ = socket.recv_fds(sock, MESSAGE_MAX, 1)
         except TimeoutError:
-            _reap(sock)
+            _reap(sock, children)
             continue
         except OSError:
             data = b""
@@ -366,22 +379,31 @@ def serve(fd: int, module: str) -> None:
                 except OSError:
                     pass
             return
-        if error or not fds:
-            _send(sock, {"error": error or "no output pipe"})
+        request = None
+        try:
+            request = json.loads(data)
+            if error or not fds:
+                raise OSError(error or "no output pipe")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+        except (ValueError, OSError) as exc:
             for f in fds:
                 os.close(f)
+            _send(sock, {"id": request.get("id") if isinstance(request, dict) else None,
+                         "error": f"{exc}"[:300]})
             continue
-        request = json.loads(data)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
         if pid == 0:
             _child(sock, request, fds[0], module)
         os.close(fds[0])
         children.add(pid)
-        _send(sock, {"pid": pid})
-        _reap(sock)
+        _send(sock, {"id": request["id"], "pid": pid})
+        _reap(sock, children)
 
 
-if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2])
+# Run as ``python -c LOADER FILE FD MODULE``: this file loaded by its path, so that nothing is
+# added to the interpreter's path (vLLM's interpreter may be another environment's).
+LOADER = ("import importlib.util as u, sys; s = u.spec_from_file_location('autotune_launcher', "
+          "sys.argv[1]); m = sys.modules[s.name] = u.module_from_spec(s); s.loader.exec_module(m); "
+          "m.serve(int(sys.argv[2]), sys.argv[3])")
+

@@ -109,10 +109,13 @@ def lower_priority(pids: Sequence[int], nice: int = 19) -> list[int]:
 
 
 def kill_processes(pids: Sequence[int]) -> None:
-    """SIGKILL each process and its process group (a server's group is its session)."""
+    """SIGKILL each process and the process group it belongs to (a server's group is its
+    session: a marked engine core takes its API server along), never this process's group."""
     for pid in pids:
         try:
-            os.killpg(pid, signal.SIGKILL)
+            group = os.getpgid(pid)
+            if group != os.getpgrp():
+                os.killpg(group, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         kill(pid)

@@ -31,6 +31,7 @@ import httpx
 
 from autotune.core.deployment.failures import (
     ENGINE_DIED,
+    HOST_FAULT,
     STARTUP_TIMEOUT,
     FailureClass,
     classify_startup_exit,
@@ -186,9 +187,10 @@ class ServerProcess:
         self._t0 = time.monotonic()
         target = entry_module_of(self.argv) if spec.launcher is not None else None
         if target is not None and spec.launcher.serves(target):
-            self._proc = spec.launcher.spawn(target.args, env, os.getcwd())
+            self._proc = spec.launcher.spawn(target.args, env, os.getcwd(), timeout_s=spec.startup_timeout_s)
             self.preimported = self._proc is not None
         if self._proc is None:  # no launcher, or one that cannot serve: a new process
+            self._t0 = time.monotonic()  # a wait for a launcher that failed is not this start's
             self._proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -215,6 +217,8 @@ class ServerProcess:
                 code = self._proc.poll()
                 if code is not None:
                     self._log.close(timeout_s=5.0)  # its last lines, the traceback, written
+                    if (died := self._launcher_death()) is not None:
+                        raise died
                     diag = classify_startup_exit(code, self.log_text())
                     raise self._fail(diag.failure, f"exited with {code}: {diag.failure_message}")
                 if fatal_seen is None and startup_failed(self.log_text()):
@@ -293,11 +297,22 @@ class ServerProcess:
             raise self.diagnose(f"a completion got HTTP {resp.status_code}: {resp.text[:300]}")
         return resp.json()["choices"][0]["text"]
 
+    def _launcher_death(self) -> DeploymentError | None:
+        """A forked server whose launcher died was killed with it: the machine's fault (the
+        trial is run again), not its configuration's."""
+        launcher = self.spec.launcher
+        if self.preimported and launcher is not None and launcher.failed:
+            return self._fail(HOST_FAULT, f"the pre-imported launcher ended ({launcher.failed}), "
+                                          "and the server forked from it with it")
+        return None
+
     def diagnose(self, symptom: str) -> DeploymentError:
         """Classify a server that stopped serving (after it was ready) from its log."""
         time.sleep(0.5)  # let the dying engine flush its traceback
         log = self.log_text()
         code = self._proc.poll() if self._proc else None
+        if code is not None and (died := self._launcher_death()) is not None:
+            return died
         if engine_died(log) or code is not None:
             return self._fail(
                 ENGINE_DIED, f"{symptom}; vLLM: {engine_death_message(log)}"

@@ -128,3 +128,12 @@ def test_a_killed_autotune_leaves_no_forked_server(tmp_path):
     while (session_pids(server) or Path(f"/proc/{launcher}").exists()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not session_pids(server)
+
+
+def test_a_launcher_that_dies_mid_deployment_takes_its_server_along_and_says_so_once(launcher, tmp_path):
+    child = spawn(launcher, tmp_path, "sleep")
+    first_line(child)
+    launcher._proc.kill()
+    assert child.wait(timeout=10) == -signal.SIGTERM  # died with it (PR_SET_PDEATHSIG)
+    assert launcher.failures == ["its process ended"]
+    assert launcher.spawn(["exit", "0"], dict(os.environ), str(tmp_path)) is None  # a new process then
