@@ -133,7 +133,9 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]
     entrypoint = entrypoint_of(args)
     launcher = None if args.no_preimport else preimported_launcher(
         entrypoint, on_failure=lambda why: console.print(
-            f"the pre-imported launcher cannot be used ({why}): deployments start as new processes"))
+            f"the pre-imported launcher cannot be used ({why}): deployments start as new processes"),
+        on_skipped=lambda names: console.print(
+            f"the pre-imported launcher skips {', '.join(names)}: not in this vLLM"))
     try:
         if launcher is not None and len(slots) == 1 and not getattr(args, "dry_run", False):
             launcher.start()

@@ -18,7 +18,7 @@ still to be measured (docs/gpu.md).
 
 Protocol (one ``SOCK_SEQPACKET`` socket pair, a JSON message a packet): the launcher sends
 ``{"id", "args", "env", "cwd"}`` with the output pipe's write end attached (SCM_RIGHTS); the
-process answers ``{"ready": seconds, "error": text}`` once after its imports, ``{"id", "pid"}``
+process answers ``{"ready": seconds, "error": text, "skipped": [module]}`` once after its imports, ``{"id", "pid"}``
 per fork (or ``{"id", "error"}``) and ``{"exit": N, "code": C}`` when a child ends (C as
 ``Popen``'s returncode: negative for a signal). When the launcher's end closes (autotune exited or
 crashed), it kills every child's session and exits; each child also dies with it
@@ -102,10 +102,11 @@ class Preimported:
     caller launches the server as a new process."""
 
     def __init__(self, interpreter: str, module: str, base_env: Mapping[str, str],
-                 *, on_failure: Callable[[str], None] = lambda why: None) -> None:
+                 *, on_failure: Callable[[str], None] = lambda why: None,
+                 on_skipped: Callable[[tuple[str, ...]], None] = lambda names: None) -> None:
         self.interpreter, self.module = interpreter, module
         self._base_env = dict(base_env)
-        self._on_failure = on_failure
+        self._on_failure, self._on_skipped = on_failure, on_skipped
         self._proc = None
         self._sock: socket.socket | None = None
         self._cond = threading.Condition()
@@ -115,6 +116,7 @@ class Preimported:
         self._closed = False
         self.ready_s: float | None = None  # its imports' seconds, once done
         self.failed = ""  # why it cannot be used
+        self.skipped: tuple[str, ...] = ()  # optional modules this vLLM lacks (said by the caller)
 
     def _fail(self, why: str) -> None:
         """It cannot be used from now on: said once (not when it was closed on purpose)."""
@@ -186,6 +188,9 @@ class Preimported:
                     self._exits[msg["exit"]] = msg["code"]
                 elif "ready" in msg:
                     self.ready_s = msg["ready"]
+                    self.skipped = tuple(msg.get("skipped", ()))
+                    if self.skipped:
+                        self._on_skipped(self.skipped)
                     if msg.get("error"):
                         self._fail(f"its imports failed: {msg['error']}")
                 else:
@@ -346,23 +351,35 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
         _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
+def preimport(names: Sequence[str], module: str) -> tuple[str, list[str]]:
+    """Import the entry module (it must import) and each optional module on its own: one this
+    vLLM lacks, its parent package included (0.26 has no ``vllm.entrypoints.launchers``), is
+    skipped, not a failure. Returns the error that makes the launcher unusable ("" if none) and
+    the optional modules skipped, which the caller says once."""
+    import importlib
+
+    skipped: list[str] = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            # Absent here: the module itself or one of its parents, never something it imports.
+            if name != module and exc.name is not None and (name + ".").startswith(exc.name + "."):
+                skipped.append(name)
+                continue
+            return f"{name}: {exc!r}"[:300], skipped
+        except Exception as exc:  # noqa: BLE001 - the launcher is then unused, said once
+            return f"{name}: {exc!r}"[:300], skipped
+    return "", skipped
+
+
 def serve(fd: int, module: str) -> None:
     """The launcher process: import, then fork a server per request until the socket closes.
     A forked child leaves this function only by raising (``_child``)."""
     sock = socket.socket(fileno=fd)
     t0 = time.monotonic()
-    error = ""
-    import importlib
-    import importlib.util
-
-    for name in PREIMPORTS.get(module, (module,)):
-        try:  # the entry module itself must import; the others where this vLLM has them
-            if name == module or importlib.util.find_spec(name) is not None:
-                importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - the launcher is then unused, said once
-            error = f"{name}: {exc!r}"[:300]
-            break
-    _send(sock, {"ready": round(time.monotonic() - t0, 3), "error": error})
+    error, skipped = preimport(PREIMPORTS.get(module, (module,)), module)
+    _send(sock, {"ready": round(time.monotonic() - t0, 3), "error": error, "skipped": skipped})
     children: set[int] = set()
     sock.settimeout(0.2)
     while True:

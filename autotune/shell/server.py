@@ -426,13 +426,16 @@ def base_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def preimported_launcher(entrypoint: Entrypoint | None, *,
-                         on_failure: Callable[[str], None] = lambda why: None) -> Preimported | None:
+                         on_failure: Callable[[str], None] = lambda why: None,
+                         on_skipped: Callable[[tuple[str, ...]], None] = lambda names: None,
+                         ) -> Preimported | None:
     """A launcher for this entry point's servers (started at its first deployment), or None
     where the entry point is not one it can run (a wrapper script, a container)."""
     target = entry_module_of((entrypoint or resolve_entrypoint()).command("MODEL", []))
     if target is None:
         return None
-    return Preimported(target.interpreter, target.module, base_environment(os.environ), on_failure=on_failure)
+    return Preimported(target.interpreter, target.module, base_environment(os.environ),
+                       on_failure=on_failure, on_skipped=on_skipped)
 
 
 # Kernel caches that vLLM would otherwise keep per configuration (Triton's under each compile

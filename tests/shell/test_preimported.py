@@ -137,3 +137,56 @@ def test_a_launcher_that_dies_mid_deployment_takes_its_server_along_and_says_so_
     assert child.wait(timeout=10) == -signal.SIGTERM  # died with it (PR_SET_PDEATHSIG)
     assert launcher.failures == ["its process ended"]
     assert launcher.spawn(["exit", "0"], dict(os.environ), str(tmp_path)) is None  # a new process then
+
+
+# vLLM's entry points as each supported version lays them out: 0.26 has no ``launchers``
+# package; 0.32 serves from ``launchers/api_server/entry`` and keeps ``openai/api_server``.
+LAYOUTS = {
+    "0.26": ("entrypoints/openai/api_server.py", "entrypoints/cli/main.py", "entrypoints/cli/serve.py"),
+    "0.32": ("entrypoints/openai/api_server.py", "entrypoints/cli/main.py", "entrypoints/cli/serve.py",
+             "entrypoints/launchers/api_server/entry.py"),
+}
+MAIN = ('import json, sys\nif __name__ == "__main__":\n'
+        '    print(json.dumps({"args": sys.argv[1:], "preimported": sorted(m for m in sys.modules'
+        ' if m.startswith("vllm."))}), flush=True)\n')
+
+
+def stand_in_vllm(root: Path, files: tuple[str, ...], *, broken: str = "") -> dict[str, str]:
+    """A package tree named ``vllm`` with these modules (no vLLM code); ``broken`` names one
+    whose own import fails. The environment that puts it first on the path."""
+    for rel in files:
+        path = root / "vllm" / rel
+        for parent in [*path.relative_to(root).parents][:-1]:
+            (root / parent).mkdir(parents=True, exist_ok=True)
+            (root / parent / "__init__.py").touch()
+        path.write_text(("import no_such_dependency\n" if rel == broken else "") + MAIN)
+    return {**os.environ, "PYTHONPATH": str(root)}
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+@pytest.mark.parametrize("module", ["vllm.entrypoints.cli.main", "vllm.entrypoints.openai.api_server"])
+def test_the_launcher_serves_each_supported_vllm_layout_and_skips_only_absent_modules(
+        tmp_path, version, module):
+    env = stand_in_vllm(tmp_path, LAYOUTS[version])
+    failures: list[str] = []
+    skipped: list[tuple[str, ...]] = []
+    with Preimported(sys.executable, module, env, on_failure=failures.append,
+                     on_skipped=skipped.append) as launcher:
+        child = launcher.spawn(["serve", "m"], env, str(tmp_path))
+        assert child is not None, launcher.failed
+        seen = first_line(child)
+        assert child.wait(timeout=10) == 0
+    assert not failures and seen["args"] == ["serve", "m"]
+    absent = [] if version == "0.32" else ["vllm.entrypoints.launchers.api_server.entry"]
+    assert skipped == ([tuple(absent)] if absent else [])  # said once, or not at all
+    assert module in seen["preimported"]
+    assert ("vllm.entrypoints.launchers.api_server.entry" in seen["preimported"]) == (version == "0.32")
+
+
+def test_an_optional_module_that_is_present_but_fails_to_import_makes_the_launcher_unusable(tmp_path):
+    """Absent is skipped; present and broken (a missing dependency of its own) is a failure."""
+    env = stand_in_vllm(tmp_path, LAYOUTS["0.32"], broken="entrypoints/launchers/api_server/entry.py")
+    failures: list[str] = []
+    with Preimported(sys.executable, "vllm.entrypoints.cli.main", env, on_failure=failures.append) as launcher:
+        assert launcher.spawn(["serve", "m"], env, str(tmp_path)) is None
+    assert len(failures) == 1 and "no_such_dependency" in failures[0]
