@@ -4,6 +4,7 @@ saves notes into an existing storage and never creates one."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -15,8 +16,9 @@ import pytest
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
-from autotune.study.store.storage import Heartbeat, open_storage
-from tests.helpers import served, store
+from autotune.core.maths.durations import duration_text
+from autotune.study.store.storage import Heartbeat, close_readers, open_storage
+from tests.helpers import make_plan, served, store
 
 
 @pytest.fixture
@@ -250,3 +252,53 @@ def test_the_dashboard_of_a_missing_study_is_one_line(cli, one_study):
     assert (code, out) == (2, "")
     assert one_line(err) == ("--study 'nope': no such study in sqlite:///studies/autotune.db; "
                              "studies there: s")
+
+
+# ---------------------------------------------------------------- the dry run's last lines
+
+def test_a_dry_run_of_a_new_study_says_it_creates_it_at_the_platforms_prior(tmp_path):
+    from autotune.cli.study import resume_and_length
+    from autotune.core.plan.estimate import assumed_cost
+
+    plan = make_plan(tmp_path, trials=6, baseline="vllm-defaults")
+    first, length = resume_and_length(plan, 1)
+    assert first == f"creates study 's' in sqlite:///{tmp_path / 'studies' / 'autotune.db'}"
+    prior = assumed_cost(plan.ctx.platform)
+    assert length.startswith("estimated length: about ")
+    assert f"6 trials x ~{duration_text(prior.trial_s)} on 1 slot, 1 calibration" in length
+    assert length.endswith(f"({prior.source})")
+    assert not (tmp_path / "studies").exists()  # nothing created
+
+
+def test_a_dry_run_of_a_stored_study_says_it_resumes_it_at_its_measured_cost(tmp_path):
+    from autotune.cli.study import resume_and_length
+
+    plan = make_plan(tmp_path, trials=6, baseline="vllm-defaults")
+    walls = [dataclasses.replace(t, trial_wall_s=w) for t, w in zip(TRIALS, (100.0, 120.0),
+                                                                      strict=True)]
+    store(tmp_path / "studies", walls, baseline="default")
+    before = files(tmp_path / "studies")
+    first, length = resume_and_length(plan, 2)
+    assert first == (f"resumes study 's' in sqlite:///{tmp_path / 'studies' / 'autotune.db'}: "
+                     "2 trials done")
+    # 4 trials left in 2 waves of ~110 s, the calibration and 8 confirmation deployments
+    # (3 finalists and the baseline, 2 rounds) of ~110 - 29 s of compile: 2 x 110 + 9 x 81 s.
+    assert length == ("estimated length: about 15 min 49 s: 4 trials x ~1 min 50 s on 2 slots, 1 "
+                      "calibration redeployment, confirmation up to 8 deployments of ~1 min 21 s "
+                      "(measured: mean of 2 served trials of this study, start-up ~1 min 15 s of "
+                      "a trial)")
+    close_readers()  # as `main` does when a command ends
+    assert files(tmp_path / "studies") == before
+
+
+def test_a_dry_run_of_a_new_study_takes_the_cost_of_another_study_of_the_same_model(tmp_path):
+    from autotune.cli.study import resume_and_length
+
+    plan = make_plan(tmp_path, trials=6, name="new")
+    same = [dataclasses.replace(t, trial_wall_s=100.0, model=plan.model.name) for t in TRIALS]
+    store(tmp_path / "studies", same, name="old", baseline="default")
+    store(tmp_path / "studies", TRIALS, name="other-model", baseline="default")
+    first, length = resume_and_length(plan, 1)
+    assert first.startswith("creates study 'new' in ")
+    assert length.endswith(f"(measured: mean of 2 served trials of other studies of "
+                           f"{plan.model.name} in this storage, start-up ~1 min 15 s of a trial)")
