@@ -251,7 +251,8 @@ def resume_and_length(plan: StudyPlan, slots: int) -> list[str]:
         calibrated = data.baseline is not None and data.baseline.number in data.confirmed
         rejected = f", {counts.rejected} rejected by vLLM (not counted)" if counts.rejected else ""
         running = f", {len(counts.running)} running" if counts.running else ""
-        first = f"resumes study {name!r} in {where}: {done} trials done{rejected}{running}"
+        first = (f"resumes study {name!r} in {where}: {done} trial{'s' * (done != 1)} done"
+                 f"{rejected}{running}")
         cost = measured_cost(data.outcomes, "of this study")
     else:
         first = f"creates study {name!r} in {where}"

@@ -302,3 +302,13 @@ def test_a_dry_run_of_a_new_study_takes_the_cost_of_another_study_of_the_same_mo
     assert first.startswith("creates study 'new' in ")
     assert length.endswith(f"(measured: mean of 2 served trials of other studies of "
                            f"{plan.model.name} in this storage, start-up ~1 min 15 s of a trial)")
+
+
+def test_a_dry_run_counts_one_trial_in_the_singular(tmp_path):
+    from autotune.cli.study import resume_and_length
+
+    plan = make_plan(tmp_path, trials=6, baseline="vllm-defaults")
+    store(tmp_path / "studies", TRIALS[:1], baseline="default")
+    first, _ = resume_and_length(plan, 1)
+    close_readers()
+    assert first.endswith(": 1 trial done")
