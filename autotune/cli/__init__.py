@@ -12,12 +12,12 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from autotune.cli import deploy, results, study
-from autotune.cli.common import DEFAULT_WORKDIR, console
+from autotune.cli import deploy, housekeeping, results, study
+from autotune.cli.common import DEFAULT_WORKDIR, console, only_study
 from autotune.errors import AutotuneError, ConfigError
 from autotune.study.store.storage import close_readers
 
-FAMILIES = (deploy, study, results)
+FAMILIES = (deploy, study, results, housekeeping)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not passes:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if getattr(args, "study_from_storage", False) and args.study is None:
+            args.study = only_study(args)
         return args.handler(args, extra) if passes else args.handler(args)
     except ConfigError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)  # one line, never wrapped or styled

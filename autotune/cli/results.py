@@ -415,24 +415,34 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_dashboard(args: argparse.Namespace) -> int:
-    """optuna-dashboard on the study storage with the artifact store, on 127.0.0.1 only."""
+def cmd_dashboard(args: argparse.Namespace, serve=None) -> int:
+    """optuna-dashboard on the study storage with the artifact store, on 127.0.0.1 only. The
+    storage must exist (never created here) and is opened for writing: notes edited in the
+    dashboard are saved in it. ``serve``: optuna-dashboard's ``run_server`` unless given (a
+    test serves the app in process)."""
+    import optuna
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
     from autotune.study.store import optuna_internals
-    from autotune.study.store.storage import load_existing, open_existing, redact
+    from autotune.study.store.storage import open_to_annotate, redact
 
     storage = storage_of_args(args)
-    rdb = open_existing(storage)
+    rdb = open_to_annotate(storage)
     artifacts = Path(args.workdir) / "artifacts"  # read where it exists; never created here
+    names = [s.study_name for s in rdb.get_all_studies()]
+    if args.study is not None and args.study not in names:
+        raise ConfigError(f"--study {args.study!r}: no such study in {redact(storage)}; "
+                          f"studies there: {', '.join(sorted(names)) or 'none'}")
+    shown = args.study or (names[0] if len(names) == 1 else None)  # one study: its page
     url = f"http://127.0.0.1:{args.port}/dashboard"
-    if args.study:
-        url += f"/studies/{optuna_internals.study_id(load_existing(args.study, storage))}"
-    console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts})")
+    if shown is not None:
+        url += f"/studies/{optuna_internals.study_id(optuna.load_study(study_name=shown, storage=rdb))}"
+    console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts}; notes "
+                  "edited there are saved in the storage)")
     out.print(url, soft_wrap=True)
-    run_server(rdb, host="127.0.0.1", port=args.port,
-               artifact_store=FileSystemArtifactStore(str(artifacts)))
+    (serve or run_server)(rdb, host="127.0.0.1", port=args.port,
+                          artifact_store=FileSystemArtifactStore(str(artifacts)))
     return 0
 
 
@@ -495,14 +505,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output folder (default <workdir>/reports/<study>)")
     p.set_defaults(handler=cmd_report)
 
-    p = sub.add_parser("dashboard", help="optuna-dashboard on the study storage (127.0.0.1)")
-    add_study_args(p, required=False)
+    p = sub.add_parser("dashboard", help="optuna-dashboard on the study storage (127.0.0.1); "
+                       "notes edited there are saved in the storage")
+    add_study_args(p, missing="all")
     p.add_argument("--port", type=int, default=8080)
     p.set_defaults(handler=cmd_dashboard)
 
     p = sub.add_parser("import-results", help="add externally measured results as completed trials")
     p.add_argument("file", help=".csv or .json rows: reference or parameters, profile, metrics")
-    add_study_args(p)
+    add_study_args(p, missing="required")
     p.add_argument("--space", default=DEFAULT_SPACE)
     p.add_argument("--references", default=DEFAULT_REFERENCES)
     p.add_argument("--profile", action="append", choices=["low-concurrency", "high-concurrency"],

@@ -230,6 +230,46 @@ def _finish(plan: StudyPlan, code: int) -> int:
     return code
 
 
+def resume_and_length(plan: StudyPlan, slots: int) -> list[str]:
+    """A dry run's last lines: whether `run` would create the study or resume it ('resumes
+    study X: N trials done'), and how long it would take, at the cost of a deployment this
+    study measured, else another study of the same model in the storage, else the platform's
+    prior (``core.plan.estimate``). Reads the storage only; a storage not there is a new one."""
+    from autotune.core.plan.estimate import RunEstimate, assumed_cost, measured_cost
+    from autotune.study.run.reaping import count_trials
+    from autotune.study.store.records import outcomes, study_data
+    from autotune.study.store.storage import load_existing, redact, sqlite_path, study_names
+
+    path = sqlite_path(plan.storage)
+    names = [] if path is not None and not path.exists() else study_names(plan.storage)
+    where, name = redact(plan.storage), plan.study_name
+    done, calibrated, cost = 0, False, None
+    if name in names:
+        study = load_existing(name, plan.storage)
+        counts = count_trials(study)
+        done, data = counts.finished, study_data(study)
+        calibrated = data.baseline is not None and data.baseline.number in data.confirmed
+        rejected = f", {counts.rejected} rejected by vLLM (not counted)" if counts.rejected else ""
+        running = f", {len(counts.running)} running" if counts.running else ""
+        first = (f"resumes study {name!r} in {where}: {done} trial{'s' * (done != 1)} done"
+                 f"{rejected}{running}")
+        cost = measured_cost(data.outcomes, "of this study")
+    else:
+        first = f"creates study {name!r} in {where}"
+    if cost is None:
+        same = [t for other in names if other != name
+                for t in outcomes(load_existing(other, plan.storage)) if t.model == plan.model.name]
+        cost = measured_cost(same, f"of other studies of {plan.model.name} in this storage")
+    unbounded = plan.trials >= UNBOUNDED_TRIALS
+    finalists = plan.confirm + (plan.baseline is not None) if plan.confirm else 0
+    estimate = RunEstimate(
+        trials=None if unbounded else max(plan.trials - done, 0), slots=slots,
+        calibration=int(plan.request.calibrate and plan.baseline is not None and not calibrated),
+        confirmation=finalists * CONFIRM_ROUNDS, budget_s=plan.time_budget_s,
+        cost=cost or assumed_cost(plan.ctx.platform))
+    return [first, estimate.text]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.install import detect_platform
     from autotune.study.run.creation import dry_run_argv, prepare_study
@@ -260,6 +300,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       soft_wrap=True, markup=False)
             if shown < plan.trials:
                 out.print(f"... then sampled trials until the time budget ends ({shown} shown)")
+            for line in resume_and_length(plan, len(slots)):
+                out.print(line, soft_wrap=True, markup=False, highlight=False)
             out.print("dry run: nothing launched, nothing written")
             return 0
         Path(args.workdir).mkdir(parents=True, exist_ok=True)

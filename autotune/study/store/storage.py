@@ -224,6 +224,37 @@ def _check_sqlite_file(url: str, path: Path) -> None:
                           "`autotune run` wrote (default <workdir>/autotune.db)")
 
 
+def open_to_annotate(url: str) -> RDBStorage:
+    """An existing storage opened for the dashboard, whose note editing writes to it: the
+    checks of ``open_existing`` (an SQLite file that is not there, empty or not SQLite is a
+    one-line error), then an ordinary connection that never creates a table, so a database
+    without Optuna's schema stays as it is."""
+    path = sqlite_path(url)
+    if path is None:
+        check_url(url)
+        opened, kwargs = engine_url(url), {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+    else:
+        _check_sqlite_file(url, path)
+        opened, kwargs = url, {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            storage = RDBStorage(opened, engine_kwargs=kwargs, skip_table_creation=True)
+    except (SQLAlchemyError, StorageInternalError, ImportError, RuntimeError) as exc:
+        raise ConfigError(f"--storage {redact(url)}: cannot open it: {error_reason(exc)}") from None
+    with storage_errors(f"--storage {redact(url)}: cannot read it"):
+        storage.get_all_studies()  # a database without Optuna's tables fails here, untouched
+    return storage
+
+
+def study_names(url: str) -> list[str]:
+    """The names of the studies in an existing storage, sorted, read without writing (a
+    storage that is not there is a one-line error, never created)."""
+    storage = open_existing(url)
+    with storage_errors(f"--storage {redact(url)}: cannot read it"):
+        return sorted(s.study_name for s in storage.get_all_studies())
+
+
 def load_existing(study_name: str, url: str, *, writable: bool = False) -> optuna.Study:
     """An existing study (read-only unless ``writable``); a one-line error listing the studies
     there otherwise."""

@@ -1,0 +1,62 @@
+"""A run's expected length (`run --dry-run`): trials in waves over the slots, the calibration
+and the confirmation one at a time, at a measured cost or the platform's prior, capped by the
+time budget; the line says where the cost comes from."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autotune.core.plan.budget import ASSUMED_TRIAL_S
+from autotune.core.plan.estimate import DeploymentCost, RunEstimate, assumed_cost, measured_cost
+from tests.helpers import PHASES, failed, served
+
+COST = DeploymentCost(trial_s=100.0, again_s=60.0, startup_s=None, source="test")
+
+
+@pytest.mark.parametrize(("trials", "slots", "expected_s"), [
+    (10, 1, 10 * 100 + 1 * 60 + 8 * 60),   # every trial one after another
+    (10, 4, 3 * 100 + 1 * 60 + 8 * 60),    # waves of 4: 4, 4, 2
+    (0, 1, 1 * 60 + 8 * 60),               # trials done: calibration and confirmation left
+], ids=["one-slot", "four-slots", "none-left"])
+def test_trials_run_in_waves_over_the_slots_and_redeployments_one_at_a_time(trials, slots, expected_s):
+    e = RunEstimate(trials=trials, slots=slots, calibration=1, confirmation=8, budget_s=None,
+                    cost=COST)
+    assert e.total_s == expected_s
+
+
+def test_the_time_budget_caps_the_estimate_and_the_line_says_so():
+    e = RunEstimate(trials=10, slots=1, calibration=0, confirmation=0, budget_s=600.0, cost=COST)
+    assert e.total_s == 600.0
+    assert e.text == ("estimated length: about 10 min: 10 trials x ~1 min 40 s on 1 slot; capped "
+                      "by the time budget (test)")
+
+
+def test_a_time_budget_alone_decides_and_says_how_many_trials_fit():
+    e = RunEstimate(trials=None, slots=2, calibration=1, confirmation=4, budget_s=1000.0, cost=COST)
+    assert e.total_s == 1000.0
+    assert "the time budget decides: about 20 trials of ~1 min 40 s on 2 slots fit" in e.text
+
+
+def test_the_measured_cost_is_the_mean_wall_of_served_trials_and_says_how_many():
+    walls = [dataclasses.replace(served(e2el_ms=1000, throughput=2000), trial_wall_s=w)
+             for w in (100.0, 120.0)]
+    crashed = dataclasses.replace(failed("boom"), trial_wall_s=30.0)  # served trials only
+    cost = measured_cost([*walls, crashed], "of this study")
+    compile_s = PHASES["compile_s"]  # a miss: a redeployment finds its graphs compiled
+    assert cost == DeploymentCost(110.0, 110.0 - compile_s, 75.0,
+                                  "measured: mean of 2 served trials of this study")
+    line = RunEstimate(trials=3, slots=1, calibration=1, confirmation=0, budget_s=None,
+                       cost=cost).text
+    assert line == ("estimated length: about 6 min 51 s: 3 trials x ~1 min 50 s on 1 slot, 1 "
+                    "calibration redeployment (measured: mean of 2 served trials of this study, "
+                    "start-up ~1 min 15 s of a trial)")
+
+
+def test_nothing_measured_is_the_platforms_prior_said_as_assumed():
+    assert measured_cost([failed("boom")], "of this study") is None
+    cost = assumed_cost("cpu")
+    assert (cost.trial_s, cost.again_s, cost.startup_s) == (ASSUMED_TRIAL_S["cpu"],) * 2 + (None,)
+    assert cost.source == "assumed: nothing measured yet, the CPU build prior of ~1 min 30 s a trial"
+    assert assumed_cost("gpu").trial_s == ASSUMED_TRIAL_S["gpu"]
