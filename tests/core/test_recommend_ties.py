@@ -186,7 +186,8 @@ def test_recommend_prints_the_cost_of_a_tie_with_the_command_that_resolves_it(tm
     # no-mtp's 1,785 tok/s is the best estimate (the issue's example: no longer opt2's 1,685,
     # picked before for changing fewer flags while undecided)
     assert "Trial #4 no-mtp for throughput use" in text
-    assert "Undecided against it (more deployments could put one ahead): #0 opt3-baseline -6.8%" in text
+    # the pick's change against the rival (#4 over #0), as every difference is written
+    assert "Undecided against it (more deployments could put one ahead): #0 opt3-baseline +7.3%" in text
     assert f"To decide it: {rounds} more confirmation round(s) of trials #4, #0" in text
     assert "separate a true difference of 3% on output throughput at high-concurrency (tok/s)" in text
 
