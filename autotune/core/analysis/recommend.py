@@ -272,7 +272,7 @@ class Searched:
                    if self.baseline else "no configuration was measured")
             return f"{said}, nothing searched: {why}"
         beyond = " beyond the baseline" if self.baseline else ""
-        failed = f" ({counted(self.failed, 'more')} failed)" if self.failed else ""
+        failed = f"; {counted(self.failed, 'trial')} failed" if self.failed else ""
         return f"{said}, {self.searched:,} searched{beyond}{failed}"
 
 
