@@ -207,16 +207,17 @@ def _head(args: argparse.Namespace, data: StudyData) -> dict:
             "smallest_difference_pct": 100 * data.smallest_difference, **search_fields(data)}
 
 
-def _margin(args: argparse.Namespace, data: StudyData) -> StudyData:
-    """``data`` judged at --smallest-difference where given, else at the study's own."""
-    if getattr(args, "smallest_difference", None) is None:
-        return data
-    return dataclasses.replace(data, smallest_difference=parse_smallest_difference(
-        args.smallest_difference))
+def _judged(args: argparse.Namespace) -> StudyData:
+    """The study's data judged at --smallest-difference where given (checked before the
+    storage is opened: bad input is refused first), else at the study's own."""
+    given = getattr(args, "smallest_difference", None)
+    margin = None if given is None else parse_smallest_difference(given)
+    data = _data(args)
+    return data if margin is None else dataclasses.replace(data, smallest_difference=margin)
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    data = _margin(args, _data(args))
+    data = _judged(args)
     if args.format == "table":
         print_front(data, args.study)
         return 0
@@ -242,7 +243,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    data = _margin(args, _data(args))
+    data = _judged(args)
     if not data.feasible:
         raise ConfigError(f"--study {args.study}: no feasible trial in the study yet: "
                           "run more trials first")

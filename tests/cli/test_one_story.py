@@ -96,7 +96,7 @@ def test_the_compact_table_fits_80_columns_for_three_uses_with_undecided_rivals(
         assert f"{e.mean:,.0f} [{e.low:,.0f}, {e.high:,.0f}]" in row
         said = " ".join(lines).split(f"{r.use}: #{r.trial.number} is undecided against")[1].split(": ")[1:3]
         assert f"~{duration_text(r.tie_cost.seconds)}" in " ".join(said)  # the price in time
-    assert "autotune export --study llama-3b-1a2b3c --for balanced" in lines[-1]
+    assert "autotune export --for balanced --study llama-3b-1a2b3c" in lines[-1]
 
 
 def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_prints_it(
