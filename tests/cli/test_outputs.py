@@ -106,6 +106,7 @@ def test_pareto_json_is_the_front_with_intervals_and_verdicts_against_the_baseli
     assert e2el["mean"] == pytest.approx(800) and e2el["lo"] < 800 < e2el["hi"]
     versus = front[1]["vs_baseline"]["low-concurrency:mean_e2el_ms"]
     assert versus["verdict"] == "better" and versus["change_pct"] == pytest.approx(-20)
+    assert versus["difference"] == pytest.approx(800 - 1000)  # in the metric's own unit, ms
     assert versus["margin_pct"] == doc["smallest_difference_pct"] == 5
     assert front[0]["vs_baseline"]["low-concurrency:mean_e2el_ms"] is None  # the baseline itself
     assert front[1]["changes"] == {"max_num_seqs": 128} and front[1]["differs_from"] == "baseline"

@@ -63,11 +63,13 @@ class Interval:
 class VerdictRecord:
     """A row against the baseline (or a rival) on one metric: its relative change in percent
     (``change_pct``, with the 95% interval ``change_lo_pct`` .. ``change_hi_pct``; negative is
-    lower, in the metric's own direction), the 90% interval equivalence is judged on, the
-    margin (the smallest difference, in percent) and the verdict: better, worse, equivalent or
-    undecided."""
+    lower, in the metric's own direction), the same change in the metric's own unit
+    (``difference``: the row's mean less the other's), the 90% interval equivalence is judged
+    on, the margin (the smallest difference, in percent) and the verdict: better, worse,
+    equivalent or undecided."""
 
     verdict: str
+    difference: float
     change_pct: float
     change_lo_pct: float
     change_hi_pct: float
@@ -76,9 +78,11 @@ class VerdictRecord:
     margin_pct: float
 
     @classmethod
-    def of(cls, c: Comparison) -> VerdictRecord:
-        return cls(c.verdict.value, c.change.pct, c.change.low_pct, c.change.high_pct,
-                   c.tost.low_pct, c.tost.high_pct, c.margin_pct)
+    def of(cls, c: Comparison, mean: float) -> VerdictRecord:
+        """``c`` (the row against the other), the row's mean being ``mean``."""
+        other = mean / (1 + c.change.pct / 100) if c.change.pct > -100 else math.nan
+        return cls(c.verdict.value, mean - other, c.change.pct, c.change.low_pct,
+                   c.change.high_pct, c.tost.low_pct, c.tost.high_pct, c.margin_pct)
 
     @property
     def change_text(self) -> str:
@@ -260,16 +264,19 @@ def trial_record(data: StudyData, t: TrialOutcome) -> TrialRecord:
         profiles={p: profile_record(data, t, p) for p in t.results}, capacity=dict(t.capacity))
 
 
-def _versus(data: StudyData, t: TrialOutcome, profile: str, metric: str) -> VerdictRecord | None:
+def versus_record(data: StudyData, t: TrialOutcome, profile: str, metric: str
+                  ) -> VerdictRecord | None:
+    """``t`` against the baseline on one metric (None: no baseline, or ``t`` is it)."""
     found = data.versus_baseline(t, profile, metric)
-    return None if found is None else VerdictRecord.of(found)
+    return None if found is None else VerdictRecord.of(found, data.estimate(t, profile, metric).mean)
 
 
 def front_record(data: StudyData, t: TrialOutcome) -> FrontRecord:
     return FrontRecord(
         number=t.number, reference=t.reference, confirmed=t.number in data.confirmed,
         objectives={o.name: Interval.of(data.objective_estimate(t, o)) for o in data.objectives},
-        vs_baseline={o.name: _versus(data, t, o.profile, o.metric) for o in data.objectives},
+        vs_baseline={o.name: versus_record(data, t, o.profile, o.metric)
+                     for o in data.objectives},
         capacity=dict(t.capacity), differs_from=data.reference_point,
         changes=dict(data.differences(t)), flags=tuple(t.argv))
 
@@ -287,13 +294,13 @@ def recommendation_record(data: StudyData, rec: Recommendation | str, use: str,
         return RecommendationRecord(use, None, "", False, "", {}, {}, (), None, found.measured,
                                     found.searched, margin, (), rec.removeprefix(f"{use}: "))
     t, versus = rec.trial, rec.versus
-    names = [o.name for o in use_objectives(data, rec.use)]  # the objectives versus compares on
     compared = versus is not None and not versus.same
     return RecommendationRecord(
         use=rec.use, trial=t.number, reference=t.reference, is_baseline=rec.keep,
         verdict=versus.verdict.value if versus is not None and compared else "",
         objectives={o.name: Interval.of(data.objective_estimate(t, o)) for o in data.objectives},
-        comparisons={n: VerdictRecord.of(c) for n, c in zip(names, versus.comparisons, strict=True)}
+        comparisons={o.name: VerdictRecord.of(c, data.objective_estimate(t, o).mean)
+                     for o, c in zip(use_objectives(data, rec.use), versus.comparisons, strict=True)}
         if versus is not None and compared else {},
         undecided_against=tuple(r.number for r in rec.tied),
         decide=None if rec.tie_cost is None else DecideRecord.of(rec.tie_cost),
@@ -324,7 +331,7 @@ def search_fields(data: StudyData) -> dict[str, int]:
 # ------------------------------------------------------------------ CSV: fixed columns per command
 
 _INTERVAL = ("mean", "lo", "hi", "deployments", "noise")
-_CHANGE = ("verdict", "change_pct", "change_lo_pct", "change_hi_pct", "margin_pct")
+_CHANGE = ("verdict", "difference", "change_pct", "change_lo_pct", "change_hi_pct", "margin_pct")
 CSV_COLUMNS: Mapping[str, tuple[str, ...]] = {
     # one row per trial, profile and metric (a trial that measured nothing: one row, the
     # profile and metric empty)

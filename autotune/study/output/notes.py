@@ -27,6 +27,7 @@ from autotune.core.analysis.recommend import (
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.capacity_search import boundary_text
+from autotune.study.output.documents import trial_record, versus_record
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
@@ -36,8 +37,6 @@ def trial_note(t, data: StudyData) -> str:
     """One trial as `trials --format json` has it (``TrialRecord``): configuration, every
     profile's main metrics with intervals (confirmation deployments included, said), the
     change against the baseline with its verdict, launch flags."""
-    from autotune.study.output.documents import VerdictRecord, trial_record
-
     record = trial_record(data, t)
     title = (f"## Trial {t.number}" + (f": reference `{t.reference}`" if t.reference else "")
              + (" (confirmed)" if record.confirmed else ""))
@@ -55,8 +54,8 @@ def trial_note(t, data: StudyData) -> str:
             interval = record.metric(profile, metric)
             if interval is None or not t.has(profile, metric):
                 continue
-            versus = data.versus_baseline(t, profile, metric)
-            said = VerdictRecord.of(versus).text if versus else "-"
+            versus = versus_record(data, t, profile, metric)
+            said = versus.text if versus else "-"
             reached = f" ({t.reached(profile)})" if t.reached(profile) else ""
             lines.append(f"| {profile} | {metric} | {interval.text}{reached} | {said} |")
     for profile, search in t.capacity.items():
