@@ -108,7 +108,7 @@ class TieCost:
         if self.rounds == 0:
             return "none"
         s = self.seconds
-        return f"{self.rounds} round(s)" if s is None else f"~{duration_text(s)}"
+        return counted(self.rounds, "round") if s is None else f"~{duration_text(s)}"
 
     @property
     def time_text(self) -> str:
@@ -117,7 +117,7 @@ class TieCost:
         s = self.seconds
         if s is None:
             return " No deployment of this study is measured yet: no price in time."
-        text = (f" That is {self.deployments} deployment(s) of about "
+        text = (f" That is {counted(self.deployments, 'deployment')} of about "
                 f"{duration_text(self.deployment_s or 0)}: about {duration_text(s)} of "
                 "deployments.")
         if self.beyond_budget:
@@ -138,7 +138,7 @@ class TieCost:
             return (f" The runs already measured would separate a difference of {d} on "
                     f"{self.objective} {self.power:.0%} of the time (two-sided 5%; noise "
                     f"{self.noise}), and separated none: observed {seen}.")
-        return (f" To decide it: {self.rounds} more confirmation round(s) of trials "
+        return (f" To decide it: {counted(self.rounds, 'more confirmation round')} of trials "
                 f"{', '.join(f'#{n}' for n in self.trials)} (each deploys every one of them "
                 f"once) would separate a true difference of {d} on {self.objective} "
                 f"{self.power:.0%} of the time (two-sided 5%; noise {self.noise}): "
@@ -350,7 +350,7 @@ def _best(data: StudyData, use: str, pool: Sequence[TrialOutcome]) -> tuple[Tria
     if use == "balanced":
         front = data.front()
         return knee(front, data.costs), (
-            f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
+            f"the knee of the front ({counted(len(front), 'trial')}): closest to the ideal of "
             f"{' and '.join(o.label for o in data.objectives)} once each is scaled to the front")
     o = data.objective_for(use)
     return (min(pool, key=lambda t: o.cost(t.value(o.profile, o.metric))),
@@ -402,7 +402,8 @@ def recommend(data: StudyData, use: str, settings: TieSettings | None = None) ->
         text += f" Worse beyond the noise: {', '.join(r.trial.label for r in worse)}."
     cost = None
     if undecided:
-        text += (" Undecided against it (more deployments could put one ahead): "
+        text += (" Undecided against it (more deployments could put one ahead; the pick's "
+                 "change against each): "
                  + ", ".join(f"{r.trial.label} {r.signed}" for r in undecided) + ".")
         if settings is not None:
             cost = tie_cost(data, pick, [r.trial for r in undecided], objectives, settings)
