@@ -29,6 +29,7 @@ from autotune.cli.common import (
 from autotune.core.analysis.recommend import (
     USES,
     TieSettings,
+    counted,
     legend,
     recommend_each,
 )
@@ -323,7 +324,7 @@ def print_studies(rows: list) -> None:
             return
     for r in rows:
         out.print(r.study, soft_wrap=True, markup=False, highlight=False)
-        out.print(f"  {r.trials:,} trials: {r.served:,} served, {r.rejected:,} rejected, "
+        out.print(f"  {counted(r.trials, 'trial')}: {r.served:,} served, {r.rejected:,} rejected, "
                   f"{r.failed:,} failed; front {'-' if r.front is None else r.front}; "
                   f"created {r.created or '-'}", soft_wrap=True, markup=False, highlight=False)
 
