@@ -444,3 +444,13 @@ def test_a_baseline_only_study_says_it_searched_nothing_in_every_output(cli, tmp
     assert said in " ".join((tmp_path / "r" / "report.md").read_text().split())
     note = study_note("b", study_data(optuna.load_study(study_name="b", storage=url)))
     assert said in " ".join(note.split())
+
+
+def test_flags_are_the_words_after_vllm_serve_model_in_every_command(cli, stored):
+    trials = json.loads(cli("trials", "--study", NAME, "--storage", stored, "--format", "json"))
+    front = json.loads(cli("pareto", "--study", NAME, "--storage", stored, "--format", "json"))
+    recs = json.loads(cli("recommend", "--study", NAME, "--storage", stored, "--format", "json"))
+    by_trial = {t["number"]: t["flags"] for t in trials["trials"]}
+    assert all(m["flags"] == by_trial[m["number"]] for m in front["front"])
+    assert all(r["flags"] == by_trial[r["trial"]] for r in recs["recommendations"])
+    assert all(not f or f[0].startswith("--") for f in by_trial.values())  # no model, no `vllm serve`
