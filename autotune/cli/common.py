@@ -96,27 +96,39 @@ def metric_header(profile: str, metric: str, width: int | None) -> str:
     return f"{breakable(profile, width)}\n{breakable(label_of(metric), width)}"
 
 
+def _lows_highs(table: Table) -> tuple[list[int], list[int], int]:
+    """Per column, the narrowest it may be (its longest word; a ``no_wrap`` column's longest
+    line: an interval is never broken) and the widest it would take; and the table's width
+    beyond its columns (borders and padding)."""
+    wide = out.options.update_width(10_000)
+    ranges = [[Measurement.get(out, wide, cell) for cell in (c.header, *c.cells)] for c in table.columns]
+    rich_low = [max(m.minimum for m in r) for r in ranges]
+    high = [max(m.maximum for m in r) for r in ranges]
+    low = [h if c.no_wrap else lo for c, lo, h in zip(table.columns, rich_low, high, strict=True)]
+    return low, high, Measurement.get(out, wide, table).minimum - sum(rich_low)
+
+
 def fits(table: Table) -> bool:
-    """Whether every word of ``table`` fits the terminal whole (rich then breaks none)."""
-    return Measurement.get(out, out.options.update_width(10_000), table).minimum <= out.width
+    """Whether every word of ``table`` fits the terminal whole (rich then breaks none), and
+    every line of a ``no_wrap`` column."""
+    low, _, overhead = _lows_highs(table)
+    return overhead + sum(low) <= out.width
 
 
 def _settled(table: Table) -> Table:
-    """``table`` with widths that keep each column's longest word whole where the terminal is
-    narrower than the table: rich's own narrowing can cut a column below its longest word even
-    where the words fit (it shrinks the widest columns first), so each column gets its longest
-    word and a share of the room left in proportion to what it would take beyond that."""
-    wide = out.options.update_width(10_000)
-    ranges = [[Measurement.get(out, wide, cell) for cell in (c.header, *c.cells)] for c in table.columns]
-    low = [max(m.minimum for m in r) for r in ranges]
-    high = [max(m.maximum for m in r) for r in ranges]
-    room = out.width - (Measurement.get(out, wide, table).minimum - sum(low))
+    """``table`` with widths that keep each column's longest word (a ``no_wrap`` column's
+    longest line) whole where the terminal is narrower than the table: rich's own narrowing
+    can cut a column below its longest word even where the words fit (it shrinks the widest
+    columns first), so each column gets its longest word and a share of the room left in
+    proportion to what it would take beyond that."""
+    low, high, overhead = _lows_highs(table)
+    room = out.width - overhead
     if sum(high) <= room or sum(low) > room:
         return table
     spare = room - sum(low)
     want = [h - lo for h, lo in zip(high, low, strict=True)]
     for column, lo, w in zip(table.columns, low, want, strict=True):
-        column.width = lo + spare * w // sum(want)
+        column.width = lo + spare * w // max(sum(want), 1)
     return table
 
 
@@ -186,11 +198,28 @@ def parse_percent(text: str, flag: str) -> float:
     return value
 
 
+SMALLEST_DIFFERENCE_FLOOR_PCT = 0.5  # below this, '0.05' was meant as a fraction: 5%
+
+
+def parse_smallest_difference(text: str | None) -> float:
+    """``--smallest-difference``: ``5%`` or ``5`` (both five percent) as the fraction 0.05;
+    not given, the default. A value below 0.5 is refused, naming the percentage it most likely
+    meant ('0.05': did you mean 5%?), rather than read as a twentieth of a percent."""
+    if text is None:
+        return SMALLEST_DIFFERENCE
+    value = parse_percent(text, "--smallest-difference")
+    if 100 * value < SMALLEST_DIFFERENCE_FLOOR_PCT:
+        raise ConfigError(f"--smallest-difference {text!r}: a percentage, at least "
+                          f"{SMALLEST_DIFFERENCE_FLOOR_PCT:g}; did you mean {10_000 * value:g}%?")
+    return value
+
+
 def add_smallest_difference(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--smallest-difference", default=f"{SMALLEST_DIFFERENCE:.0%}", metavar="PCT",
-                   help="the smallest difference worth caring about: a tie says how many "
-                        "confirmation rounds would separate it at 80%% power (default "
-                        f"{SMALLEST_DIFFERENCE * 100:g}%%)")
+    p.add_argument("--smallest-difference", metavar="PCT",
+                   help="the smallest difference worth caring about, in percent (5%% or 5: "
+                        "five percent): equivalent means within it; an undecided comparison "
+                        "says how many confirmation rounds would decide it at 80%% power "
+                        f"(default: the study's own, else {SMALLEST_DIFFERENCE * 100:g}%%)")
 
 
 def add_precision(p: argparse.ArgumentParser) -> None:

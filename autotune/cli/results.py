@@ -4,6 +4,7 @@ study. All but import-results only read: they never create a file, folder or dat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import shlex
 from pathlib import Path
@@ -20,7 +21,7 @@ from autotune.cli.common import (
     fits,
     metric_header,
     out,
-    parse_percent,
+    parse_smallest_difference,
     print_fitting,
     print_wrapped,
     storage_of_args,
@@ -28,6 +29,8 @@ from autotune.cli.common import (
 from autotune.core.analysis.recommend import (
     USES,
     TieSettings,
+    counted,
+    legend,
     recommend_each,
 )
 from autotune.core.analysis.recommend import table as recommendation_table
@@ -36,7 +39,6 @@ from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
-from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
@@ -55,40 +57,45 @@ def _data(args: argparse.Namespace):
 
 def front_table(data: StudyData, title: str, *, changes_column: bool = True,
                 width: int | None = None) -> Table:
-    """The front with each objective's interval and, with a baseline, its change against it;
-    names broken into lines of ``width`` at most (``breakable``)."""
+    """The front as `pareto --format json` has it (``FrontRecord``): each objective's interval
+    and, under it with a baseline, the change against it with its verdict; intervals never
+    broken across lines, names broken into lines of ``width`` at most (``breakable``)."""
+    from autotune.study.output.documents import front_records
+
+    records = front_records(data)
     table = Table(title=f"the front ({title}): " + " against ".join(
         o.label for o in data.objectives) + "; mean [95% interval]")
     table.add_column("trial", overflow="fold")
+    versus = "\nvs baseline" if data.baseline is not None else ""
     for o in data.objectives:
-        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
-        if data.baseline is not None:
-            table.add_column("vs baseline", justify="right", overflow="fold")
-    capacity = list(dict.fromkeys(p for t in data.front() for p in t.capacity))
+        table.add_column(metric_header(o.profile, o.metric, width) + versus, justify="right",
+                         no_wrap=True)
+    capacity = list(dict.fromkeys(p for r in records for p in r.capacity))
     for p in capacity:
         table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
                          overflow="fold")
     if changes_column:
         table.add_column(f"differs from {data.reference_point}")
-    for t in data.front():
-        cells = [breakable(t.label + (" (confirmed)" if t.number in data.confirmed else ""), width)]
+    by_number = {t.number: t for t in data.front()}
+    for r in records:
+        t = by_number[r.number]
+        cells = [breakable(t.label + (" (confirmed)" if r.confirmed else ""), width)]
         for o in data.objectives:
             reached = t.reached(o.profile)
-            cells.append(data.objective_estimate(t, o).text + (f"\n({reached})" if reached else ""))
-            if data.baseline is not None:
-                versus = data.versus_baseline(t, o.profile, o.metric)
-                cells.append("-" if versus is None else
-                             f"{versus.change.text}\n{versus.verdict.value}")
-        cells += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
+            change = r.vs_baseline[o.name]
+            cells.append(r.objectives[o.name].text + (f"\n({reached})" if reached else "")
+                         + ("" if change is None else f"\n{change.change_text}\n{change.verdict}"))
+        cells += [capacity_cell(r.capacity[p]) if p in r.capacity else "-" for p in capacity]
         if changes_column:
-            cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
+            cells.append(format_params(r.changes) or f"({data.reference_point})")
         table.add_row(*cells)
     return table
 
 
 def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
-    """The front table and its legend, with the noise its intervals rest on (``noise``: left
-    to the recommendations' table where it follows); False when nothing is feasible yet."""
+    """The front table and its legend (the smallest difference in force), with the noise its
+    intervals rest on (``noise``: left to the recommendations' table where it follows); False
+    when nothing is feasible yet."""
     print_fitting(lambda column, width: front_table(data, title, changes_column=column, width=width),
                   [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
                    for t in data.front()], f"what each front member changes from {data.reference_point}")
@@ -96,9 +103,8 @@ def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
         out.print("no feasible trial yet")
         return False
     if data.baseline is not None:
-        out.print("vs baseline: better/worse: the 95% interval of the difference excludes 0;")
-        out.print(f"  equivalent: its 90% interval lies within +/-{100 * data.smallest_difference:g}%; "
-                  "undecided: neither")
+        print_wrapped("vs baseline: the row's change against the baseline; "
+                      + legend(data.smallest_difference))
     if noise:
         print_wrapped(noise_line(data))
     return True
@@ -111,12 +117,11 @@ def uses_of(data: StudyData) -> tuple[str, ...]:
 def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
                           uses: tuple[str, ...], *, explain: bool = False) -> None:
     """One compact table (a row per use, 80 columns, export commands under it); with
-    ``explain``, every use's full text instead."""
+    ``explain``, every use's full text instead, wrapped at the terminal's width."""
     recs = recommend_each(data, uses, tie)
     if explain:
         for r in recs:
-            out.print(r if isinstance(r, str) else f"[bold]{r.use}[/bold]: {r.reason}",
-                      soft_wrap=True)
+            print_wrapped(r if isinstance(r, str) else f"{r.use}: {r.reason}")
         return
     for line in recommendation_table(data, recs, study):
         out.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -131,25 +136,29 @@ def print_front_and_recommendations(data: StudyData, title: str,
                   markup=False, highlight=False)
 
 
-def print_trials(trials: list[TrialOutcome], data: StudyData) -> None:
+def print_trials(data: StudyData) -> None:
     """The trial table (``trials_table``), fitted to the terminal."""
-    shown = [t for t in trials if not t.skipped]
-    print_fitting(lambda column, width: trials_table(trials, data, changes_column=column, width=width),
+    shown = [t for t in data.outcomes if not t.skipped]
+    print_fitting(lambda column, width: trials_table(data, changes_column=column, width=width),
                   [(t.label, format_params(data.differences(t)) or "-") for t in shown],
                   f"what each trial changes from {data.reference_point}")
 
 
-def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column: bool = True,
+def trials_table(data: StudyData, *, changes_column: bool = True,
                  width: int | None = None) -> Table:
-    """One row per finished trial: the objectives and, compactly, what differs from the
-    baseline (or from vLLM's defaults without one); names broken into lines of ``width`` at
-    most (``breakable``)."""
-    table = Table(title="trials")
+    """One row per finished trial as `trials --format json` has it (``TrialRecord``): each
+    objective's mean [95% interval] (confirmation deployments included, marked), and what
+    differs from the baseline (or from vLLM's defaults without one); intervals never broken
+    across lines, names broken into lines of ``width`` at most (``breakable``)."""
+    from autotune.study.output.documents import trial_record
+
+    trials = data.outcomes
+    table = Table(title="trials; mean [95% interval]")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("result", overflow="fold")
     table.add_column("start-up")
     for o in data.objectives:
-        table.add_column(metric_header(o.profile, o.metric, width), justify="right", overflow="fold")
+        table.add_column(metric_header(o.profile, o.metric, width), justify="right", no_wrap=True)
     capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
     for p in capacity:
         table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
@@ -163,80 +172,93 @@ def trials_table(trials: list[TrialOutcome], data: StudyData, *, changes_column:
     for t in trials:
         if t.skipped:
             continue  # a duplicate or over-budget claim, given back before deploying
+        r = trial_record(data, t)
         result = (f"worker lost, retried as #{retried_as[t.number]}"
-                  if t.number in retried_as and t.status == t.state else t.status)
-        values = [number_text(t.value(o.profile, o.metric)) + (f"\n{t.reached(o.profile)}" if t.reached(
-            o.profile) else "") if t.feasible else "-" for o in data.objectives]
-        values += [capacity_cell(t.capacity[p]) if p in t.capacity else "-" for p in capacity]
+                  if t.number in retried_as and t.status == t.state else r.outcome)
+        result += ", confirmed" if r.confirmed else ""
+        values = []
+        for o in data.objectives:
+            interval = r.metric(o.profile, o.metric)
+            reached = t.reached(o.profile)
+            values.append(interval.text + (f"\n{reached}" if reached else "")
+                          if r.feasible and interval is not None else "-")
+        values += [capacity_cell(r.capacity[p]) if p in r.capacity else "-" for p in capacity]
         values += [t.requests_cell] if counted else []
-        changes = [format_params(data.differences(t)) or "-"] if changes_column else []
+        changes = [format_params(r.changes) or "-"] if changes_column else []
         table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
                       t.startup_text, *values, *changes)
     return table
 
 
-def _print_document(document: dict, rows: list, fmt: str) -> None:
+def _print_document(command: str, document: dict, rows: list, fmt: str) -> None:
     """``--format json|csv``: the records rendered as ``study.output.documents`` does."""
     from autotune.study.output.documents import render
 
-    out.print(render(document, rows, fmt), end="", soft_wrap=True, markup=False, highlight=False)
+    out.print(render(command, document, rows, fmt), end="", soft_wrap=True, markup=False,
+              highlight=False)
+
+
+def _head(args: argparse.Namespace, data: StudyData) -> dict:
+    """What every study's JSON document opens with: the study, its objectives and baseline,
+    the smallest difference in force, and how much it measured."""
+    from autotune.study.output.documents import search_fields
+
+    return {"study": args.study, "objectives": [o.name for o in data.objectives],
+            "baseline": data.baseline.number if data.baseline else None,
+            "smallest_difference_pct": 100 * data.smallest_difference, **search_fields(data)}
+
+
+def _judged(args: argparse.Namespace) -> StudyData:
+    """The study's data judged at --smallest-difference where given (checked before the
+    storage is opened: bad input is refused first), else at the study's own."""
+    given = getattr(args, "smallest_difference", None)
+    margin = None if given is None else parse_smallest_difference(given)
+    data = _data(args)
+    return data if margin is None else dataclasses.replace(data, smallest_difference=margin)
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
-    data = _data(args)
+    data = _judged(args)
     if args.format == "table":
         print_front(data, args.study)
         return 0
     from autotune.study.output.documents import front_records
 
     rows = front_records(data)
-    _print_document({"study": args.study, "objectives": [o.name for o in data.objectives],
-                     "baseline": data.baseline.number if data.baseline else None,
-                     "smallest_difference": data.smallest_difference, "front": rows},
-                    rows, args.format)
+    _print_document("pareto", {**_head(args, data), "front": rows}, rows, args.format)
     return 0
 
 
 def cmd_trials(args: argparse.Namespace) -> int:
     """Every finished trial of the study (copies of another trial's engine left out, as every
-    table leaves them): the trial table, or every field for scripts."""
+    table leaves them): the trial table, or every field for scripts; the same records."""
     from autotune.study.output.documents import trial_record
-    from autotune.study.store.records import outcomes, study_data
-    from autotune.study.store.storage import load_existing
 
-    study = load_existing(args.study, storage_of_args(args))
-    data = study_data(study)
+    data = _data(args)
     if args.format == "table":
-        print_trials(outcomes(study), study_data(study, confirmed=False))
+        print_trials(data)
         return 0
     rows = [trial_record(data, t) for t in data.outcomes]
-    _print_document({"study": args.study, "objectives": [o.name for o in data.objectives],
-                     "baseline": data.baseline.number if data.baseline else None,
-                     "trials": rows}, rows, args.format)
+    _print_document("trials", {**_head(args, data), "trials": rows}, rows, args.format)
     return 0
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from autotune.study.store.records import study_data
-    from autotune.study.store.storage import load_existing
-
-    smallest = parse_percent(args.smallest_difference, "--smallest-difference")
-    study = load_existing(args.study, storage_of_args(args))
-    data = study_data(study)
+    data = _judged(args)
     if not data.feasible:
         raise ConfigError(f"--study {args.study}: no feasible trial in the study yet: "
                           "run more trials first")
     uses = (args.use,) if args.use else uses_of(data)
-    tie = TieSettings(study.study_name, smallest)
+    tie = TieSettings(args.study, data.smallest_difference)
     if args.format == "table":
-        print_recommendations(data, study.study_name, tie, uses, explain=args.explain)
+        print_recommendations(data, args.study, tie, uses, explain=args.explain)
         return 0
     from autotune.study.output.documents import recommendation_record
 
-    rows = [recommendation_record(data, r, use)
+    rows = [recommendation_record(data, r, use, tie.smallest_difference)
             for use, r in zip(uses, recommend_each(data, uses, tie), strict=True)]
-    _print_document({"study": args.study, "smallest_difference": smallest,
-                     "recommendations": rows}, rows, args.format)
+    _print_document("recommend", {**_head(args, data), "recommendations": rows}, rows,
+                    args.format)
     return 0
 
 
@@ -264,7 +286,7 @@ def cmd_studies(args: argparse.Namespace) -> int:
         rows.append(study_record(s.study_name, study_data(study), trials=s.n_trials,
                                  unfinished=unfinished, created=created))
     if args.format != "table":
-        _print_document({"storage": redact(storage), "studies": rows}, rows, args.format)
+        _print_document("studies", {"storage": redact(storage), "studies": rows}, rows, args.format)
         return 0
     if not rows:
         out.print(f"no study in {redact(storage)}", soft_wrap=True)
@@ -302,7 +324,7 @@ def print_studies(rows: list) -> None:
             return
     for r in rows:
         out.print(r.study, soft_wrap=True, markup=False, highlight=False)
-        out.print(f"  {r.trials:,} trials: {r.served:,} served, {r.rejected:,} rejected, "
+        out.print(f"  {counted(r.trials, 'trial')}: {r.served:,} served, {r.rejected:,} rejected, "
                   f"{r.failed:,} failed; front {'-' if r.front is None else r.front}; "
                   f"created {r.created or '-'}", soft_wrap=True, markup=False, highlight=False)
 
@@ -455,6 +477,7 @@ def add_format(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pareto", help="the front of the study's objectives, with intervals")
     add_study_args(p)
+    add_smallest_difference(p)
     add_format(p)
     p.set_defaults(handler=cmd_pareto)
 
@@ -465,14 +488,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_trials)
 
     p = sub.add_parser("recommend", help="pick a trial for each use: one compact table (--explain: "
-                       "the full reasoning), ties with their price in device time")
+                       "the full reasoning), undecided comparisons with their price in device "
+                       "time")
     add_study_args(p)
     p.add_argument("--for", dest="use", choices=USES,
                    help="the use to recommend for: interactive (best on the lowest-concurrency "
                         "profile's objective), throughput (the highest's), balanced (the knee of "
                         "the front) (default: every use)")
     p.add_argument("--explain", action="store_true",
-                   help="the full text of each recommendation: why, ties, what resolving them takes")
+                   help="the full text of each recommendation: why, what is undecided, what "
+                        "deciding it takes")
     add_smallest_difference(p)
     add_format(p)
     p.set_defaults(handler=cmd_recommend)

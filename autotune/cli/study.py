@@ -26,8 +26,8 @@ from autotune.cli.common import (
     entrypoint_of,
     out,
     parse_duration,
-    parse_percent,
     parse_precision,
+    parse_smallest_difference,
     profiles_of,
     slots_of,
     storage_of_args,
@@ -160,7 +160,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         seed=args.seed, sampler=args.sampler, study_name=args.study,
         storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
         tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
-        smallest_difference=parse_percent(args.smallest_difference, "--smallest-difference"),
+        smallest_difference=parse_smallest_difference(args.smallest_difference),
         precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
         baseline=args.baseline, baseline_references=args.references, calibrate=not args.no_calibrate,
@@ -219,13 +219,13 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
 
 def _finish(plan: StudyPlan, code: int) -> int:
     from autotune.cli.results import print_front_and_recommendations
-    from autotune.study.store.records import outcomes, study_data
+    from autotune.study.store.records import study_data
     from autotune.study.store.storage import load_existing
 
     study = load_existing(plan.study_name, plan.storage)
-    data = study_data(study, confirmed=False)
-    print_trials(outcomes(study), data)  # means without intervals: its noise line is the front's
-    print_front_and_recommendations(study_data(study), plan.study_name,
+    data = study_data(study)  # the numbers `trials` and `pareto` show: confirmations included
+    print_trials(data)
+    print_front_and_recommendations(data, plan.study_name,
                                     TieSettings(plan.study_name, plan.request.smallest_difference))
     return code
 

@@ -182,7 +182,7 @@ def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypat
               TrialOutcome(1, params=changed, results=results, reference="mtp-only")]
     objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
     defaults = {k: None for k in changed}
-    print_trials(trials, StudyData(tuple(trials), objectives, noise_of(trials), defaults=defaults))
+    print_trials(StudyData(tuple(trials), objectives, noise_of(trials), defaults=defaults))
     lines = screen.getvalue().splitlines()
     assert lines and max(len(line) for line in lines) <= width
     for name in changed:

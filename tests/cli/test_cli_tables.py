@@ -86,7 +86,7 @@ def trial_table():
     from autotune.cli.results import print_trials
 
     data = study()
-    print_trials(list(data.outcomes), data)
+    print_trials(data)
 
 
 def pareto():

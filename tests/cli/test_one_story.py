@@ -77,7 +77,7 @@ def test_a_price_beyond_any_sensible_budget_says_so_and_what_lowers_it():
     short_study = TieCost((1, 2), "x", 5.0, 0.8, 2, (), "n", "c", deployment_s=60.0, study_s=5.0)
     assert not short_study.beyond_budget  # 4 min: never beyond, however short the study
     unknown = TieCost((1, 2), "x", 5.0, 0.8, 3, (), "n", "c")
-    assert unknown.seconds is None and unknown.price == "3 round(s)"
+    assert unknown.seconds is None and unknown.price == "3 rounds"
 
 
 def test_the_compact_table_fits_80_columns_for_three_uses_with_undecided_rivals():
@@ -96,7 +96,7 @@ def test_the_compact_table_fits_80_columns_for_three_uses_with_undecided_rivals(
         assert f"{e.mean:,.0f} [{e.low:,.0f}, {e.high:,.0f}]" in row
         said = " ".join(lines).split(f"{r.use}: #{r.trial.number} is undecided against")[1].split(": ")[1:3]
         assert f"~{duration_text(r.tie_cost.seconds)}" in " ".join(said)  # the price in time
-    assert "autotune export --study llama-3b-1a2b3c --for balanced" in lines[-1]
+    assert "autotune export --for balanced --study llama-3b-1a2b3c" in lines[-1]
 
 
 def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_prints_it(

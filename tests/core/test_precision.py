@@ -294,7 +294,7 @@ def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch)
     data = _counted_study()
     screen = io.StringIO()
     monkeypatch.setattr(common, "out", Console(width=100, file=screen, soft_wrap=True))
-    print_trials(list(data.outcomes), data)
+    print_trials(data)
     shown = screen.getvalue()
     assert "requests" in shown and "40 / 8" in shown and "reached 8 of 100" in shown
     assert max(map(len, shown.splitlines())) <= 100

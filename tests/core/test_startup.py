@@ -211,7 +211,7 @@ def test_the_trial_table_with_phases_fits_80_columns_without_cutting_a_word(monk
     trials = [TrialOutcome(n, params={"max_num_seqs": 64 * (n + 1)}, results=results,
                            startup_s=CPU_READY_S, startup_phases=RECORDED) for n in range(2)]
     objectives = default_objectives((get_profile("low-concurrency"), get_profile("high-concurrency")))
-    print_trials(trials, StudyData(tuple(trials), objectives, noise_of(trials),
+    print_trials(StudyData(tuple(trials), objectives, noise_of(trials),
                                    defaults={"max_num_seqs": 256}))
     shown = screen.getvalue()
     assert max(len(line) for line in shown.splitlines()) <= 80

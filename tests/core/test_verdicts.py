@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.analysis.recommend import TieSettings, recommend, table
+from autotune.core.analysis.recommend import TieSettings, recommend, searched, table
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.maths.stats import Noise, Verdict, combined, estimate, judge
 from autotune.core.trial.objectives import Objective
@@ -146,10 +146,25 @@ def test_a_baseline_only_study_says_keep_what_you_run():
                                                                        "balanced")]
     assert all(r.keep for r in recs)
     lines = table(data, recs, "s")
-    said = [line for line in lines if "keep what you run" in line]
-    assert said == ["keep what you run (#0 baseline): nothing measured is better by the smallest"]
-    assert "difference for any use" in " ".join(lines)
+    said = " ".join(" ".join(lines).split())
+    # "keep" never reads as a search result: it says that nothing was searched
+    assert ("keep what you run (#0 baseline): 1 configuration measured, nothing searched: no "
+            "configuration beyond the baseline was measured") in said
+    assert "nothing measured is better" not in said
+    assert all("1 configuration measured, nothing searched" in r.reason for r in recs)
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_a_study_that_searched_says_how_many_configurations_it_measured():
+    rng = np.random.default_rng(6)
+    base = _trial(0, (1000.0, 6000.0), 1, 0.01, rng, {"x": 0, "y": 0}, reference="baseline")
+    again = _trial(1, (1000.0, 6000.0), 1, 0.01, rng, {"x": 0, "y": 0})  # deployed again: counts once
+    data = _study([base, again, *_bystanders(rng, 0.01, count=3)], baseline=base)
+    found = searched(data)
+    assert (found.measured, found.searched, found.failed) == (4, 3, 0)
+    lines = table(data, [recommend(data, "interactive", TieSettings("s", MARGIN))], "s")
+    assert "searched: 4 configurations measured, 3 searched beyond the baseline" in " ".join(
+        " ".join(lines).split())
 
 
 def test_the_table_names_undecided_rivals_with_their_signed_difference_and_price():
@@ -161,7 +176,10 @@ def test_the_table_names_undecided_rivals_with_their_signed_difference_and_price
                      smallest_difference=MARGIN, deployment_s=100.0)
     recs = [recommend(data, "throughput", TieSettings("s", MARGIN))]
     text = "\n".join(table(data, recs, "s"))
-    assert "throughput: #1 is undecided against #0 (-6.0%); deciding them: ~" in text
+    # the pick's change against the rival (6,384 against 6,000 tok/s: +6.4%), the sign the
+    # pick's change against the baseline has in the row above
+    assert "throughput: #1 is undecided against #0 (+6.4%); deciding them: ~" in text
+    assert "vs #0" in text and "undecided +6.4%" in text
     assert f"{TPUT.label}: measured, 9 df" in " ".join(text.split())  # 12 deployments, 3 trials
 
 

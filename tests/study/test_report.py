@@ -84,7 +84,7 @@ def test_the_report_says_what_each_tie_would_cost_to_resolve_as_recommend_does()
     for use, cost in zip(USES, costs, strict=True):
         assert cost is not None
         assert f"**{use}**: " in md and cost.text.strip() in md
-        assert f"{cost.rounds} more confirmation round(s)" in page
+        assert f"{cost.rounds} more confirmation round{'' if cost.rounds == 1 else 's'}" in page
         assert f"<code>{cost.command}</code>" in page
 
 

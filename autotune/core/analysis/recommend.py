@@ -57,7 +57,8 @@ class TieSettings:
 
 @dataclass(frozen=True)
 class Observed:
-    """A tied rival against the pick on one objective, with its interval (a tie: it holds 0)."""
+    """The pick against an undecided rival on one objective (its change against the rival),
+    with its interval."""
 
     trial: int
     objective: str
@@ -107,7 +108,7 @@ class TieCost:
         if self.rounds == 0:
             return "none"
         s = self.seconds
-        return f"{self.rounds} round(s)" if s is None else f"~{duration_text(s)}"
+        return counted(self.rounds, "round") if s is None else f"~{duration_text(s)}"
 
     @property
     def time_text(self) -> str:
@@ -116,7 +117,7 @@ class TieCost:
         s = self.seconds
         if s is None:
             return " No deployment of this study is measured yet: no price in time."
-        text = (f" That is {self.deployments} deployment(s) of about "
+        text = (f" That is {counted(self.deployments, 'deployment')} of about "
                 f"{duration_text(self.deployment_s or 0)}: about {duration_text(s)} of "
                 "deployments.")
         if self.beyond_budget:
@@ -130,14 +131,14 @@ class TieCost:
     def text(self) -> str:
         d = f"{self.smallest_difference_pct:g}%"
         seen = "; ".join(
-            f"#{o.trial} against #{self.trials[0]} on {o.objective}: {o.change.text}, "
+            f"#{self.trials[0]} against #{o.trial} on {o.objective}: {o.change.text}, "
             f"{'larger' if abs(o.change.pct) > self.smallest_difference_pct else 'smaller'} "
             f"than {d}" for o in self.observed)
         if self.rounds == 0:
             return (f" The runs already measured would separate a difference of {d} on "
                     f"{self.objective} {self.power:.0%} of the time (two-sided 5%; noise "
                     f"{self.noise}), and separated none: observed {seen}.")
-        return (f" To decide it: {self.rounds} more confirmation round(s) of trials "
+        return (f" To decide it: {counted(self.rounds, 'more confirmation round')} of trials "
                 f"{', '.join(f'#{n}' for n in self.trials)} (each deploys every one of them "
                 f"once) would separate a true difference of {d} on {self.objective} "
                 f"{self.power:.0%} of the time (two-sided 5%; noise {self.noise}): "
@@ -158,8 +159,16 @@ class Rival:
 
     @property
     def signed(self) -> str:
-        """'+6.4%' (or '+6.4%/-1.0%' over two objectives): the rival's change against the pick."""
-        return "/".join(f"{c.change.pct:+.1f}%" for c in self.comparisons)
+        """'+6.4%' (or '+6.4%/-1.0%' over two objectives): the pick's change against the rival,
+        in each metric's own direction (a lower latency is negative), as every difference is
+        written: the pick against the baseline, or against a rival."""
+        return "/".join(f"{pick_change_pct(c):+.1f}%" for c in self.comparisons)
+
+
+def pick_change_pct(rival: Comparison) -> float:
+    """The pick's relative change against a rival, from the rival's comparison against the
+    pick (the same log-ratio, turned around)."""
+    return 100.0 * (1.0 / (1.0 + rival.change.pct / 100.0) - 1.0)
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,8 @@ class Recommendation:
     reason: str
     tie_cost: TieCost | None = None
     versus: Versus | None = None  # None: the study has no feasible baseline
+    smallest_difference: float = SMALLEST_DIFFERENCE  # the margin its verdicts were judged at
+    searched: Searched | None = None  # how much the study measured behind it
 
     def of(self, verdict: Verdict) -> tuple[Rival, ...]:
         return tuple(r for r in self.rivals if r.verdict is verdict)
@@ -232,6 +243,51 @@ class Recommendation:
     def keep(self) -> bool:
         """True when the answer is the baseline: keep what you run."""
         return self.versus is not None and self.versus.same
+
+
+def counted(n: int, word: str) -> str:
+    """'1 configuration', '3 configurations': a count with its noun in the right number."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class Searched:
+    """How much a study measured: distinct configurations served (``measured``), those of them
+    other than the baseline (``searched``: none means the answer is no search result), and
+    the trials that failed before they were measured (``failed``)."""
+
+    measured: int
+    searched: int
+    failed: int
+    baseline: bool  # a baseline was measured: "searched" counts what is not it
+
+    @property
+    def text(self) -> str:
+        """'1 configuration measured, nothing searched: no configuration beyond the baseline
+        was measured' or '4 configurations measured, 3 searched beyond the baseline'."""
+        said = counted(self.measured, "configuration") + " measured"
+        if self.searched == 0:
+            why = (f"{counted(self.failed, 'other proposal')} failed before being measured"
+                   if self.failed else "no configuration beyond the baseline was measured"
+                   if self.baseline else "no configuration was measured")
+            return f"{said}, nothing searched: {why}"
+        beyond = " beyond the baseline" if self.baseline else ""
+        failed = f"; {counted(self.failed, 'trial')} failed" if self.failed else ""
+        return f"{said}, {self.searched:,} searched{beyond}{failed}"
+
+
+def searched(data: StudyData) -> Searched:
+    """What ``data`` measured: distinct parameter sets among its served trials (a configuration
+    deployed again counts once), and how many of them are not the baseline's."""
+    def key(t: TrialOutcome) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in t.params.items()))
+
+    served = {key(t) for t in data.outcomes if t.served}
+    base = data.baseline
+    has_base = base is not None and base.served
+    failed = sum(1 for t in data.outcomes if not t.served and not t.skipped)
+    return Searched(len(served), len(served - ({key(base)} if has_base and base else set())),
+                    failed, has_base)
 
 
 class NoFeasibleTrial(Exception):
@@ -263,8 +319,8 @@ def tie_cost(data: StudyData, pick: TrialOutcome, rivals: Sequence[TrialOutcome]
     command = shlex.join(["autotune", "confirm", "--study", settings.study, "--trials",
                           ",".join(map(str, trials)), "--rounds", str(need[worst])])
     noise = data.noise.of(worst.name)
-    observed = tuple(Observed(t.number, o.label, compare(data.objective_estimate(t, o),
-                                                         data.objective_estimate(pick, o)))
+    observed = tuple(Observed(t.number, o.label, compare(data.objective_estimate(pick, o),
+                                                         data.objective_estimate(t, o)))
                      for t in rivals for o in objectives)
     walls = [t.trial_wall_s for t in data.outcomes if t.trial_wall_s]
     return TieCost(trials, worst.label, 100 * settings.smallest_difference, POWER, need[worst],
@@ -294,7 +350,7 @@ def _best(data: StudyData, use: str, pool: Sequence[TrialOutcome]) -> tuple[Tria
     if use == "balanced":
         front = data.front()
         return knee(front, data.costs), (
-            f"the knee of the front ({len(front)} trial(s)): closest to the ideal of "
+            f"the knee of the front ({counted(len(front), 'trial')}): closest to the ideal of "
             f"{' and '.join(o.label for o in data.objectives)} once each is scaled to the front")
     o = data.objective_for(use)
     return (min(pool, key=lambda t: o.cost(t.value(o.profile, o.metric))),
@@ -346,7 +402,8 @@ def recommend(data: StudyData, use: str, settings: TieSettings | None = None) ->
         text += f" Worse beyond the noise: {', '.join(r.trial.label for r in worse)}."
     cost = None
     if undecided:
-        text += (" Undecided against it (more deployments could put one ahead): "
+        text += (" Undecided against it (more deployments could put one ahead; the pick's "
+                 "change against each): "
                  + ", ".join(f"{r.trial.label} {r.signed}" for r in undecided) + ".")
         if settings is not None:
             cost = tie_cost(data, pick, [r.trial for r in undecided], objectives, settings)
@@ -356,7 +413,9 @@ def recommend(data: StudyData, use: str, settings: TieSettings | None = None) ->
     versus = _versus(data, pick, objectives, settings)
     if versus is not None:
         text += " " + versus.text
-    return Recommendation(use, pick, rivals, text, cost, versus)
+    found = searched(data)
+    text += f" Behind this answer: {found.text}."
+    return Recommendation(use, pick, rivals, text, cost, versus, data.smallest_difference, found)
 
 
 def _versus(data: StudyData, pick: TrialOutcome, objectives: Sequence[Objective],
@@ -383,17 +442,40 @@ def _wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, TABLE_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
+def legend(smallest_difference: float) -> str:
+    """The four verdicts as every table defines them, at the smallest difference in force."""
+    return ("better/worse: the 95% interval of the difference excludes 0; equivalent: its 90% "
+            f"interval lies within +/-{100 * smallest_difference:g}% (the smallest difference); "
+            "undecided: neither")
+
+
+def export_lines(study: str, uses: Sequence[str]) -> list[str]:
+    """The command that exports each use's pick, each line at most 80 columns: a command too
+    long for one line is continued on the next with a backslash (it still pastes)."""
+    lines = ["export a pick:"]
+    for use in uses:
+        words = ["autotune", "export", "--for", use, "--study", study]
+        one = "  " + shlex.join(words)
+        if len(one) <= TABLE_WIDTH:
+            lines.append(one)
+        else:
+            lines += ["  " + shlex.join(words[:4]) + " \\", "    " + shlex.join(words[4:])]
+    return lines
+
+
 def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> list[str]:
     """Every use's answer in at most 80 columns (``TABLE_WIDTH``): a row per use with the pick,
-    each objective's mean [95% interval] and its verdict against the baseline; under it, per
-    use, the equivalent and undecided rivals (each with its signed difference, the undecided
-    ones with the device time that would decide them), the noise the intervals rest on, and
-    the export command of each use. A use without a recommendation is given as a string."""
+    each objective's mean [95% interval] and its verdict against the baseline; under it, how
+    many configurations the study measured (``Searched``), per use the equivalent and
+    undecided rivals (each with the pick's signed difference against it, the undecided ones
+    with the device time that would decide them), the noise the intervals rest on, and the
+    export command of each use. A use without a recommendation is given as a string."""
     objectives = data.objectives
     base = data.baseline
     heads = ["use", "pick", *(o.metric for o in objectives),
              f"vs {base.label.split()[0]}" if base is not None else "vs baseline"]
     picks = [r for r in recs if not isinstance(r, str)]
+    margin = picks[0].smallest_difference if picks else data.smallest_difference
     rows = [[r.use, f"#{r.trial.number}", *(_cell(data.objective_estimate(r.trial, o))
                                              for o in objectives),
              r.versus.cell if r.versus is not None else "-"] for r in picks]
@@ -406,14 +488,18 @@ def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> 
              for row in [heads, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{o.metric}: {o.label}, {o.direction}" for o in objectives]
-    lines += _wrap("values: mean [95% interval]; better/worse: the 95% interval of the difference "
-                   "excludes 0; equivalent: its 90% interval lies within +/-"
-                   f"{100 * data.smallest_difference:g}%; undecided: neither")
+    lines += _wrap("values: mean [95% interval]; a difference is the pick's change against the "
+                   "baseline (or the rival), in the metric's own direction; " + legend(margin))
     if base is None:
         lines.append("vs baseline: no baseline was measured in this study")
-    keep = "keep what you run ({}): nothing measured is better by the smallest difference"
+    found = picks[0].searched if picks else searched(data)
+    keep = "keep what you run ({})"
     if picks and all(r.keep for r in picks):
-        lines += _wrap(keep.format(picks[0].trial.label) + " for any use")
+        lines += _wrap(keep.format(picks[0].trial.label) + ": " + (
+            found.text if found and found.searched == 0 else
+            "nothing measured is better by the smallest difference for any use"))
+    if found is not None and not (picks and all(r.keep for r in picks) and found.searched == 0):
+        lines += _wrap(f"searched: {found.text}")
     for r in picks:
         if r.keep and not all(p.keep for p in picks):
             lines += _wrap(f"{r.use}: " + keep.format(r.trial.label))
@@ -438,7 +524,6 @@ def table(data: StudyData, recs: Sequence[Recommendation | str], study: str) -> 
             if t.reached(o.profile):
                 lines += _wrap(f"#{t.number} {o.profile}: {t.reached(o.profile)}: not measured at "
                                "the profile's load")
-    for r in picks:
-        lines.append(f"{r.use}: " + shlex.join(["autotune", "export", "--study", study, "--for",
-                                                 r.use]))
+    if picks:
+        lines += export_lines(study, [r.use for r in picks])
     return lines

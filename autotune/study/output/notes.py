@@ -19,21 +19,27 @@ from autotune.core.analysis.recommend import (
     SMALLEST_DIFFERENCE,
     USES,
     TieSettings,
+    counted,
     recommend_each,
+    searched,
     table,
 )
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.trial.capacity_search import boundary_text
+from autotune.study.output.documents import trial_record, versus_record
 
 if TYPE_CHECKING:
     from optuna.artifacts import FileSystemArtifactStore
 
 
 def trial_note(t, data: StudyData) -> str:
-    """One trial: configuration, every profile's main metrics with intervals, the change
-    against the baseline, launch flags."""
-    title = f"## Trial {t.number}" + (f": reference `{t.reference}`" if t.reference else "")
+    """One trial as `trials --format json` has it (``TrialRecord``): configuration, every
+    profile's main metrics with intervals (confirmation deployments included, said), the
+    change against the baseline with its verdict, launch flags."""
+    record = trial_record(data, t)
+    title = (f"## Trial {t.number}" + (f": reference `{t.reference}`" if t.reference else "")
+             + (" (confirmed)" if record.confirmed else ""))
     lines = [title, ""]
     if t.feasible or t.dominated:
         lines.append(f"Ready in {t.startup_s or 0:.0f} s.")
@@ -45,12 +51,13 @@ def trial_note(t, data: StudyData) -> str:
     lines += ["", "| profile | metric | mean [95% interval] | vs baseline |", "|---|---|---|---|"]
     for profile in t.results:
         for metric in SUMMARY_METRICS:
-            if not t.has(profile, metric):
+            interval = record.metric(profile, metric)
+            if interval is None or not t.has(profile, metric):
                 continue
-            versus = data.versus_baseline(t, profile, metric)
+            versus = versus_record(data, t, profile, metric)
+            said = versus.text if versus else "-"
             reached = f" ({t.reached(profile)})" if t.reached(profile) else ""
-            lines.append(f"| {profile} | {metric} | {data.estimate(t, profile, metric).text}"
-                         f"{reached} | {versus.text if versus else '-'} |")
+            lines.append(f"| {profile} | {metric} | {interval.text}{reached} | {said} |")
     for profile, search in t.capacity.items():
         lines += ["", f"Capacity ({profile}, SLOs {', '.join(search.limits)}): "
                   f"{boundary_text(search)}. The curve is drawn by `autotune report`; every "
@@ -64,7 +71,8 @@ def study_note(study_name: str, data: StudyData, smallest_difference: float = SM
     take (``TieCost``, as `autotune recommend` says it)."""
     feasible = data.feasible
     lines = [f"## {study_name}", "",
-             f"{len(data.outcomes)} finished trials, {len(feasible)} feasible. Objectives: "
+             f"{counted(len(data.outcomes), 'finished trial')}, {len(feasible):,} feasible: "
+             f"{searched(data).text}. Objectives: "
              + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ".",
              f"Front: {', '.join(t.label for t in data.front()) or 'none yet'}"
              + (f" (confirmed: {', '.join(f'#{n}' for n in sorted(data.confirmed))})."

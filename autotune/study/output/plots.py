@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from autotune.core.analysis.recommend import counted
 from autotune.core.metrics.registry import label_of, unit_of
 from autotune.core.metrics.slo import Slo, parse_limit
 from autotune.core.trial.capacity_search import CapacitySearch, boundary_text, by_load
@@ -99,7 +100,7 @@ def plot_front(front: FrontPlot, path: Path) -> None:
                     color="#343a40", fontweight="bold" if p.picked_for else "normal")
     ax.set_xlabel(front.x_title)
     ax.set_ylabel(front.y_title)
-    ax.set_title(f"{len(front.points)} feasible trials, {len(line)} on the front"
+    ax.set_title(f"{counted(len(front.points), 'feasible trial')}, {len(line)} on the front"
                  + (f", {front.infeasible} infeasible not shown" if front.infeasible else ""),
                  fontsize=10)
     ax.grid(True, alpha=0.3)

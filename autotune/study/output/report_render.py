@@ -8,10 +8,12 @@ import html
 import math
 from dataclasses import dataclass, field
 
+from autotune.core.analysis.recommend import counted, legend, searched
 from autotune.core.analysis.study_data import StudyData, failures_by_class, format_params
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import startup_summary
+from autotune.study.output.documents import front_records, trial_record
 from autotune.study.output.plot_data import load_png
 from autotune.study.output.report_data import BOOTSTRAP_ROUNDS, MIN_TRIALS_FOR_IMPORTANCE, Report
 
@@ -88,17 +90,23 @@ def report_sections(report: Report) -> list[Section]:
     feasible = data.feasible
     base = data.baseline
     s = Section(f"autotune report: {report.study_name}")
+    found = searched(data)
     s.paragraphs.append(
         f"Model `{report.model}`, space `{report.space_path}`, profiles "
         f"{', '.join(data.profiles)}. Objectives: "
         + "; ".join(f"{o.label}, {o.direction}" for o in data.objectives) + ". "
-        + f"{len(data.outcomes)} finished trials, {len(feasible)} feasible."
-        + (f" {len(report.confirmed)} of them were confirmed by redeployment: their numbers are "
-           "the means over their search's and confirmation's deployments." if report.confirmed else "")
+        + f"{counted(len(data.outcomes), 'finished trial')}, {len(feasible):,} feasible: "
+        + f"{found.text}."
+        + (f" {counted(len(report.confirmed), 'trial')} of them "
+           f"{'was' if len(report.confirmed) == 1 else 'were'} confirmed by redeployment: their "
+           "numbers are the means over their search's and confirmation's deployments."
+           if report.confirmed else "")
         + (f" Baseline: {base.label}." if base else " No baseline reference ran."))
     s.paragraphs.append("Intervals are 95%. Noise per objective: " + "; ".join(
         f"{o.name}: {data.noise.of(o.name).log_sd:.1%} ({data.noise.of(o.name).source})"
-        for o in data.objectives) + ". A difference whose interval contains zero is a tie.")
+        for o in data.objectives) + ". A difference is the row's change against the baseline "
+        "(or the pick's against a rival), in the metric's own direction; "
+        + legend(data.smallest_difference) + ".")
     sections = [s]
 
     rec = Section("Recommendations")
@@ -111,14 +119,15 @@ def report_sections(report: Report) -> list[Section]:
 
     sec = Section("The front")
     rows = []
-    for t in data.front():
-        cells = [t.label + (" (confirmed)" if t.number in report.confirmed else "")]
+    for r in front_records(data):  # the records `pareto --format json` prints
+        cells = [f"#{r.number}" + (f" {r.reference}" if r.reference else "")
+                 + (" (confirmed)" if r.confirmed else "")]
         for o in data.objectives:
-            cells.append(data.objective_estimate(t, o).text)
+            cells.append(r.objectives[o.name].text)
             if base is not None:
-                versus = data.versus_baseline(t, o.profile, o.metric)
+                versus = r.vs_baseline[o.name]
                 cells.append(versus.text if versus else "-")
-        cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
+        cells.append(format_params(r.changes) or f"({data.reference_point})")
         rows.append(cells)
     per_objective = (lambda o: (o.label, "vs baseline")) if base is not None else (lambda o: (o.label,))
     head = ["trial"] + [h for o in data.objectives for h in per_objective(o)] + \
@@ -151,7 +160,7 @@ def report_sections(report: Report) -> list[Section]:
                               "bootstrap resamples of the trials; a wide range means the trials "
                               "cannot rank the parameter.")
     else:
-        sec.paragraphs.append(f"Withheld: {len(feasible)} feasible trials; importance needs at "
+        sec.paragraphs.append(f"Withheld: {counted(len(feasible), 'feasible trial')}; importance needs at "
                               f"least {MIN_TRIALS_FOR_IMPORTANCE} to mean anything. The effects "
                               "below say what the trials do support.")
     sections.append(sec)
@@ -177,18 +186,19 @@ def report_sections(report: Report) -> list[Section]:
     sections.append(sec)
 
     sec = Section("Every trial")
-    counted = any(r.stops for t in data.outcomes for r in t.results.values())
+    counted_runs = any(r.stops for t in data.outcomes for r in t.results.values())
     head = ["trial", "status", "start-up", *[o.name for o in data.objectives],
-            *(["requests"] if counted else []), f"differs from {data.reference_point}"]
+            *(["requests"] if counted_runs else []), f"differs from {data.reference_point}"]
     rows = []
-    for t in data.outcomes:
-        cells = [t.label + (" (confirmed)" if t.number in report.confirmed else ""), t.status,
-                 t.startup_text]
-        cells += [data.objective_estimate(t, o).text + (f" ({t.reached(o.profile)})" if t.reached(
-            o.profile) else "") if t.feasible and t.has(o.profile, o.metric)
-                  else "-" for o in data.objectives]
-        cells += [t.requests_cell] if counted else []
-        cells.append(format_params(data.differences(t)) or f"({data.reference_point})")
+    for t in data.outcomes:  # the records `trials --format json` prints
+        r = trial_record(data, t)
+        cells = [t.label + (" (confirmed)" if r.confirmed else ""), r.outcome, t.startup_text]
+        for o in data.objectives:
+            interval = r.metric(o.profile, o.metric)
+            reached = f" ({t.reached(o.profile)})" if t.reached(o.profile) else ""
+            cells.append(interval.text + reached if r.feasible and interval is not None else "-")
+        cells += [t.requests_cell] if counted_runs else []
+        cells.append(format_params(r.changes) or f"({data.reference_point})")
         rows.append(cells)
     sec.tables.append((head, rows))
     if any(t.startup_phases for t in data.outcomes):
