@@ -53,9 +53,9 @@ from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
-from autotune.shell.install import Entrypoint, vllm_version
+from autotune.shell.install import Entrypoint, resolve_entrypoint, vllm_version
 from autotune.shell.preimported import Preimported
-from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport
+from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport, exported_environment
 from autotune.shell.validation import VllmValidator
 
 
@@ -340,6 +340,9 @@ def run_trial(
         files=tuple(files), teardown_clean=report.clean if report else dep is None,
         teardown_s=report.seconds if report else 0.0,
         vllm_version=vllm_version(), hardware=hardware_description(),
+        entrypoint=(setup.entrypoint or resolve_entrypoint()).argv,
+        server_env=exported_environment(ServerProcess(DeploymentSpec(
+            model=setup.model, slot=setup.slot, extra_env=setup.extra_env)).environment()),
     )
 
 
