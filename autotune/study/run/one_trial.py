@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment import failures
@@ -340,10 +340,17 @@ def run_trial(
         files=tuple(files), teardown_clean=report.clean if report else dep is None,
         teardown_s=report.seconds if report else 0.0,
         vllm_version=vllm_version(), hardware=hardware_description(),
-        entrypoint=(setup.entrypoint or resolve_entrypoint()).argv,
-        server_env=exported_environment(ServerProcess(DeploymentSpec(
-            model=setup.model, slot=setup.slot, extra_env=setup.extra_env)).environment()),
+        **launch_of(setup),
     )
+
+
+def launch_of(setup: TrialSetup) -> dict[str, Any]:
+    """How ``setup``'s servers start, as a trial records it for its export: the entry point's
+    words before the model, and the variables of the server's environment that change it."""
+    env = ServerProcess(DeploymentSpec(model=setup.model, slot=setup.slot,
+                                       extra_env=setup.extra_env)).environment()
+    return {"entrypoint": (setup.entrypoint or resolve_entrypoint()).argv,
+            "server_env": exported_environment(env)}
 
 
 def _validate(options: Sequence[str], setup: TrialSetup, on_phase: Phase) -> None:
