@@ -185,8 +185,8 @@ def test_the_baseline_sets_the_model_and_context_a_study_deploys_when_none_is_gi
 
 
 @pytest.mark.parametrize(("baseline", "message"), [
-    ("vllm serve /elsewhere/q -O0", "--baseline '-O0': its model /elsewhere/q conflicts with "
-                                    "--model {folder}"),
+    ("vllm serve /elsewhere/q -O0", "--baseline 'vllm serve /elsewhere/q -O0': its model "
+                                    "/elsewhere/q conflicts with --model {folder}"),
     ("--max-model-len 2048", "--baseline '--max-model-len 2048': --max-model-len 2048 conflicts "
                              "with the study's --max-model-len 4096"),
     ("missing/serve.yaml", "--baseline: no such file: missing/serve.yaml"),

@@ -280,7 +280,12 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     model_name, max_len = _deployment_of(request, given, space)
     if model_name and Path(model_name).exists():  # a folder: where any shell finds it (exports)
         model_name = os.path.abspath(model_name)
-    model = model_info(model_name, request.workdir, describe_only=dry_run, say=say)
+    try:
+        model = model_info(model_name, request.workdir, describe_only=dry_run, say=say)
+    except ConfigError as exc:
+        if request.model or given is None or given.model is None:
+            raise
+        raise ConfigError(f"{given.where}: its model {str(exc).removeprefix('--model ')}") from None
     max_model_len = model_context(space, model, max_len).max_model_len
     found = resolve_baseline(request, space, ModelContext(model, max_model_len, platform_fact()),
                              references, given)
@@ -352,9 +357,10 @@ def read_given(text: str, parser: VllmValidator | None, say: Any = lambda text: 
                           "shell would") from None
     if stripped.startswith("-") or _looks_like_a_command(words):
         name = "given flags" if stripped.startswith("-") else "given command"
-        return _given(command_words(words), name, parser, say)
+        return _given(command_words(words), name, f"--baseline {masked(words)!r}", parser, say)
     if Path(stripped).is_file():
-        return _given(_file_command(stripped, parser), Path(stripped).name, parser, say)
+        return _given(_file_command(stripped, parser), Path(stripped).name,
+                      f"--baseline {stripped}", parser, say)
     if _looks_like_a_path(stripped):
         raise ConfigError(f"--baseline: no such file: {stripped}")
     return None
@@ -412,11 +418,9 @@ def _config_words(path: str, parser: VllmValidator | None, where: str) -> list[s
     return options_to_argv({f"--{k}": v for k, v in data.items()})
 
 
-def _given(command: Command, name: str, parser: VllmValidator | None, say: Any
+def _given(command: Command, name: str, where: str, parser: VllmValidator | None, say: Any
            ) -> GivenDeployment:
     words = list(command.words)
-    where = f"--baseline {masked(words)!r}" if name in ("given flags", "given command") else \
-        f"--baseline {name}"
     if "--config" in words:  # vLLM's own YAML: its options in place of the flag, as vLLM reads it
         at = words.index("--config")
         if at + 1 == len(words):
