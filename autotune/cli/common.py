@@ -395,11 +395,11 @@ def vllm_validator(space: SearchSpace, say: Callable[[str], None]) -> tuple[Vllm
     imported or asked (said)."""
     from autotune.errors import ValidationUnavailable
     from autotune.shell.install import vllm_version
-    from autotune.shell.validation import VllmValidator, vllm_importable
+    from autotune.shell.validation import shared_validator
 
-    if not vllm_importable():
+    validator = shared_validator()  # the one a --baseline was read with: its parser built once
+    if validator is None:
         return None, space
-    validator = VllmValidator()
     try:
         space, notes = validator.restrict(space, vllm_version())
     except ValidationUnavailable as exc:

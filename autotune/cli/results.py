@@ -372,14 +372,14 @@ def _verify(args, study, trial, export) -> int:
         raise ConfigError(f"study {study.study_name!r} does not record its profiles; cannot verify")
     if detect_platform() != "cpu":
         raise ConfigError("--verify runs on the CPU build here; on GPUs use `autotune confirm`")
-    tp = int(export.argv[export.argv.index("--tensor-parallel-size") + 1])
+    tp = int(export.flags[export.flags.index("--tensor-parallel-size") + 1])
     setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
                        slot=cpu_slot(tp, 1.0),  # entrypoint None: resolved as for any deployment
                        startup_timeout_s=stored.startup_timeout_s)  # the study's, as its trials had
     profiles, sources = sources_for(stored.profiles, vocab_size=read_model_info(export.model).vocab_size,
                                     tokenizer=load_tokenizer(export.model),
                                     max_model_len=stored.max_model_len or 1 << 30)
-    measured = run_trial(export.argv, BenchPlan(profiles=profiles, sources=sources, seed=10_000),
+    measured = run_trial(export.flags, BenchPlan(profiles=profiles, sources=sources, seed=10_000),
                          setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.failure_message}")

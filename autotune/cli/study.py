@@ -396,9 +396,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "per study)")
     p.add_argument("--baseline", default=VLLM_DEFAULTS, metavar="WHAT",
                    help="what you run today, measured first and compared with every pick: "
-                        f"{VLLM_DEFAULTS} (default: no tuned flag, the model's native context), a "
-                        "reference name of --references, a file `autotune export` wrote "
-                        "(yaml/json/shell) or flags, e.g. '--max-num-seqs 128'")
+                        f"{VLLM_DEFAULTS} (default: no tuned flag, the model's native context); "
+                        "your own command ('vllm serve MODEL --max-num-seqs 128 ...') or flags "
+                        "('--max-num-seqs 128'), read by vLLM's parser: the flags the space tunes "
+                        "set the baseline's values, every other one is kept on every trial and "
+                        "export; a vllm serve --config YAML, a file `autotune export` wrote; or a "
+                        "reference name of --references (docs/studies.md)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not deploy the baseline a second time right after it is served (that "
                         "redeployment measures the spread between deployments, docs/noise.md)")

@@ -9,8 +9,6 @@ import json
 import os
 from pathlib import Path
 
-from autotune.core.deployment.flags import Options
-from autotune.core.deployment.from_flags import options_of_text
 from autotune.core.space.model_facts import ModelInfo, parse_config
 from autotune.core.space.search_space import ReferenceSet, SearchSpace
 from autotune.core.space.space_yaml import parse_references, parse_space
@@ -85,20 +83,3 @@ def read_model_info(model: str) -> ModelInfo:
         raise ConfigError(f"{path}: cannot read model config: {exc}") from exc
     return parse_config(model, config)
 
-
-def read_flags_file(path: str | Path) -> Options:
-    """vLLM options from a file as `autotune export` writes it: ``.yaml``/``.yml`` (a ``vllm
-    serve --config`` mapping), ``.json`` (export's JSON) or anything else as a shell command;
-    a file that does not parse is a one-line ConfigError naming it."""
-    import yaml
-
-    text = read_text(path)
-    suffix = Path(path).suffix.lower()
-    where = f"--baseline {path}"
-    try:
-        if suffix in (".yaml", ".yml"):
-            return options_of_text(json.dumps(yaml.safe_load(text)), where, kind="yaml")
-        return options_of_text(text, where, kind="json" if suffix == ".json" else "shell")
-    except (yaml.YAMLError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: cannot parse as {suffix.lstrip('.') or 'a shell command'}: "
-                          f"{str(exc).splitlines()[0]}") from None

@@ -425,6 +425,23 @@ def base_environment(env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+# What an export sets beside vLLM's own variables (VLLM_*): what pins and sizes the server.
+SERVER_VARS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
+# VLLM_* variables that are autotune's, or a place, not the server's configuration.
+NOT_EXPORTED = ("VLLM_API_KEY", "VLLM_LOGGING_LEVEL", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def exported_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of a server's environment that change the server, as an export must set
+    them to run as measured: vLLM's own (the CPU build's VLLM_CPU_KVCACHE_SPACE and
+    VLLM_CPU_OMP_THREADS_BIND, the worker start method) and ``SERVER_VARS``; never a key or
+    token, autotune's logging level or a cache folder."""
+    return {k: env[k] for k in sorted(env)
+            if (k.startswith("VLLM_") or k in SERVER_VARS or k.startswith("NCCL_"))
+            and k not in NOT_EXPORTED and not any(w in k for w in _SECRET_WORDS)}
+
+
 def preimported_launcher(entrypoint: Entrypoint | None, *,
                          on_failure: Callable[[str], None] = lambda why: None,
                          on_skipped: Callable[[tuple[str, ...]], None] = lambda names: None,

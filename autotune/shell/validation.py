@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import hashlib
 import importlib
 import io
@@ -166,8 +167,63 @@ class VllmValidator:
         return dataclasses.replace(space, parameters=tuple(params)), notes
 
     def config_file_argv(self, path: str) -> list[str]:
-        """The argv vLLM derives from a ``vllm serve --config`` YAML file."""
-        return list(self._get_parser().load_config_file(path))
+        """The argv vLLM derives from a ``vllm serve --config`` YAML file (its ``model`` key
+        as ``--model``); ValidationError with vLLM's words where it cannot read it."""
+        try:
+            return list(self._get_parser().load_config_file(path))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ValidationError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                                  ) from None
+
+    def long_names(self, words: Sequence[str]) -> list[str]:
+        """``words`` checked by vLLM's parser (ValidationError with its message, such as
+        "unrecognized arguments: --no-such-flag 3"), each option written by its long name as
+        the parser reads it: aliases (``-tp``), underscores, ``--x=v`` and ``-O3`` resolved; a
+        switch alone, a list option's values after it. Dotted options (``--x.key v``) and
+        their values are kept."""
+        self.parse("m", words)
+        actions = self._get_parser()._option_string_actions
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            word = words[i]
+            i += 1
+            if word.startswith("-O") and not word.startswith("--") and word != "-O":
+                out += ["--optimization-level", word[2:].lstrip("=")]
+                continue
+            name, eq, value = word.partition("=")
+            base, dot, key = name.partition(".")
+            if base.startswith("--"):
+                base = "--" + base[2:].replace("_", "-")
+            action = actions.get(base if base != "-O" else "--optimization-level")
+            if action is None or not word.startswith("-"):
+                out.append(word)  # what the parser took as a value: kept in place
+                continue
+            long = next((o for o in action.option_strings if o.startswith("--")), base)
+            if dot:
+                out += [f"{long}.{key}", value] if eq else [f"{long}.{key}"]
+                continue
+            nargs = action.nargs
+            if nargs == 0:
+                out.append(base if base.startswith("--no-") and base in action.option_strings
+                           else long)
+                continue
+            values = [value] if eq else []
+            many = nargs in ("+", "*") or (isinstance(nargs, int) and nargs > 1)
+            while not eq and i < len(words) and (many or not values) and not (
+                    words[i].startswith("-") and words[i].partition("=")[0] in actions
+                    or words[i].startswith("--")):
+                values.append(words[i])
+                i += 1
+            out += [long, *values]
+        return out
+
+
+@functools.cache
+def shared_validator() -> VllmValidator | None:
+    """The one validator of this process (its parser is built once, ~9 s of vLLM imports), or
+    None where vLLM cannot be imported."""
+    return VllmValidator() if vllm_importable() else None
 
 
 # VllmConfig fields that are not the engine: a random id per instance, and the names of the

@@ -19,11 +19,12 @@ from autotune.cli import main
 from autotune.core.analysis.recommend import TieSettings, recommend_each
 from autotune.core.analysis.recommend import table as recommendation_table
 from autotune.core.analysis.study_data import noise_line
-from autotune.core.deployment.flags import to_argv
+from autotune.core.deployment.flags import argv_to_options, to_argv
 from autotune.core.deployment.from_flags import (
     VLLM_DEFAULTS,
-    argv_to_options,
+    Command,
     baseline_of_options,
+    command_words,
     defaults_baseline,
 )
 from autotune.core.plan.budget import start_up
@@ -32,9 +33,9 @@ from autotune.core.space.model_facts import parse_config
 from autotune.core.space.search_space import ModelContext
 from autotune.core.space.space_yaml import parse_space
 from autotune.errors import ConfigError
-from autotune.study.output.export import Export
+from autotune.study.output.export import Export, export_of
 from autotune.study.run.creation import dry_run_argv
-from autotune.study.run.planning import build_plan
+from autotune.study.run.planning import build_plan, read_given, stored_request
 from autotune.study.store.records import outcomes, study_data
 from tests.conftest import GLM_MOE_MTP_CONFIG
 from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids, run, run_in_memory
@@ -64,9 +65,11 @@ def files(tmp_path: Path, model_config: dict = GLM_MOE_MTP_CONFIG, model: str = 
 
 
 def plan_of(tmp_path: Path, *, trials: int, name: str = "s", model: str = "model",
-            references: bool = False, **settings):
+            references: bool = False, parser=None, **settings):
+    """A plan of the test space; a --baseline read by autotune's own reading (``parser``
+    None), or by vLLM's parser (``parser=True``, tests marked vllm)."""
     folder = files(tmp_path, model=model)
-    return build_plan(PlanRequest(
+    return build_plan(parser=parser, request=PlanRequest(
         workdir=tmp_path / "studies", profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(folder), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None,
@@ -91,45 +94,67 @@ def test_vllms_defaults_set_no_tuned_flag_and_run_at_the_models_native_context()
 
 
 @pytest.mark.parametrize("form", ["shell", "yaml", "json"])
-def test_what_export_writes_parses_back_to_the_same_parameters(form):
-    import yaml
-
+def test_what_export_writes_reads_back_as_the_same_baseline(tmp_path, form):
     space, ctx = ctx_of(SPACE, 4096)
     params = {"optimization_level": 0, "mtp": True, "expert_parallel": True}
-    text = Export(3, "m", to_argv(space, ctx, params)).render(form)
-    if form == "shell":
-        options = argv_to_options(shlex.split(text)[3:], "f")
-    else:
-        data = yaml.safe_load(text)
-        data = data["config"] if form == "json" else data
-        options = {f"--{k}": v for k, v in data.items()}
-    b = baseline_of_options(space, ctx, options, name="f", where="f")
-    assert b.params == params and b.max_model_len == 4096
+    flags = (*to_argv(space, ctx, params), "--max-num-seqs", "96")
+    export = Export(3, "/models/m", flags, entrypoint=("/venv/bin/python", "-m",
+                    "vllm.entrypoints.openai.api_server"), env={"VLLM_CPU_KVCACHE_SPACE": "4"})
+    path = tmp_path / f"serve.{ {'shell': 'sh'}.get(form, form) }"
+    path.write_text(export.render(form))
+    given = read_given(str(path), None)
+    assert given is not None and given.model == "/models/m"
+    read = baseline_of_options(space, ctx, given.options, name="f", where="f")
+    assert read.baseline.params == params and read.baseline.max_model_len == 4096
+    assert read.fixed == {"--max-num-seqs": 96}
 
 
-def test_flags_the_space_cannot_express_are_one_error_naming_each():
+def test_flags_the_space_does_not_tune_become_fixed_flags_on_the_baseline():
     space, ctx = ctx_of(SPACE, 4096)
-    options = argv_to_options(shlex.split("--max-num-seqs 128 --enable-chunked-prefill -O0"), "x")
+    options = argv_to_options(shlex.split(
+        "--max-num-seqs 128 --enable-prefix-caching -O0 --kv-cache-dtype fp8 --host 0.0.0.0"), "x")
+    read = baseline_of_options(space, ctx, options, name="x", where="--baseline x")
+    assert read.baseline.params == {"optimization_level": 0, "mtp": False, "expert_parallel": False}
+    assert read.fixed == {"--max-num-seqs": 128, "--enable-prefix-caching": True,
+                          "--kv-cache-dtype": "fp8"}  # the runner's own (--host) dropped
+    assert read.baseline.argv == ("--tensor-parallel-size", "1", "--max-num-seqs", "128",
+                                  "--enable-prefix-caching", "--kv-cache-dtype", "fp8",
+                                  "--optimization-level", "0")
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("--tensor-parallel-size 4", "--baseline x: --tensor-parallel-size 4 conflicts with the "
+                                 "study's 1 (--tp, or the space's deployment in space.yaml)"),
+    ("--optimization-level 3", "--baseline x: outside the values the space space.yaml tunes: "
+                               "--optimization-level 3 (optimization_level: one of 0, 2)"),
+], ids=["tensor-parallel", "outside-the-domain"])
+def test_a_conflict_with_the_space_is_one_line_naming_both_values(given, message):
+    space, ctx = ctx_of(SPACE, 4096)
     with pytest.raises(ConfigError) as err:
-        baseline_of_options(space, ctx, options, name="x", where="--baseline x")
-    message = str(err.value)
-    assert "\n" not in message and "--max-num-seqs 128" in message
-    assert "--enable-chunked-prefill" in message and "optimization" not in message.split(":")[-2]
+        baseline_of_options(space, ctx, argv_to_options(shlex.split(given)), name="x",
+                            where="--baseline x")
+    assert str(err.value) == message
 
 
-def test_a_value_outside_the_parameters_domain_is_an_error():
-    space, ctx = ctx_of(SPACE, 4096)
-    with pytest.raises(ConfigError, match="--optimization-level 3 .*one of 0, 2"):
-        baseline_of_options(space, ctx, {"--optimization-level": 3}, name="x", where="x")
+def test_a_conflict_with_the_spaces_own_deployment_flag_names_both_values():
+    space, ctx = ctx_of(SPACE.replace("max_model_len: 4096}", "max_model_len: 4096, flags: "
+                                      "{--max-num-seqs: 64}}"), 4096)
+    with pytest.raises(ConfigError, match=r"^x: --max-num-seqs 128 conflicts with the space's "
+                                          r"--max-num-seqs 64 \(space.yaml\)$"):
+        baseline_of_options(space, ctx, {"--max-num-seqs": 128}, name="x", where="x")
 
 
-def test_a_config_file_in_the_baseline_is_refused_not_dropped():
-    """`--config FILE` holds settings the baseline would silently lose: it is named as a flag
-    the space cannot express, not ignored as the runner's own flags are."""
-    space, ctx = ctx_of(SPACE, 4096)
-    options = argv_to_options(["--config", "mine.yaml", "--port", "8000"], "x")
-    with pytest.raises(ConfigError, match="--config mine.yaml"):
-        baseline_of_options(space, ctx, options, name="x", where="--baseline x")
+@pytest.mark.parametrize(("line", "command"), [
+    ("--max-num-seqs 8", Command((), None, ("--max-num-seqs", "8"))),
+    ("vllm serve /m/q --max-num-seqs 8", Command((), "/m/q", ("--max-num-seqs", "8"))),
+    ("/opt/venv/bin/vllm serve q -tp 2", Command((), "q", ("-tp", "2"))),
+    ("VLLM_CPU_KVCACHE_SPACE=8 python3 -m vllm.entrypoints.openai.api_server --model /m/q -O3",
+     Command((("VLLM_CPU_KVCACHE_SPACE", "8"),), None, ("--model", "/m/q", "-O3"))),
+    ("python -m vllm.entrypoints.cli.main serve q --enforce-eager",
+     Command((), "q", ("--enforce-eager",))),
+], ids=["flags", "vllm-serve", "script-path", "module-with-env", "cli-main"])
+def test_a_command_line_is_taken_apart_into_environment_model_and_options(line, command):
+    assert command_words(shlex.split(line)) == command
 
 
 def test_values_read_back_as_numbers_only_where_they_are_numbers():
@@ -139,23 +164,61 @@ def test_values_read_back_as_numbers_only_where_they_are_numbers():
                        "--gpu-memory-utilization": 0.9}
 
 
-@pytest.mark.parametrize(("given", "hidden"), [
-    ("-O0 --api-key sk-secret", "-O0 --api-key ***"),
-    ("-O0 --api-key=sk-secret", "-O0 --api-key=***")])
-def test_a_pasted_api_key_is_never_echoed(tmp_path, capsys, given, hidden):
-    folder = files(tmp_path)
-    code = main(["--workdir", str(tmp_path / "studies"), "run", "--model", str(folder),
-                 "--space", str(tmp_path / "space.yaml"), "--baseline", given + " --max-num-seqs 8"])
-    err = capsys.readouterr().err
-    assert code == 2 and "sk-secret" not in err and hidden in err
+def test_list_and_dotted_options_read_back_as_vllm_takes_them():
+    options = argv_to_options(["--middleware", "a", "b", "--compilation-config.mode", "3",
+                               "--no-enable-prefix-caching"])
+    assert options == {"--middleware": ["a", "b"], "--compilation-config": {"mode": 3},
+                       "--enable-prefix-caching": False}
 
 
-def test_an_unbalanced_quote_in_the_baseline_is_one_line_exit_2(tmp_path, capsys):
+# --- read from what the user gives (autotune's own reading; vLLM's parser below) ---------------
+
+def test_the_baseline_sets_the_model_and_context_a_study_deploys_when_none_is_given(tmp_path):
     folder = files(tmp_path)
-    code = main(["--workdir", str(tmp_path / "studies"), "run", "--model", str(folder),
-                 "--space", str(tmp_path / "space.yaml"), "--baseline", "--max-num-seqs '128"])
+    plan = build_plan(parser=None, request=PlanRequest(
+        workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
+        space_path=str(tmp_path / "space.yaml"), trials=1,
+        baseline=f"vllm serve {folder} --max-model-len 2048 --max-num-seqs 16"))
+    assert plan.model.name == str(folder) and plan.max_model_len == 2048
+    assert plan.request.fixed_flags == ("--max-num-seqs", "16")
+    assert plan.baseline.argv[:4] == ("--tensor-parallel-size", "1", "--max-model-len", "2048")
+
+
+@pytest.mark.parametrize(("baseline", "message"), [
+    ("vllm serve /elsewhere/q -O0", "--baseline 'vllm serve /elsewhere/q -O0': its model "
+                                    "/elsewhere/q conflicts with --model {folder}"),
+    ("--max-model-len 2048", "--baseline '--max-model-len 2048': --max-model-len 2048 conflicts "
+                             "with the study's --max-model-len 4096"),
+    ("missing/serve.yaml", "--baseline: no such file: missing/serve.yaml"),
+    ("--max-num-seqs '128", "--baseline: cannot split the flags (No closing quotation); quote "
+                            "them as a shell would"),
+], ids=["model", "context", "missing-file", "unbalanced-quote"])
+def test_what_conflicts_with_the_study_or_does_not_exist_is_one_line(tmp_path, baseline, message):
+    folder = files(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        plan_of(tmp_path, trials=1, baseline=baseline, max_model_len=4096)
+    assert str(err.value) == message.format(folder=folder)
+
+
+def test_a_missing_baseline_file_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+    folder = files(tmp_path)
+    workdir = tmp_path / "studies"
+    code = main(["--workdir", str(workdir), "run", "--model", str(folder), "--space",
+                 str(tmp_path / "space.yaml"), "--baseline", "nope/serve.yaml"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and "--baseline" in err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.endswith("--baseline: no such file: nope/serve.yaml")
+    assert not workdir.exists()
+
+
+def test_a_pasted_api_key_is_dropped_and_never_stored_or_echoed(tmp_path):
+    plan = plan_of(tmp_path, trials=1, baseline="-O0 --api-key sk-secret --max-num-seqs 8")
+    assert plan.request.fixed_flags == ("--max-num-seqs", "8")
+    assert "sk-secret" not in json.dumps(plan.request.to_dict())
+    assert "sk-secret" not in " ".join(plan.baseline.argv)
+    with pytest.raises(ConfigError) as err:
+        plan_of(tmp_path, trials=1, baseline="--api-key=sk-secret -O3")
+    assert "sk-secret" not in str(err.value) and "--api-key=***" in str(err.value)
 
 
 # --- through the runner (stand-in trial function) ----------------------------------------------
@@ -184,9 +247,9 @@ def test_the_dry_run_shows_the_baseline_first(tmp_path):
 
 @pytest.mark.parametrize("form", ["reference", "flags", "file"])
 def test_baseline_given_as_a_reference_name_flags_or_an_exported_file(tmp_path, form):
-    files(tmp_path)
+    folder = files(tmp_path)
     export = tmp_path / "mine.yaml"
-    export.write_text("# autotune: trial 3\nmodel: m\ntensor-parallel-size: 1\n"
+    export.write_text(f"# autotune: trial 3\nmodel: {folder}\ntensor-parallel-size: 1\n"
                       "max-model-len: 4096\noptimization-level: 0\n")
     given = {"reference": "o0", "flags": "--optimization-level 0 --max-model-len 4096",
              "file": str(export)}[form]
@@ -198,14 +261,73 @@ def test_baseline_given_as_a_reference_name_flags_or_an_exported_file(tmp_path, 
     assert "--optimization-level" in stand_in.calls[0] and "--max-model-len" in stand_in.calls[0]
 
 
-def test_an_unknown_baseline_flag_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+def test_the_fixed_flags_reach_every_trial_the_stored_plan_and_the_export(tmp_path):
+    stand_in = StandIn()
+    plan = plan_of(tmp_path, trials=4, baseline="--max-num-seqs 128 --enable-prefix-caching -O0")
+    study = run_in_memory(plan, stand_in)
+    assert len(stand_in.calls) >= 4  # the baseline, its calibration and sampled trials
+    for argv in stand_in.calls:
+        assert "--max-num-seqs 128 --enable-prefix-caching" in " ".join(argv), argv
+    for t in outcomes(study):
+        shell = export_of(t).render("shell")
+        assert "--max-num-seqs 128" in shell and "--enable-prefix-caching" in shell
+    again = build_plan(stored_request(study, storage="sqlite:///:memory:", workdir=tmp_path / "w",
+                                      model=None, trials=None))  # a worker, a resumed run
+    assert again.request.fixed_flags == ("--max-num-seqs", "128", "--enable-prefix-caching")
+    assert "--max-num-seqs 128 --enable-prefix-caching" in " ".join(
+        to_argv(again.space, again.ctx, {"optimization_level": 2}))
+
+
+def test_a_run_that_resumes_with_other_fixed_flags_names_both(tmp_path):
+    from autotune.study.run.planning import store_plan
+
+    study = run_in_memory(plan_of(tmp_path, trials=1, baseline="--max-num-seqs 128",
+                                  calibrate=False), StandIn())
+    with pytest.raises(ConfigError) as err:
+        store_plan(study, plan_of(tmp_path, trials=2))
+    assert str(err.value) == (
+        "study 's' deploys every trial with the fixed flags --max-num-seqs 128 (its --baseline); "
+        "this run gives (none): give the same --baseline to resume it, join it with "
+        "`autotune worker --study NAME`, or pick another --study name")
+
+
+# --- vLLM's own parser (vLLM imported: the heavy tier) -----------------------------------------
+
+@pytest.mark.vllm
+def test_the_readme_baseline_runs_on_the_default_space_read_by_vllms_parser(tmp_path, capsys):
+    """`autotune run --baseline '--max-num-seqs 128'` (the README's example) and
+    `--gpu-memory-utilization 0.85` on the default space, through vLLM's parser; aliases and
+    underscores read as vLLM reads them; an unknown flag is vLLM's own error."""
     folder = files(tmp_path)
+    for given, fixed in [("--max-num-seqs 128", ("--max-num-seqs", "128")),
+                         ("--gpu_memory_utilization=0.85 -tp 2",
+                          ("--gpu-memory-utilization", "0.85"))]:
+        plan = build_plan(PlanRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
+                                      model=str(folder), trials=1, baseline=given))
+        assert plan.space.name == "reference" and plan.request.fixed_flags == fixed
+        assert " ".join(fixed) in " ".join(plan.baseline.argv)
     workdir = tmp_path / "studies"
-    code = main(["--workdir", str(workdir), "run", "--model", str(folder), "--space",
-                 str(tmp_path / "space.yaml"), "--baseline", "--max-num-seqs 128"])
+    code = main(["--workdir", str(workdir), "run", "--model", str(folder), "--baseline",
+                 "--no-such-flag 3"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and "--max-num-seqs 128" in err
-    assert not workdir.exists()
+    assert code == 2 and len(err.splitlines()) == 1 and not workdir.exists()
+    assert "vLLM's parser: unrecognized arguments: --no-such-flag" in err
+
+
+@pytest.mark.vllm
+def test_vllms_own_config_yaml_and_a_full_command_are_read_by_vllms_parser(tmp_path):
+    folder = files(tmp_path)
+    config = tmp_path / "prod.yaml"
+    config.write_text(f"model: {folder}\nmax-num-seqs: 64\nenable-prefix-caching: false\n"
+                      "optimization-level: 0\napi-key: sk-secret\n")
+    plan = plan_of(tmp_path, trials=1, baseline=str(config), parser=True)
+    assert plan.baseline.params["optimization_level"] == 0
+    assert plan.request.fixed_flags == ("--max-num-seqs", "64", "--no-enable-prefix-caching")
+    command = f"vllm serve {folder} --config {config} --kv_cache_dtype auto"
+    plan = plan_of(tmp_path, trials=1, baseline=command, parser=True)
+    assert plan.request.fixed_flags == ("--max-num-seqs", "64", "--no-enable-prefix-caching",
+                                        "--kv-cache-dtype", "auto")
+    assert "sk-secret" not in json.dumps(plan.request.to_dict())
 
 
 def test_the_calibration_redeploys_the_baseline_once_and_the_noise_is_measured(tmp_path):

@@ -91,7 +91,7 @@ def test_a_plan_round_trips_through_its_stored_layout(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"version": 3}, "study 'p': stored plan layout 3 is not one this autotune reads (1 or 2); "
+    ({"version": 4}, "study 'p': stored plan layout 4 is not one this autotune reads (1 to 3); "
                      "upgrade autotune"),
     ({"version": "2"}, "stored plan layout '2' is not one this autotune reads"),
     ({"profiles": None}, "study 'p': the stored plan is damaged (TypeError"),

@@ -53,7 +53,8 @@ def to_options(space: SearchSpace, ctx: ModelContext, params: Params) -> Options
     """vLLM options for one configuration, deployment settings first, then parameters."""
     options: Options = {"--tensor-parallel-size": space.deployment.tensor_parallel_size}
     options["--max-model-len"] = ctx.max_model_len
-    options.update(space.deployment.flags)
+    # A copy: a parameter's JSON merges into a fixed blob (a baseline's --speculative-config)
+    options.update(copy.deepcopy(dict(space.deployment.flags)))
     derived = ctx.derived()
     for name, value in params.items():
         p = space.parameter(name)
@@ -81,11 +82,14 @@ def _render(value: Any) -> str:
 
 
 def options_to_argv(options: Mapping[str, Any]) -> list[str]:
-    """argv fragment: ``--x`` / ``--no-x`` for booleans, compact JSON for dicts."""
+    """argv fragment: ``--x`` / ``--no-x`` for booleans, compact JSON for dicts, a list's
+    values one word each after its flag (``--middleware a b``)."""
     argv: list[str] = []
     for flag, value in options.items():
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list | tuple):
+            argv += [flag, *map(_render, value)]
         else:
             argv += [flag, _render(value)]
     return argv
@@ -130,10 +134,12 @@ def _value(text: str) -> Any:
 
 
 def argv_to_options(argv: Sequence[str], where: str = "vLLM flags") -> Options:
-    """``--x v``, ``--x=v``, ``--x`` (true), ``--no-x`` (false), ``-O3``/``-O 3``
+    """``--x v``, ``--x=v``, ``--x`` (true), ``--no-x`` (false), ``--x v1 v2`` (a list),
+    ``--x.key v`` (a key of the JSON ``--x`` takes), ``-O3``/``-O 3``
     (``--optimization-level``) to an ordered mapping of options; JSON values to mappings; the
     inverse of :func:`options_to_argv` for the argv it produced, and the reader of a user's
-    flags (`run --baseline`), where a word that is no flag is a ConfigError naming ``where``."""
+    flags (`run --baseline`, after vLLM's parser has named each option by its long name),
+    where a word before the first flag is a ConfigError naming ``where``."""
     options: Options = {}
     i = 0
     words = list(argv)
@@ -147,17 +153,22 @@ def argv_to_options(argv: Sequence[str], where: str = "vLLM flags") -> Options:
         if not word.startswith("--"):
             raise ConfigError(f"{where}: {word!r} is not a flag (expected --name [value])")
         flag, eq, text = word.partition("=")
-        flag = flag.replace("_", "-")
-        if eq:
-            options[flag] = _value(text)
+        name, dot, key = flag.partition(".")
+        name = name.replace("_", "-")
+        values = [text] if eq else []
+        i += 1
+        while not eq and i < len(words) and not words[i].startswith("--") \
+                and not (words[i].startswith("-O") and len(words[i]) > 2):
+            values.append(words[i])
             i += 1
-        elif i + 1 < len(words) and not words[i + 1].startswith("--"):
-            options[flag] = _value(words[i + 1])
-            i += 2
-        elif flag.startswith("--no-"):
-            options["--" + flag[5:]] = False
-            i += 1
+        value: Any = (True if not values else _value(values[0]) if len(values) == 1
+                      else [_value(v) for v in values])
+        if dot:
+            blob = options.setdefault(name, {})
+            if isinstance(blob, dict):
+                _put(blob, key, value)
+        elif not values and name.startswith("--no-"):
+            options["--" + name[5:]] = False
         else:
-            options[flag] = True
-            i += 1
+            options[name] = value
     return options

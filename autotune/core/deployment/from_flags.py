@@ -1,28 +1,32 @@
 """vLLM flags back to a space's parameters: the inverse of ``core.deployment.flags``, for what a
 user runs today (`run --baseline`). Pure.
 
-A baseline is given as a flag string ("--max-num-seqs 128 --enable-chunked-prefill"), or as the
-text of what `autotune export` writes (a shell command, a ``vllm serve --config`` YAML mapping,
-JSON); each becomes an ordered mapping of options, and the options become the space's
-parameters. The flags the deployment itself needs (model, host, port, API key) are the runner's
-and are dropped; tensor parallel must be the study's; ``--max-model-len`` sets the context the
-baseline runs at (vLLM's default, the model's native context, when absent). An option no
-parameter of the space expresses, or a value outside a parameter's domain, is a one-line
-``ConfigError`` naming them: the baseline would otherwise be measured as something else than
-what the user runs.
+A baseline is what the user deploys: a flag string ("--max-num-seqs 128 -O3"), a whole command
+line (``vllm serve MODEL ...``, ``python -m vllm.entrypoints.openai.api_server --model MODEL
+...``), or a file (vLLM's own ``--config`` YAML, or what `autotune export` writes). Each becomes
+an ordered mapping of options (vLLM's parser names each by its long name first, in the shell),
+and the options split in two: those a parameter of the space expresses set the baseline's
+parameter values; every other one is a *fixed flag* of the study, deployed on every trial (the
+baseline included) and written into every export, so that the study compares the user's own
+deployment with the space's changes on top of it. The flags the runner sets for every
+deployment (model, host, port, API key, served name) are dropped; tensor parallel and the
+space's own deployment flags must agree with the space (a conflict is one line naming both
+values); ``--max-model-len`` is the context the baseline runs at. A tuned flag with a value
+outside its parameter's domain is a one-line ``ConfigError``: the baseline would otherwise be
+measured as something else than what the user runs.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.core.deployment.flags import (
     Options,
-    argv_to_options,
     options_to_argv,
     substitute,
     to_argv,
@@ -32,11 +36,11 @@ from autotune.core.space.search_space import ModelContext, Params, SearchSpace, 
 from autotune.errors import ConfigError
 
 VLLM_DEFAULTS = "vllm-defaults"  # the baseline's name when the user gives none
-# What the runner sets for every deployment: never part of a configuration. (`--config FILE`
-# is not among them: its settings would be lost, so it is refused with the other flags the
-# space cannot express; `autotune export --format yaml` files are read directly.)
+# What the runner sets for every deployment: never part of a configuration, never stored.
 DEPLOYMENT_OWN = ("--model", "--host", "--port", "--api-key", "--served-model-name")
 SECRET_OPTIONS = ("--api-key",)  # never echoed in a message
+# The modules a command line may start vLLM's server with (``python -m MODULE``).
+SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 
 
 @dataclass(frozen=True)
@@ -88,14 +92,62 @@ def reference_baseline(space: SearchSpace, ctx: ModelContext, name: str, params:
     return Baseline(name, dict(params), tuple(to_argv(space, ctx, params)), ctx.max_model_len)
 
 
-def split_argv(words: Sequence[str]) -> list[str]:
-    """A command line's words without ``vllm serve MODEL`` in front (the model is the study's)."""
+@dataclass(frozen=True)
+class Command:
+    """A command line taken apart: the environment assignments in front of it (``VAR=value``),
+    the model it names as a positional argument (None: none), and the option words after it."""
+
+    env: tuple[tuple[str, str], ...]
+    model: str | None
+    words: tuple[str, ...]
+
+
+def _is_assignment(word: str) -> bool:
+    name, eq, _ = word.partition("=")
+    return bool(eq) and name.replace("_", "a").isalnum() and not name[:1].isdigit()
+
+
+def command_words(words: Sequence[str]) -> Command:
+    """``[VAR=value ...] [vllm serve [MODEL] | python -m vllm.entrypoints.openai.api_server |
+    python -m vllm.entrypoints.cli.main serve [MODEL]] OPTIONS``, or the options alone."""
     words = list(words)
-    if words[:2] == ["vllm", "serve"]:
+    while words and words[0] in ("env", "exec"):
+        words = words[1:]
+    env = []
+    while words and _is_assignment(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env.append((name, value))
+    head = [w.rsplit("/", 1)[-1] for w in words[:3]]
+    if head[:2] == ["vllm", "serve"]:
         words = words[2:]
+    elif len(head) >= 3 and head[0].startswith("python") and head[1] == "-m" \
+            and head[2] in SERVER_MODULES:
+        words = words[3:]
+        if words[:1] == ["serve"]:
+            words = words[1:]
+        elif head[2] == "vllm.entrypoints.openai.api_server":
+            return Command(tuple(env), None, tuple(words))
+    model = None
     if words and not words[0].startswith("-"):
-        words = words[1:]  # the model, positional
-    return words
+        model, words = words[0], words[1:]
+    return Command(tuple(env), model, tuple(words))
+
+
+def without_own(words: Sequence[str]) -> list[str]:
+    """``words`` without the options the runner sets (``DEPLOYMENT_OWN`` but ``--model``) and
+    their values: what may be stored, checked and echoed (a pasted API key never is)."""
+    out: list[str] = []
+    skipping = False
+    for word in words:
+        flag = word.partition("=")[0].replace("_", "-")
+        if word.startswith("-"):
+            skipping = flag in DEPLOYMENT_OWN and flag != "--model"
+            if skipping:
+                continue
+        elif skipping:
+            continue
+        out.append(word)
+    return out
 
 
 def masked(words: Sequence[str]) -> str:
@@ -107,24 +159,6 @@ def masked(words: Sequence[str]) -> str:
         out.append("***" if hide else (f"{flag}=***" if eq and flag in SECRET_OPTIONS else w))
         hide = not eq and w in SECRET_OPTIONS
     return " ".join(out)
-
-
-def options_of_text(text: str, where: str, *, kind: str) -> Options:
-    """The options in what `autotune export` writes: ``kind`` shell (a command line), yaml (a
-    ``vllm serve --config`` mapping, already parsed by the caller and given as JSON text) or
-    json (export's JSON: its ``argv``, else its ``config``)."""
-    if kind == "shell":
-        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-        return argv_to_options(split_argv(shlex.split(" ".join(ln.rstrip("\\") for ln in lines))),
-                               where)
-    data = json.loads(text)
-    if isinstance(data, Mapping) and isinstance(data.get("argv"), list):
-        return argv_to_options([str(w) for w in data["argv"]], where)
-    config = data.get("config", data) if isinstance(data, Mapping) else None
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of vLLM options (what `autotune export "
-                          "--format yaml|json` writes)")
-    return {("--" + str(k).replace("_", "-")): v for k, v in config.items()}
 
 
 def _expresses(blob: Mapping[str, Any], part: Mapping[str, Any]) -> bool:
@@ -152,20 +186,47 @@ def _get(blob: Mapping[str, Any], dotted: str) -> Any:
     return blob
 
 
+def with_fixed(space: SearchSpace, fixed: Mapping[str, Any]) -> SearchSpace:
+    """``space`` with ``fixed`` among its deployment flags: deployed on every trial."""
+    if not fixed:
+        return space
+    flags = {**space.deployment.flags, **fixed}
+    return dataclasses.replace(space, deployment=dataclasses.replace(space.deployment, flags=flags))
+
+
+@dataclass(frozen=True)
+class GivenBaseline:
+    """A baseline read from what the user runs: the baseline trial, and the fixed flags (every
+    option no parameter of the space expresses) that every trial of the study deploys with."""
+
+    baseline: Baseline
+    fixed: Options
+
+    @property
+    def fixed_argv(self) -> tuple[str, ...]:
+        return tuple(options_to_argv(self.fixed))
+
+
 def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options, *,
-                        name: str, where: str) -> Baseline:
-    """The baseline the options describe in ``space``'s parameters (see the module's
-    docstring); ConfigError naming every option the space cannot express."""
+                        name: str, where: str) -> GivenBaseline:
+    """The baseline the options describe (see the module's docstring): its parameters in
+    ``space``, the other options as fixed flags; its argv has both. A ConfigError (one line)
+    where an option conflicts with the space's deployment or a tuned value lies outside its
+    parameter's domain."""
     left = {k: v for k, v in options.items() if k not in DEPLOYMENT_OWN}
     tp = left.pop("--tensor-parallel-size", space.deployment.tensor_parallel_size)
     if tp != space.deployment.tensor_parallel_size:
-        raise ConfigError(f"{where}: --tensor-parallel-size {tp}, but the study deploys at "
-                          f"{space.deployment.tensor_parallel_size} (--tp)")
+        raise ConfigError(f"{where}: --tensor-parallel-size {tp} conflicts with the study's "
+                          f"{space.deployment.tensor_parallel_size} (--tp, or the space's "
+                          f"deployment in {space.path})")
     max_len = left.pop("--max-model-len", None)
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)):
         raise ConfigError(f"{where}: --max-model-len {max_len!r}: expected a number of tokens")
     b_ctx = Baseline(name, {}, (), max_len).context(ctx)
-    wrong = [f"{k} {v}" for k, v in space.deployment.flags.items() if k in left and left[k] != v]
+    wrong = [f"{k} {_text(left[k])} conflicts with the space's {k} {_text(v)} ({space.path})"
+             for k, v in space.deployment.flags.items() if k in left and left[k] != v]
+    if wrong:
+        raise ConfigError(f"{where}: {'; '.join(wrong)}")
     for k in space.deployment.flags:
         left.pop(k, None)
     derived = b_ctx.derived()
@@ -176,7 +237,7 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
         elif p.flag and p.type == "bool" and p.bool_style == "only_true":
             continue
         elif p.json is not None and isinstance(left.get(p.json.flag), dict):
-            blob = left[p.json.flag]
+            blob = left[p.json.flag] = copy.deepcopy(left[p.json.flag])
             if p.type == "bool" and p.json.set:
                 part = substitute(p.json.set, derived)
                 if not _expresses(blob, part):
@@ -197,17 +258,22 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
             wrong.append(f"{flag} {value!r} ({p.name}: {_domain(p)})")
             continue
         given[p.name] = value
-    wrong += [f"{k}" + ("" if v is True else f" {json.dumps(v) if isinstance(v, dict) else v}")
-              for k, v in left.items()]
     if wrong:
-        raise ConfigError(f"{where}: not expressible in the search space {space.path}: "
-                          f"{'; '.join(wrong)} (its parameters: {', '.join(space.names)})")
+        raise ConfigError(f"{where}: outside the values the space {space.path} tunes: "
+                          f"{'; '.join(wrong)}")
     params = complete(space, b_ctx, given)
     dropped = sorted(set(given) - set(params))
     if dropped:
         raise ConfigError(f"{where}: {', '.join(dropped)} do(es) not apply to this model or "
                           f"context in {space.path}")
-    return Baseline(name, params, _argv(space, b_ctx, given, max_len), max_len)
+    fixed_space = with_fixed(space, left)
+    return GivenBaseline(Baseline(name, params, _argv(fixed_space, b_ctx, given, max_len), max_len),
+                         left)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True) if isinstance(
+        value, dict) else str(value)
 
 
 def _nested(dotted: str, value: Any) -> dict[str, Any]:

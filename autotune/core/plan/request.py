@@ -2,8 +2,8 @@
 and its versioned layout. Pure.
 
 ``PlanRequest`` is what `run` asks for, what the study stores (``to_dict``, layout ``VERSION``)
-and what every worker, resumed run and reader takes from it (``from_dict``, which reads layout 2
-and layout 1, the one before it). Facts derived from it (vLLM's defaults, the parsed objectives)
+and what every worker, resumed run and reader takes from it (``from_dict``, which reads layouts
+3, 2 (the same without fixed flags) and 1). Facts derived from it (vLLM's defaults, the parsed objectives)
 are computed from it, never stored beside it. ``study.store.state`` is the only code that puts it in a
 study or takes it out.
 """
@@ -23,13 +23,13 @@ from autotune.core.trial.objectives import Objective, parse_objective
 from autotune.core.workload.profiles import WorkloadProfile, profile_from_dict
 from autotune.errors import ConfigError, StudyError
 
-VERSION = 2
+VERSION = 3  # 3: fixed_flags (a baseline's flags that no parameter tunes)
 OLD_REPEATS = 2  # the default --repeats before #35: a stored plan without the field had it
 OLD_PRECISION = 0.0  # before #35 every run sent its num_prompts
 DEFAULT_SPACE = "search_spaces/reference.yaml"
 # What must agree between `run`s that join one study (the budget and seed may change).
 SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives",
-                "cap_cuda_graphs", "precision")
+                "cap_cuda_graphs", "precision", "fixed_flags")
 # Where this node runs the study: another node has its own, so none is stored. The references
 # are enqueued once, by the `run` that creates the study (its baseline is in the study's state).
 # The baseline is resolved and enqueued once by that `run` too, and stored as its own record.
@@ -76,6 +76,10 @@ class PlanRequest:
     # Right after the baseline is served, deploy it once more: the study's first measurement of
     # the spread between deployments (docs/noise.md), where none is inherited and time allows.
     calibrate: bool = True
+    # The flags of the user's own deployment (`run --baseline`) that no parameter of the space
+    # tunes, as argv: every trial deploys with them, and every export carries them. Filled in
+    # from --baseline by the plan, stored, and read back by every worker and reading command.
+    fixed_flags: tuple[str, ...] = ()
     workdir: Path = Path(".")  # LOCAL_FIELDS from here on
     storage: str | None = None  # None: $AUTOTUNE_STORAGE, else the workdir's SQLite file
     study_name: str | None = None
@@ -129,9 +133,9 @@ class PlanRequest:
         kept the budget. A layout this autotune does not know, or a plan that is not one, is a
         one-line StudyError."""
         version = data.get("version", 1)
-        if version not in (1, VERSION):
+        if version not in (1, 2, VERSION):
             raise StudyError(f"{where}: stored plan layout {version!r} is not one this autotune "
-                             f"reads (1 or {VERSION}); upgrade autotune")
+                             f"reads (1 to {VERSION}); upgrade autotune")
         if version == 1:
             data = _from_layout1(data, beside or {})
         try:

@@ -117,6 +117,11 @@ class Measurement:
     gpu_memory_mib: int | None = None  # held by the server once ready (NVML; GPUs only)
     vllm_version: str = ""
     hardware: str = ""
+    # How the server was started, for an export that runs as measured: the entry point's words
+    # before the model (``vllm serve``, or an interpreter and ``-m MODULE`` that takes --model)
+    # and the variables of its environment that change the server (never a key).
+    entrypoint: tuple[str, ...] = ()
+    server_env: Mapping[str, str] = field(default_factory=dict)
     files: tuple[Path, ...] = ()  # benchmark JSONs and the server log (artifacts, not stored)
 
 
@@ -336,7 +341,7 @@ def from_attrs(number: int, state: str, params: Mapping[str, Value],
     names = {f.name for f in dataclasses.fields(TrialOutcome)} - set(_NOT_STORED)
     kwargs: dict[str, Any] = {k: attrs[k] for k in names & set(attrs)
                               if k not in ("results", "failure", "capacity")}
-    for k in ("argv", "derived"):
+    for k in ("argv", "derived", "entrypoint"):
         if k in kwargs:
             kwargs[k] = tuple(kwargs[k])
     if "repeats" in attrs:

@@ -1,11 +1,20 @@
 """Exported launch flags: a trial's configuration as a shell command, a ``vllm serve --config``
-YAML file, or JSON; picked by number or by the recommendation for a use."""
+YAML file, or JSON; picked by number or by the recommendation for a use.
+
+An export runs as printed: the model by its absolute path (a folder) or hub id, the entry point
+the trial's server was started with (``vllm serve``, or on the CPU build, whose ``vllm`` script
+cannot find its package metadata, the interpreter and ``-m vllm.entrypoints.openai.api_server``),
+and the environment the measurement needed (the slot's pinning, the CPU build's KV-cache space,
+vLLM's variables; never a key). A trial stored before autotune recorded its entry point is
+exported as ``vllm serve`` without an environment.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import optuna
 import yaml
@@ -18,25 +27,61 @@ from autotune.errors import ConfigError
 from autotune.study.store.records import outcomes, study_data
 
 EXPORT_FORMATS = ("shell", "yaml", "json")
+# 2: ``flags`` (was ``argv``), ``entrypoint``, ``env``, ``command``; the model's absolute path
+EXPORT_SCHEMA = 2
+VLLM_SERVE = ("vllm", "serve")
 
 
 @dataclass(frozen=True)
 class Export:
-    """One trial's launch configuration, ready to paste or hand to ``vllm serve --config``."""
+    """One trial's launch configuration, ready to run or hand to ``vllm serve --config``."""
 
     trial: int
     model: str
-    argv: list[str]
+    flags: tuple[str, ...]
+    entrypoint: tuple[str, ...] = VLLM_SERVE  # the words before the model, as deployed
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def model_positional(self) -> bool:
+        """``vllm serve MODEL``; a module entry point takes ``--model MODEL``."""
+        return self.entrypoint[-1:] == ("serve",)
+
+    @property
+    def command(self) -> list[str]:
+        """The server's argv, as the trial deployed it (without autotune's host, port, key)."""
+        model = [self.model] if self.model_positional else ["--model", self.model]
+        return [*self.entrypoint, *model, *self.flags]
+
+    def _shell(self) -> str:
+        """One command: a line per variable and per option, joined by continuations."""
+        lines = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        model = [self.model] if self.model_positional else ["--model", self.model]
+        lines.append(shlex.join([*self.entrypoint, *model]))
+        groups: list[list[str]] = []
+        for word in self.flags:  # each option with its values on a line of its own
+            if word.startswith("--") or not groups:
+                groups.append([word])
+            else:
+                groups[-1].append(word)
+        lines += [shlex.join(g) for g in groups]
+        indent = ["", *("  " for _ in lines[1:])]
+        return f"# autotune: trial {self.trial}\n" + " \\\n".join(
+            i + ln for i, ln in zip(indent, lines, strict=True)) + "\n"
 
     def render(self, fmt: str) -> str:
         if fmt == "shell":
-            return shlex.join(["vllm", "serve", self.model, *self.argv]) + "\n"
-        config = options_to_config(self.model, argv_to_options(self.argv))
+            return self._shell()
+        config = options_to_config(self.model, argv_to_options(self.flags))
         if fmt == "yaml":
-            header = f"# autotune: trial {self.trial}; use with: vllm serve --config FILE\n"
+            env = "".join(f"{k}={shlex.quote(v)} " for k, v in self.env.items())
+            header = (f"# autotune: trial {self.trial}; run with:\n#   {env}"
+                      f"{shlex.join(self.entrypoint)} --config FILE\n")
             return header + yaml.safe_dump(config, sort_keys=False)
         if fmt == "json":
-            return json.dumps({"trial": self.trial, "model": self.model, "argv": self.argv,
+            return json.dumps({"schema": EXPORT_SCHEMA, "trial": self.trial, "model": self.model,
+                               "flags": list(self.flags), "entrypoint": list(self.entrypoint),
+                               "env": dict(self.env), "command": self.command,
                                "config": config}, indent=2) + "\n"
         raise ConfigError(f"--format {fmt!r}: valid: {', '.join(EXPORT_FORMATS)}")
 
@@ -70,5 +115,6 @@ def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> T
 
 
 def export_of(t: TrialOutcome) -> Export:
-    return Export(trial=t.number, model=t.model, argv=list(t.argv))
+    return Export(trial=t.number, model=t.model, flags=tuple(t.argv),
+                  entrypoint=tuple(t.entrypoint) or VLLM_SERVE, env=dict(t.server_env))
 

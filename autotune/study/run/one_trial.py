@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment import failures
@@ -53,9 +53,9 @@ from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.client import BenchmarkRun, Target, run_profile
 from autotune.shell.hardware import hardware_description
-from autotune.shell.install import Entrypoint, vllm_version
+from autotune.shell.install import Entrypoint, resolve_entrypoint, vllm_version
 from autotune.shell.preimported import Preimported
-from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport
+from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport, exported_environment
 from autotune.shell.validation import VllmValidator
 
 
@@ -340,7 +340,17 @@ def run_trial(
         files=tuple(files), teardown_clean=report.clean if report else dep is None,
         teardown_s=report.seconds if report else 0.0,
         vllm_version=vllm_version(), hardware=hardware_description(),
+        **launch_of(setup),
     )
+
+
+def launch_of(setup: TrialSetup) -> dict[str, Any]:
+    """How ``setup``'s servers start, as a trial records it for its export: the entry point's
+    words before the model, and the variables of the server's environment that change it."""
+    env = ServerProcess(DeploymentSpec(model=setup.model, slot=setup.slot,
+                                       extra_env=setup.extra_env)).environment()
+    return {"entrypoint": (setup.entrypoint or resolve_entrypoint()).argv,
+            "server_env": exported_environment(env)}
 
 
 def _validate(options: Sequence[str], setup: TrialSetup, on_phase: Phase) -> None:

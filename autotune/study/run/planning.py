@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +23,19 @@ from typing import Any
 
 import optuna
 
-from autotune.core.deployment.flags import argv_to_options
+from autotune.core.deployment.flags import Options, argv_to_options, options_to_argv
 from autotune.core.deployment.from_flags import (
     VLLM_DEFAULTS,
     Baseline,
+    Command,
+    GivenBaseline,
     baseline_of_options,
+    command_words,
     defaults_baseline,
     masked,
     reference_baseline,
+    with_fixed,
+    without_own,
 )
 from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
@@ -46,16 +53,16 @@ from autotune.core.trial.objectives import Objective, default_objectives, parse_
 from autotune.core.trial.precision import Balance, Pinned, StopRule, pinnable, stops_early
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
-from autotune.errors import ConfigError, StudyError
+from autotune.errors import ConfigError, StudyError, ValidationError, ValidationUnavailable
 from autotune.shell.files import (
     locate_shipped,
-    read_flags_file,
     read_model_info,
     read_references,
     read_space,
+    read_text,
 )
 from autotune.shell.install import Entrypoint
-from autotune.shell.validation import VllmValidator
+from autotune.shell.validation import VllmValidator, shared_validator
 from autotune.shell.workloads import WAITS_FOR_THE_MODEL, check_unchanged, load_tokenizer, sources_for
 from autotune.study.run.one_trial import BenchPlan, TrialSetup
 from autotune.study.run.samplers import SAMPLERS
@@ -160,6 +167,25 @@ class StudyPlan:
                           startup_timeout_s=self.request.startup_timeout_s, validator=validator)
 
 
+def _deployment_of(request: PlanRequest, given: GivenDeployment | None, space: SearchSpace
+                   ) -> tuple[str | None, int | None]:
+    """The model and context a study deploys: ``--model`` and ``--max-model-len``, else the
+    baseline's own (a conflict between the two is one line naming both)."""
+    if given is None:
+        return request.model, request.max_model_len
+    model = request.model or given.model
+    if request.model and given.model and not same_model(request.model, given.model):
+        raise ConfigError(f"{given.where}: its model {given.model} conflicts with --model "
+                          f"{request.model}")
+    length = given.options.get("--max-model-len")
+    if request.max_model_len and length is not None and length != request.max_model_len:
+        raise ConfigError(f"{given.where}: --max-model-len {length} conflicts with the study's "
+                          f"--max-model-len {request.max_model_len}")
+    if request.max_model_len or not isinstance(length, int) or isinstance(length, bool):
+        return model, request.max_model_len
+    return model, length
+
+
 def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
                say: Any = lambda text: None) -> ModelInfo:
     """The given model, or on the CPU build the generated one under ``workdir`` (written the
@@ -171,7 +197,7 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
 
     if detect_platform() != "cpu":
         raise ConfigError("--model is required on a GPU machine (a local folder or a cached hub id)")
-    path = workdir / GENERATED_MODEL
+    path = Path(os.path.abspath(workdir / GENERATED_MODEL))  # exports run from any folder
     if (path / "config.json").exists():
         say(f"using the generated tiny model {path}")
         return read_model_info(str(path))
@@ -208,9 +234,11 @@ def default_study_name(model: str, space: str, profiles: list[str]) -> str:
 
 
 def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
-               dry_run: bool = False) -> StudyPlan:
+               dry_run: bool = False, parser: VllmValidator | None | bool = True) -> StudyPlan:
     """The one plan constructor. Bad input is a ConfigError before anything is written;
-    ``dry_run`` describes a generated model without writing it."""
+    ``dry_run`` describes a generated model without writing it. ``parser``: what reads a
+    --baseline that is the user's own deployment (True: vLLM's, where it is installed; None:
+    autotune's own reading, no check by vLLM)."""
     names = [p.name for p in request.profiles]
     if len(set(names)) != len(names):
         raise ConfigError(f"--profile: each profile once, got {names}")
@@ -245,10 +273,25 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
                   or default_objectives(profiles))
     if len({o.name for o in objectives}) != len(objectives):
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
-    model = model_info(request.model, request.workdir, describe_only=dry_run, say=say)
-    max_model_len = model_context(space, model, request.max_model_len).max_model_len
-    baseline = resolve_baseline(request, space, ModelContext(model, max_model_len, platform_fact()),
-                                references)
+    if request.fixed_flags:  # a stored plan's: every trial deploys with them
+        space = with_fixed(space, argv_to_options(request.fixed_flags, "the stored fixed flags"))
+    given = (read_given(request.baseline, shared_validator() if parser is True else parser or None,
+                        say) if request.baseline is not None else None)
+    model_name, max_len = _deployment_of(request, given, space)
+    if model_name and Path(model_name).exists():  # a folder: where any shell finds it (exports)
+        model_name = os.path.abspath(model_name)
+    try:
+        model = model_info(model_name, request.workdir, describe_only=dry_run, say=say)
+    except ConfigError as exc:
+        if request.model or given is None or given.model is None:
+            raise
+        raise ConfigError(f"{given.where}: its model {str(exc).removeprefix('--model ')}") from None
+    max_model_len = model_context(space, model, max_len).max_model_len
+    found = resolve_baseline(request, space, ModelContext(model, max_model_len, platform_fact()),
+                             references, given)
+    baseline = found.baseline if found is not None else None
+    fixed = {**argv_to_options(request.fixed_flags), **(found.fixed if found else {})}
+    space = with_fixed(space, found.fixed if found else {})
     tokenizer = load_tokenizer(model.name)
     waits = tokenizer is None and dry_run
     profiles, sources = sources_for(profiles, vocab_size=model.vocab_size, tokenizer=tokenizer,
@@ -257,7 +300,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         say(f"dry run without the model: the datasets' files, formats and fields were checked; "
             f"{WAITS_FOR_THE_MODEL} wait for the model (the first run makes it)")
     filled = dataclasses.replace(
-        request, model=model.name, space_yaml=space.text,
+        request, model=model.name, space_yaml=space.text, fixed_flags=tuple(options_to_argv(fixed)),
         tp=space.deployment.tensor_parallel_size, max_model_len=max_model_len, profiles=profiles,
         objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),
         slos=tuple(slo.key for slo in slos), storage=storage,
@@ -270,30 +313,159 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
                                                          stop_rule(request), sources)))
 
 
+@dataclass(frozen=True)
+class GivenDeployment:
+    """What `run --baseline` names when it names the user's own deployment: the baseline's name
+    (the trial's ``reference``), the model the command names (None: none) and its options,
+    each by vLLM's long name, without the runner's own (host, port, API key)."""
+
+    name: str
+    model: str | None
+    options: Options
+    where: str  # how messages name it (a pasted --api-key is never echoed)
+
+
+_COMMANDS = ("vllm", "env", "exec")  # a --baseline whose first word is one is a command line
+FILE_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".txt", ".cmd")
+
+
+def _looks_like_a_command(words: Sequence[str]) -> bool:
+    first = words[0].rsplit("/", 1)[-1] if words else ""
+    return first in _COMMANDS or first.startswith("python") or "=" in first and \
+        not first.startswith("-")
+
+
+def _looks_like_a_path(text: str) -> bool:
+    return not any(c.isspace() for c in text) and ("/" in text or text.endswith(FILE_SUFFIXES))
+
+
+def read_given(text: str, parser: VllmValidator | None, say: Any = lambda text: None
+               ) -> GivenDeployment | None:
+    """The deployment ``text`` (`run --baseline`) describes: a flag string, a command line
+    (``vllm serve MODEL ...``, ``python -m vllm.entrypoints.openai.api_server ...``), a
+    ``vllm serve --config`` YAML file, a file `autotune export` wrote (a command, YAML or
+    JSON); read with vLLM's own parser where vLLM is installed. None: ``text`` names vLLM's
+    defaults or a reference. A one-line ConfigError for an unknown flag (vLLM's words), a
+    file that does not exist ("no such file: PATH") and anything vLLM would not parse."""
+    stripped = text.strip()
+    if stripped == VLLM_DEFAULTS:
+        return None
+    try:
+        words = shlex.split(stripped.replace("\\\n", " "))
+    except ValueError as exc:  # an unbalanced quote
+        raise ConfigError(f"--baseline: cannot split the flags ({exc}); quote them as a "
+                          "shell would") from None
+    if stripped.startswith("-") or _looks_like_a_command(words):
+        name = "given flags" if stripped.startswith("-") else "given command"
+        return _given(command_words(words), name, f"--baseline {masked(words)!r}", parser, say)
+    if Path(stripped).is_file():
+        return _given(_file_command(stripped, parser), Path(stripped).name,
+                      f"--baseline {stripped}", parser, say)
+    if _looks_like_a_path(stripped):
+        raise ConfigError(f"--baseline: no such file: {stripped}")
+    return None
+
+
+def _file_command(path: str, parser: VllmValidator | None) -> Command:
+    """A file's command: a YAML file as vLLM's ``--config`` (read below, by vLLM's parser),
+    export's JSON (its model and flags), anything else as a command line."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        return Command((), None, ("--config", path))
+    text = read_text(path)
+    if suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--baseline {path}: cannot parse as JSON: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"--baseline {path}: expected what `autotune export --format json` "
+                              "writes (a mapping with flags and model)")
+        flags = data.get("flags", data.get("argv"))
+        if not isinstance(flags, list):
+            flags = options_to_argv({f"--{k}": v for k, v in dict(data.get("config", data)).items()})
+        model = data.get("model")
+        return Command((), str(model) if model else None, tuple(str(w) for w in flags))
+    lines = [ln.rstrip().rstrip("\\") for ln in text.splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    try:
+        return command_words(shlex.split(" ".join(lines)))
+    except ValueError as exc:
+        raise ConfigError(f"--baseline {path}: cannot parse as a shell command: {exc}") from None
+
+
+def _config_words(path: str, parser: VllmValidator | None, where: str) -> list[str]:
+    """The words of a ``vllm serve --config`` file, read by vLLM's parser where installed."""
+    if not Path(path).is_file():
+        raise ConfigError(f"{where}: no such file: {path}")
+    if parser is not None:
+        try:
+            return parser.config_file_argv(path)
+        except ValidationUnavailable:
+            pass
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: vLLM cannot read {path}: {exc}") from None
+    import yaml
+
+    try:
+        data = yaml.safe_load(read_text(path))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: cannot parse {path} as YAML: {str(exc).splitlines()[0]}"
+                          ) from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: {path}: expected a mapping of vLLM options, as "
+                          "`vllm serve --config` reads it")
+    return options_to_argv({f"--{k}": v for k, v in data.items()})
+
+
+def _given(command: Command, name: str, where: str, parser: VllmValidator | None, say: Any
+           ) -> GivenDeployment:
+    words = list(command.words)
+    if "--config" in words:  # vLLM's own YAML: its options in place of the flag, as vLLM reads it
+        at = words.index("--config")
+        if at + 1 == len(words):
+            raise ConfigError(f"{where}: --config needs a file")
+        words[at:at + 2] = _config_words(words[at + 1], parser, where)
+    words = without_own(words)
+    if command.env:
+        say(f"--baseline: {', '.join(k for k, _ in command.env)} not applied: autotune sets the "
+            "servers' environment (each deployment inherits autotune's own)")
+    if parser is not None:
+        try:
+            words = parser.long_names(words)
+        except ValidationUnavailable:
+            pass
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: vLLM's parser: {str(exc).removeprefix('error: ')}") from None
+    options = argv_to_options(words, where)
+    model = options.pop("--model", None)
+    if model is not None and command.model is not None and str(model) != command.model:
+        raise ConfigError(f"{where}: names two models, {command.model} and --model {model}")
+    return GivenDeployment(name, command.model or (str(model) if model is not None else None),
+                           options, where)
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names are one model: equal, or the same folder."""
+    return a == b or (Path(a).exists() and Path(b).exists()
+                      and Path(a).resolve() == Path(b).resolve())
+
+
 def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext,
-                     references: ReferenceSet | None) -> Baseline | None:
-    """The baseline ``request.baseline`` names: vLLM's defaults; flags (a string starting with
-    ``-``); a file as `autotune export` writes it; or the name of a reference configuration
-    (of the references file). Anything else, or flags the space cannot express, is a one-line
-    ConfigError before anything is written."""
+                     references: ReferenceSet | None, given: GivenDeployment | None = None
+                     ) -> GivenBaseline | None:
+    """The baseline ``request.baseline`` names: vLLM's defaults; the user's own deployment
+    (``given``, read by ``read_given``: its tuned flags the baseline's parameters, the others
+    the study's fixed flags); or the name of a reference configuration (of the references
+    file). Anything else is a one-line ConfigError before anything is written."""
     text = request.baseline
     if text is None:
         return None
+    if given is not None:
+        return baseline_of_options(space, ctx, given.options, name=given.name, where=given.where)
     if text == VLLM_DEFAULTS:
-        return defaults_baseline(space, ctx)
-    if text.lstrip().startswith("-"):
-        try:
-            words = shlex.split(text)
-        except ValueError as exc:  # an unbalanced quote
-            raise ConfigError(f"--baseline: cannot split the flags ({exc}); quote them as a "
-                              "shell would") from None
-        where = f"--baseline {masked(words)!r}"  # a pasted --api-key is never echoed
-        options = argv_to_options(words, where)
-        return baseline_of_options(space, ctx, options, name="given flags", where=where)
+        return GivenBaseline(defaults_baseline(space, ctx), {})
     where = f"--baseline {text!r}"
-    if Path(text).is_file():
-        return baseline_of_options(space, ctx, read_flags_file(text), name=Path(text).name,
-                                   where=f"--baseline {text}")
     path = request.baseline_references or request.references_path or DEFAULT_REFERENCES
     refs = references if references is not None and references.path == path else None
     try:
@@ -303,12 +475,12 @@ def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext
     names = [r.name for r in refs.configs] if refs is not None else []
     if text not in names:
         raise ConfigError(f"{where}: not {VLLM_DEFAULTS}, a flag string (--flag value ...), a "
-                          f"file, or a reference name in {path} "
+                          f"command (vllm serve MODEL ...), a file, or a reference name in {path} "
                           f"({', '.join(names) or 'none readable'})")
     found = next(r for r in resolve_references(space, ctx, refs.configs) if r.name == text)
     if found.skipped:
         raise ConfigError(f"{where}: reference {text!r} {found.skipped}")
-    return reference_baseline(space, ctx, text, found.params)
+    return GivenBaseline(reference_baseline(space, ctx, text, found.params), {})
 
 
 # What a fixed profile that no objective or SLO uses pins: the numbers its tables show.
@@ -354,6 +526,12 @@ def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
             if p.dataset is not None and p.dataset.sha256 and p.name in stored:
                 check_unchanged(stored[p.name], p.dataset.sha256)
         differ = old.differences(new)
+        if "fixed_flags" in differ:
+            raise ConfigError(
+                f"study {plan.study_name!r} deploys every trial with the fixed flags "
+                f"{shlex.join(old.fixed_flags) or '(none)'} (its --baseline); this run gives "
+                f"{shlex.join(new.fixed_flags) or '(none)'}: give the same --baseline to resume it, "
+                "join it with `autotune worker --study NAME`, or pick another --study name")
         if differ:
             raise ConfigError(
                 f"study {plan.study_name!r} was created with other settings ({', '.join(differ)} "
