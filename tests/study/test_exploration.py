@@ -124,3 +124,26 @@ def test_the_sampler_alone_does_not_find_it_in_3_trials(tmp_path, seed):
 def test_an_unknown_exploration_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="^--exploration 'guess': valid: order, sampler$"):
         study_of(tmp_path, "guess")
+
+
+def test_a_study_created_before_yarn_was_fixed_goes_on_drawing_it(tmp_path):
+    # Optuna keeps a parameter's choices for the whole study: a study whose trials drew YaRN from
+    # [false, true] cannot be offered [true] alone; it resumes as it was created.
+    import optuna
+
+    from autotune.study.run.creation import trial_flags
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
+    plan = build_plan(PlanRequest(
+        workdir=tmp_path, profiles=(ids("low-concurrency"),), model=str(model),
+        space_path=str(SPACES / "reference.yaml"), tp=1, trials=3, seed=1, study_name="old"))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    old = study.ask()
+    old.suggest_categorical("yarn", [False, True])
+    study.tell(old, 1.0)
+    params, argv = trial_flags(plan, study.ask(), None)
+    assert params["yarn"] in (False, True) and ("--hf-overrides" in argv) is params["yarn"]
+    fresh = optuna.create_study()
+    assert trial_flags(plan, fresh.ask(), None)[0]["yarn"] is True

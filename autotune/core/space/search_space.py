@@ -302,13 +302,14 @@ def fixed(space: SearchSpace, ctx: ModelContext) -> dict[str, Value]:
     return {p.name: True for p in space.parameters if p.required and p.name not in skip}
 
 
-def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester) -> Params:
+def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester, *, pin: bool = True) -> Params:
     """Suggest one configuration: only parameters that apply and whose conditions hold; a fixed
     one (``fixed``) is offered to the sampler with its one value, so it is recorded with the
-    trial and never drawn otherwise."""
+    trial and never drawn otherwise. ``pin`` False draws it as any other (a study created
+    before parameters were fixed, whose stored distribution Optuna will not narrow)."""
     skip = inapplicable(space, ctx)
     known = facts(space, ctx)
-    pinned = fixed(space, ctx)
+    pinned = fixed(space, ctx) if pin else {}
     params: Params = {}
     for p in space.parameters:
         if p.name in skip or not _active(p, params, known):

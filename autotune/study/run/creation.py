@@ -117,5 +117,13 @@ def trial_flags(plan: StudyPlan, trial: optuna.Trial, baseline: Baseline | None
         params = sample(plan.space, baseline.context(plan.ctx), trial)
         if params == dict(baseline.params):
             return params, list(baseline.argv)
-    params = sample(plan.space, plan.ctx, trial)
+    try:
+        params = sample(plan.space, plan.ctx, trial)
+    except ValueError as exc:  # Optuna: "CategoricalDistribution does not support dynamic value space"
+        if "dynamic value space" not in str(exc):
+            raise
+        # A study created before YaRN was fixed on drew it from [false, true]; Optuna keeps a
+        # parameter's choices for the whole study, so it goes on drawing it (and vLLM rejecting
+        # it off, recorded as before).
+        params = sample(plan.space, plan.ctx, trial, pin=False)
     return params, to_argv(plan.space, plan.ctx, params)
