@@ -40,6 +40,7 @@ from autotune.core.space.exploration import (
     Candidate,
     exploration_order,
     order_text,
+    uses_of,
 )
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import (
@@ -99,7 +100,9 @@ class StudyPlan:
         ``exploration`` "sampler"): ``core.space.exploration``."""
         if self.baseline is None or self.request.exploration != "order":
             return ()
-        return exploration_order(self.space, self.ctx, self.baseline.params, REFERENCE_STUDY)
+        uses = uses_of([(o.metric, o.minimize) for o in self.objectives])
+        return exploration_order(self.space, self.ctx, self.baseline.params, REFERENCE_STUDY,
+                                 uses=uses)
 
     @property
     def exploration_text(self) -> str:
