@@ -13,7 +13,7 @@ import pytest
 
 from autotune.core.deployment.from_flags import VLLM_DEFAULTS
 from autotune.core.plan.request import PlanRequest
-from autotune.core.space.exploration import REFERENCE_STUDY, Candidate, exploration_order, uses_of
+from autotune.core.space.exploration import REFERENCE_STUDY, Candidate, exploration_order, objective_uses
 from autotune.core.space.model_facts import parse_config
 from autotune.core.space.search_space import ModelContext, fixed
 from autotune.core.trial.outcome import Measurement, ProfileResult
@@ -51,9 +51,9 @@ def test_the_order_is_each_change_expected_to_help_largest_first_then_those_chan
 def test_only_the_uses_the_objectives_ask_for_order_the_candidates():
     space = read_space(SPACES / "reference.yaml")
     ctx = ModelContext(parse_config("m", GLM_MOE_MTP_CONFIG), 81920, "gpu")
-    assert uses_of([("mean_e2el_ms", True)]) == ("latency",)
-    assert uses_of([("output_throughput", True)]) == ("latency",)  # minimized: not the use
-    assert uses_of([("output_throughput", False), ("p99_ttft_ms", True)]) == ("latency", "throughput")
+    assert objective_uses([("mean_e2el_ms", True)]) == ("latency",)
+    assert objective_uses([("output_throughput", True)]) == ("latency",)  # minimized: not the use
+    assert objective_uses([("output_throughput", False), ("p99_ttft_ms", True)]) == ("latency", "throughput")
     latency = exploration_order(space, ctx, {}, REFERENCE_STUDY, uses=("latency",))
     # expert parallel is expected to gain 0.5% throughput and lose 0.5% latency: left out
     assert [c.changes for c in latency] == [{"mtp": True}, {"optimization_level": 3},

@@ -120,25 +120,25 @@ def _expected(prior: Prior, start: Params, changes: Mapping[str, Value]) -> tupl
     return e2el, tput
 
 
-USES = ("latency", "throughput")  # what an objective asks of a configuration, as the prior knows it
+PRIOR_USES = ("latency", "throughput")  # what an objective asks of a configuration, as a prior knows it
 
 
-def uses_of(metrics: Sequence[tuple[str, bool]]) -> tuple[str, ...]:
+def objective_uses(metrics: Sequence[tuple[str, bool]]) -> tuple[str, ...]:
     """The uses a study's objectives ask for, from their (metric, minimized) pairs: a maximized
     throughput is the throughput use, any other the latency use (E2EL, TTFT, TPOT)."""
     found = {"throughput" if "throughput" in metric and not minimized else "latency"
              for metric, minimized in metrics}
-    return tuple(u for u in USES if u in found)
+    return tuple(u for u in PRIOR_USES if u in found)
 
 
 def exploration_order(space: SearchSpace, ctx: ModelContext, baseline: Params, prior: Prior,
-                      *, uses: Sequence[str] = USES, limit: int = ORDER_LIMIT
+                      *, uses: Sequence[str] = PRIOR_USES, limit: int = ORDER_LIMIT
                       ) -> tuple[Candidate, ...]:
     """The candidates to measure first after ``baseline`` (its parameters; unset ones at vLLM's
     defaults), in the study's context ``ctx``: every single change the prior expects to gain at
     least ``MIN_GAIN`` for a use, largest first; then per use the best value of each parameter
     expected to help it, together, where that is more than one change; only the ``uses`` the
-    study's objectives ask for count (``uses_of``). Parameters fixed by the
+    study's objectives ask for count (``objective_uses``). Parameters fixed by the
     model (``fixed``: YaRN beyond the native context) are part of every candidate, not a change.
     At most ``limit``; configurations the conditions make equal to the baseline or to an
     earlier candidate are left out."""
@@ -157,7 +157,7 @@ def exploration_order(space: SearchSpace, ctx: ModelContext, baseline: Params, p
                 continue
             singles.append(Candidate(params, {p.name: value}, "one change", *expected))
     gains = {"latency": lambda c: 1 - c.e2el_ratio, "throughput": lambda c: c.throughput_ratio - 1}
-    asked = [u for u in USES if u in uses] or list(USES)
+    asked = [u for u in PRIOR_USES if u in uses] or list(PRIOR_USES)
 
     def gain(c: Candidate) -> float:
         return max(gains[u](c) for u in asked)

@@ -39,8 +39,8 @@ from autotune.core.space.exploration import (
     REFERENCE_STUDY,
     Candidate,
     exploration_order,
+    objective_uses,
     order_text,
-    uses_of,
 )
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import (
@@ -100,7 +100,7 @@ class StudyPlan:
         ``exploration`` "sampler"): ``core.space.exploration``."""
         if self.baseline is None or self.request.exploration != "order":
             return ()
-        uses = uses_of([(o.metric, o.minimize) for o in self.objectives])
+        uses = objective_uses([(o.metric, o.minimize) for o in self.objectives])
         return exploration_order(self.space, self.ctx, self.baseline.params, REFERENCE_STUDY,
                                  uses=uses)
 
