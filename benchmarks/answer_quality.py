@@ -245,7 +245,8 @@ class GpuTable:
         self.rows = {}
         for row in rows:
             params = complete(space, ctx, {k: row[k] for k in PARAM_NAMES})
-            self.rows[tuple(to_argv(space, ctx, params))] = row
+            if all(params.get(k, row[k]) == row[k] for k in PARAM_NAMES):  # not fixed away (YaRN)
+                self.rows[tuple(to_argv(space, ctx, params))] = row
         self.deployed: set[tuple[str, ...]] = set()
         self.deployments = 0
 

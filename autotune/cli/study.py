@@ -42,6 +42,7 @@ from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.plan.budget import TimeLeft
 from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
+from autotune.core.space.exploration import EXPLORATIONS
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
@@ -164,6 +165,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
         baseline=args.baseline, baseline_references=args.references, calibrate=not args.no_calibrate,
+        exploration=args.exploration,
     )
 
 
@@ -285,7 +287,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if plan.precision_text:
             console.print(plan.precision_text)
         if args.dry_run:
-            refs = (len(plan.references.configs) if plan.references else 0) + (plan.baseline is not None)
+            refs = ((len(plan.references.configs) if plan.references else 0)
+                    + (plan.baseline is not None) + len(plan.exploration))
+            out.print(plan.exploration_text, soft_wrap=True, markup=False)
             # A time budget without --trials decides the count as it goes: show the references and
             # the first sampled trials, not the unbounded budget's ten thousand.
             shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
@@ -311,6 +315,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
                       f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
                       f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        if created:
+            console.print(plan.exploration_text, soft_wrap=True, markup=False)
         for note in notes:
             console.print(note)
         # The `run` that created the study samples with --seed itself; one that joins varies it.
@@ -402,6 +408,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "set the baseline's values, every other one is kept on every trial and "
                         "export; a vllm serve --config YAML, a file `autotune export` wrote; or a "
                         "reference name of --references (docs/studies.md)")
+    p.add_argument("--exploration", choices=EXPLORATIONS, default=EXPLORATIONS[0],
+                   help="after the baseline, measure first: order (default) the single changes "
+                        "the reference study's effects expect to help most, then the sampler; "
+                        "sampler: the sampler from the start (chosen by replay, docs/answers.md)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not deploy the baseline a second time right after it is served (that "
                         "redeployment measures the spread between deployments, docs/noise.md)")

@@ -301,13 +301,22 @@ def test_a_dry_run_puts_every_planned_configuration_to_vllm_and_names_the_reject
     from autotune.shell.modelgen import write_config
 
     model = write_config(tmp_path / "model", kind="moe", mtp=True)  # native context 32768
-    result = autotune_in(tmp_path, "run", "--dry-run", "--model", str(model), "--seed-references",
-                         "--trials", "8")
+    # The reference space (YaRN fixed on at 81920 tokens: nothing of it is rejected) and one
+    # parameter whose value -1 vLLM refuses, asked for by the one reference.
+    space = tmp_path / "space.yaml"
+    space.write_text((REPO / "search_spaces" / "reference.yaml").read_text() + (
+        "  - {name: max_num_seqs, type: categorical, choices: [8, -1], default: 8, "
+        "flag: --max-num-seqs}\n"))
+    refs = tmp_path / "refs.yaml"
+    refs.write_text("configs:\n  - {name: too-few-seqs, params: {max_num_seqs: -1}}\n")
+    result = autotune_in(tmp_path, "run", "--dry-run", "--model", str(model), "--space", str(space),
+                         "--references", str(refs), "--seed-references", "--trials", "5")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    named = next(i for i, line in enumerate(lines) if "(no-yarn): vllm serve" in line)
-    # vLLM's own message: 81920 tokens without YaRN over the model's 32768.
-    assert lines[named + 1].startswith("  rejected by vLLM: User-specified max_model_len (81920)")
+    assert sum("(exploration " in line for line in lines) == 3  # mtp, -O3, both: then the reference
+    named = next(i for i, line in enumerate(lines) if "(too-few-seqs): vllm serve" in line)
+    assert lines[named + 1].startswith("  rejected by vLLM: ")
+    assert "greater than or equal to 1" in lines[named + 1]
     assert sum(line.startswith("  rejected by vLLM") for line in lines) == 1
-    assert ("vLLM's parser: 7 of 8 planned configuration(s) accepted, 1 rejected; a rejected one "
-            "costs a validation, not one of the 8 trial(s)") in result.stdout
+    assert ("vLLM's parser: 4 of 5 planned configuration(s) accepted, 1 rejected; a rejected one "
+            "costs a validation, not one of the 5 trial(s)") in result.stdout

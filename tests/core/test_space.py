@@ -12,6 +12,7 @@ from autotune.core.space.search_space import (
     ModelContext,
     complete,
     drawable_points,
+    fixed,
     inapplicable,
     resolve_references,
     sample,
@@ -43,7 +44,6 @@ EXPECTED_ARGV = {
     "mode-balanced": baseline(mode="balanced"),
     "mode-interactivity": baseline(mode="interactivity"),
     "no-ep": baseline(ep="--no-enable-expert-parallel"),
-    "no-yarn": baseline(yarn=()),
     "no-mtp": baseline(mtp=()),
 }
 
@@ -76,6 +76,29 @@ def test_the_interleave_reference_is_skipped_without_decode_context_parallel(
         "deployment.decode_context_parallel_size >= 2)")
 
 
+def test_beyond_the_native_context_yarn_is_fixed_on_and_the_reference_without_it_is_skipped(
+    space, refs, moe_mtp_info
+):
+    ctx = ModelContext(moe_mtp_info, 81920)
+    resolved = {r.name: r for r in resolve_references(space, ctx, refs.configs)}
+    assert resolved["no-yarn"].skipped == (
+        "does not apply (yarn: fixed on here (81,920 > the model's native context 32,768: "
+        "vLLM refuses it off))")
+    assert fixed(space, ctx) == {"yarn": True}
+    assert complete(space, ctx, {"yarn": False})["yarn"] is True
+    trial = FixedTrial({"yarn": False})  # what a sampler would draw, were it offered
+    assert sample(space, ctx, trial)["yarn"] is True and trial.offered["yarn"] == [True]
+    # At the native context YaRN does not apply: nothing is fixed.
+    assert fixed(space, ModelContext(moe_mtp_info, 32768)) == {}
+
+
+def test_required_is_only_for_a_bool_that_applies_somewhere(tmp_path):
+    with pytest.raises(SpaceError, match="parameter 'k': required must be true or false, and "
+                       "true only for a bool parameter with applies_to"):
+        parse_space("parameters:\n  - {name: k, type: bool, default: false, flag: --k, "
+                    "required: true}\n", "s.yaml")
+
+
 def test_the_baseline_is_opt3(refs):
     assert refs.baseline == "opt3-baseline" and len(refs.configs) == 10
 
@@ -92,6 +115,8 @@ def test_dense_model_drops_moe_and_mtp_parameters_and_the_references_that_only_c
     assert skipped == {
         "no-ep": "does not apply (expert_parallel: the model is not a mixture of experts)",
         "no-mtp": "does not apply (mtp: the model has no MTP (multi-token prediction) layers)",
+        "no-yarn": "does not apply (yarn: fixed on here (81,920 > the model's native context "
+                   "32,768: vLLM refuses it off))",
         "cp-interleave-16": "does not apply (cp_kv_cache_interleave_size: only with "
                             "deployment.decode_context_parallel_size >= 2)",
     }
@@ -111,7 +136,9 @@ class FixedTrial:
 
     def suggest_categorical(self, name, choices):
         self.asked.append(name)
-        return self.picks.get(name, choices[0])
+        self.offered = {**getattr(self, "offered", {}), name: list(choices)}
+        pick = self.picks.get(name, choices[0])
+        return pick if pick in choices else choices[0]
 
     def suggest_int(self, name, low, high, *, step=1, log=False):
         self.asked.append(name)
@@ -155,7 +182,7 @@ def test_the_kv_interleave_is_drawn_only_with_decode_context_parallel(space, moe
     assert ("cp_kv_cache_interleave_size" in complete(space, ctx, {})) is drawn
 
 
-@pytest.mark.parametrize("dcp, size", [(None, 4 * 3 * 2 * 2 * 2), (2, 4 * 3 * 2 * 2 * 2 * 2)],
+@pytest.mark.parametrize("dcp, size", [(None, 4 * 3 * 2 * 2), (2, 4 * 3 * 2 * 2 * 2)],
                          ids=["dcp-unset", "dcp-2"])
 def test_the_space_size_counts_only_what_can_be_drawn(space, moe_mtp_info, dense_info,
                                                        dcp, size):
@@ -180,7 +207,7 @@ def test_the_drawable_points_are_what_sample_can_draw_and_as_many_as_the_space_s
 ):
     ctx = ModelContext(moe_mtp_info, 81920)
     points = drawable_points(space, ctx)
-    assert len(points) == space_size(space, ctx) == 96
+    assert len(points) == space_size(space, ctx) == 48  # YaRN fixed on: half of 96
     assert len({json.dumps(p, sort_keys=True) for p in points}) == len(points)
     assert all(sample(space, ctx, FixedTrial(p)) == p for p in points)
 

@@ -226,7 +226,8 @@ def test_a_pasted_api_key_is_dropped_and_never_stored_or_echoed(tmp_path):
 def test_the_baseline_is_the_first_trial_before_the_references_and_every_verdict_compares_with_it(
         tmp_path):
     stand_in = StandIn()
-    study = run_in_memory(plan_of(tmp_path, trials=4, references=True, calibrate=False), stand_in)
+    study = run_in_memory(plan_of(tmp_path, trials=4, references=True, calibrate=False,
+                                  exploration="sampler"), stand_in)
     found = outcomes(study)
     # 'base' sets vLLM's defaults too: without vLLM's resolution here its parameters make it the
     # baseline's configuration, recorded as a copy and never deployed
@@ -239,10 +240,20 @@ def test_the_baseline_is_the_first_trial_before_the_references_and_every_verdict
     assert versus is not None and versus.verdict.value == "worse"  # -O0 doubles the latency
 
 
-def test_the_dry_run_shows_the_baseline_first(tmp_path):
-    shown = dry_run_argv(plan_of(tmp_path, trials=3, references=True), 3)
+def test_the_dry_run_shows_the_baseline_first_then_the_exploration_order_then_the_references(
+        tmp_path):
+    plan = plan_of(tmp_path, trials=4, references=True)
+    shown = dry_run_argv(plan, 4)
     assert shown[0] == ("trial 0 (baseline: vllm-defaults)", ["--tensor-parallel-size", "1"])
-    assert shown[1][0] == "trial 1 (base)"
+    assert [label for label, _ in shown[1:]] == [
+        "trial 1 (exploration 1. mtp on (expected \u221222.9% latency, \u22126.8% throughput))",
+        "trial 2 (exploration 2. expert_parallel on (expected +0.5% latency, +0.5% throughput))",
+        "trial 3 (base)"]
+    assert plan.exploration_text == (
+        "exploration: 1. mtp on (expected \u221222.9% latency, \u22126.8% throughput) "
+        "2. expert_parallel on (expected +0.5% latency, +0.5% throughput); then the sampler")
+    assert plan_of(tmp_path, trials=4, exploration="sampler").exploration_text == (
+        "exploration: the sampler from the first trial after the baseline")
 
 
 @pytest.mark.parametrize("form", ["reference", "flags", "file"])

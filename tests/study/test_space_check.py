@@ -78,13 +78,14 @@ def test_the_engine_count_holds_combinations_drawable_configurations_and_distinc
 ):
     count = count_engines(space, ModelContext(moe_mtp_info, 81920), o3_is_o2_and_no_yarn_is_rejected)
     # 4 x 3 x 2^4 combinations; the interleave is drawn only with decode context parallel;
-    # half lack YaRN; of the other 48, -O2 and -O3 are one engine: 3 x 3 x 2 x 2.
-    assert count == EngineCount(combinations=192, drawable=96, engines=36, rejected=48)
-    assert count.text == "192 combinations, 96 drawable, 36 distinct engines (48 rejected by vLLM)"
+    # YaRN is fixed on beyond the native context (none drawn without it, so none rejected);
+    # of the 48, -O2 and -O3 are one engine: 3 x 3 x 2 x 2.
+    assert count == EngineCount(combinations=192, drawable=48, engines=36, rejected=0)
+    assert count.text == "192 combinations, 48 drawable, 36 distinct engines (0 rejected by vLLM)"
 
 
 def test_a_space_too_large_to_resolve_is_counted_without_resolving(space, moe_mtp_info):
     asked = []
-    count = count_engines(space, ModelContext(moe_mtp_info, 81920), asked.append, limit=95)
-    assert count == EngineCount(combinations=192, drawable=96, engines=None, rejected=0)
+    count = count_engines(space, ModelContext(moe_mtp_info, 81920), asked.append, limit=47)
+    assert count == EngineCount(combinations=192, drawable=48, engines=None, rejected=0)
     assert not asked

@@ -34,7 +34,7 @@ SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slo
 # are enqueued once, by the `run` that creates the study (its baseline is in the study's state).
 # The baseline is resolved and enqueued once by that `run` too, and stored as its own record.
 LOCAL_FIELDS = ("workdir", "storage", "study_name", "references_path", "baseline",
-                "baseline_references")
+                "baseline_references", "exploration")
 # Layout 1 kept the budget and time budget as attributes of their own, beside the plan.
 LAYOUT1_BUDGET, LAYOUT1_TIME_BUDGET = "budget", "time_budget"
 
@@ -88,6 +88,10 @@ class PlanRequest:
     # name, an exported flags file or a flag string); None: no baseline trial (replays, tests).
     baseline: str | None = None
     baseline_references: str | None = None  # where a reference name given as --baseline is found
+    # What the study measures first after the baseline (`run --exploration`, core.space.exploration):
+    # "order": the single changes a prior expects to help, then the sampler; "sampler": the
+    # sampler from the start. Enqueued once, like the references.
+    exploration: str = "order"
 
     @property
     def runnable(self) -> bool:

@@ -92,6 +92,9 @@ class Parameter:
     applies_to: str = ""
     bool_style: str = "switch"  # switch: --x / --no-x; only_true: --x or nothing
     help: str = ""
+    # A bool that vLLM needs on wherever it applies (YaRN beyond the native context: vLLM
+    # refuses max_model_len > native without it): fixed on there, never drawn off.
+    required: bool = False
     unsupported: str = ""  # why the installed vLLM cannot take it (set by the shell's validator)
 
     def contains(self, value: Value) -> bool:
@@ -291,15 +294,29 @@ def inactive_reason(param: Parameter) -> str:
     return "only with " + " and ".join(f"{name} {cond.text}" for name, cond in param.when.items())
 
 
-def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester) -> Params:
-    """Suggest one configuration: only parameters that apply and whose conditions hold."""
+def fixed(space: SearchSpace, ctx: ModelContext) -> dict[str, Value]:
+    """Parameters resolved against the model before sampling: a ``required`` one that applies
+    is fixed on (YaRN where max_model_len exceeds the native context), so that no configuration
+    drawn is one vLLM would refuse for its absence."""
+    skip = inapplicable(space, ctx)
+    return {p.name: True for p in space.parameters if p.required and p.name not in skip}
+
+
+def sample(space: SearchSpace, ctx: ModelContext, trial: Suggester, *, pin: bool = True) -> Params:
+    """Suggest one configuration: only parameters that apply and whose conditions hold; a fixed
+    one (``fixed``) is offered to the sampler with its one value, so it is recorded with the
+    trial and never drawn otherwise. ``pin`` False draws it as any other (a study created
+    before parameters were fixed, whose stored distribution Optuna will not narrow)."""
     skip = inapplicable(space, ctx)
     known = facts(space, ctx)
+    pinned = fixed(space, ctx) if pin else {}
     params: Params = {}
     for p in space.parameters:
         if p.name in skip or not _active(p, params, known):
             continue
-        if p.type == "bool":
+        if p.name in pinned:
+            params[p.name] = trial.suggest_categorical(p.name, [pinned[p.name]])
+        elif p.type == "bool":
             params[p.name] = trial.suggest_categorical(p.name, [False, True])
         elif p.type == "categorical":
             params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
@@ -318,11 +335,12 @@ def complete(space: SearchSpace, ctx: ModelContext | None, given: Mapping[str, V
     """Applicable, active parameters with ``given`` values and defaults for the rest. Without
     a model (``ctx`` None: results measured elsewhere) every parameter applies."""
     skip = inapplicable(space, ctx) if ctx is not None else {}
+    pinned = fixed(space, ctx) if ctx is not None else {}
     known = facts(space, ctx)
     params: Params = {}
     for p in space.parameters:
         if p.name not in skip and _active(p, params, known):
-            params[p.name] = given.get(p.name, p.default)
+            params[p.name] = pinned.get(p.name, given.get(p.name, p.default))
     return params
 
 
@@ -340,6 +358,7 @@ def resolve_references(
 ) -> tuple[ResolvedReference, ...]:
     """Each reference for this model; skipped when its change does not apply or repeats one."""
     skip = inapplicable(space, ctx)
+    pinned = fixed(space, ctx)
     out: list[ResolvedReference] = []
     seen: dict[str, str] = {}
     by_name = {r.name: r for r in refs}
@@ -348,7 +367,10 @@ def resolve_references(
         base = by_name.get(ref.base)
         changed = {k for k, v in ref.params.items() if base is None or base.params.get(k) != v}
         why = {**skip, **{k: inactive_reason(space.parameter(k)) for k in changed
-                          if k not in params and k not in skip}}
+                          if k not in params and k not in skip},
+               **{k: f"fixed on here ({ctx.max_model_len:,} > the model's native context "
+                     f"{ctx.model.native_context:,}: vLLM refuses it off)"
+                  for k in changed if k in pinned and ref.params[k] != pinned[k]}}
         dropped = sorted(changed & set(why))
         key = params_key(params)
         if base is not None and dropped and dropped == sorted(changed):
@@ -379,12 +401,13 @@ def drawable_points(space: SearchSpace, ctx: ModelContext) -> list[Params]:
     parameter varies fastest). SpaceError for a continuous float, which has no such list."""
     skip = inapplicable(space, ctx)
     known = facts(space, ctx)
+    pinned = fixed(space, ctx)
     points: list[Params] = [{}]
     for p in space.parameters:
         if p.name in skip:
             continue
         try:
-            values = p.values()
+            values = (pinned[p.name],) if p.name in pinned else p.values()
         except ValueError as exc:
             raise SpaceError(f"{space.path}: {exc}; its configurations cannot be listed") from None
         points = [drawn for params in points for drawn in (
@@ -397,6 +420,7 @@ def space_size(space: SearchSpace, ctx: ModelContext) -> float:
     each counted only where its conditions hold (inf with a continuous float)."""
     skip = inapplicable(space, ctx)
     known = facts(space, ctx)
+    pinned = fixed(space, ctx)
     drawn = [p for p in space.parameters if p.name not in skip]
     conditioning = {name for p in drawn for name in p.when}
 
@@ -406,10 +430,11 @@ def space_size(space: SearchSpace, ctx: ModelContext) -> float:
         p = drawn[i]
         if not _active(p, chosen, known):
             return count(i + 1, chosen)
+        values = (pinned[p.name],) if p.name in pinned else None
         if p.name not in conditioning:
-            return p.size() * count(i + 1, chosen)
-        if math.isinf(p.size()):
+            return (1 if values else p.size()) * count(i + 1, chosen)
+        if values is None and math.isinf(p.size()):
             return math.inf
-        return sum(count(i + 1, {**chosen, p.name: v}) for v in p.values())
+        return sum(count(i + 1, {**chosen, p.name: v}) for v in (values or p.values()))
 
     return count(0, {})

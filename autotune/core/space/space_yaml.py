@@ -28,7 +28,7 @@ from autotune.errors import SpaceError
 
 _PARAM_KEYS = {
     "name", "type", "choices", "low", "high", "step", "log", "default", "flag", "json",
-    "when", "applies_to", "bool_style", "help",
+    "when", "applies_to", "bool_style", "help", "required",
 }
 
 
@@ -152,6 +152,11 @@ def _parse_parameter(path: str, index: int, raw: Any, earlier: dict[str, Paramet
     if applies not in ("", *APPLIES_TO):
         raise _fail(path, where, f"applies_to {applies!r} is unknown; valid: {list(APPLIES_TO)}")
     kwargs["applies_to"] = applies
+    required = raw.get("required", False)
+    if not isinstance(required, bool) or (required and (ptype != "bool" or not applies)):
+        raise _fail(path, where, "required must be true or false, and true only for a bool "
+                    "parameter with applies_to (where it applies, vLLM needs it on)")
+    kwargs["required"] = required
     when = raw.get("when") or {}
     if not isinstance(when, dict):
         raise _fail(path, where, "when must map earlier parameter names or facts to a value, "

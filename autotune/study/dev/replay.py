@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, TableRow
 from autotune.core.deployment import failures
 from autotune.core.deployment.flags import to_argv
-from autotune.core.space.search_space import ModelContext, SearchSpace, complete
+from autotune.core.space.search_space import ModelContext, SearchSpace, complete, fixed
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
@@ -60,9 +60,13 @@ def run_seconds_of(run: Mapping[str, float], profile: WorkloadProfile) -> float:
 def drawable(table: RecordedTable, space: SearchSpace, ctx: ModelContext) -> RecordedTable:
     """The rows a study of ``space`` on this model can draw, in the parameters it draws: a
     row whose parameter the study leaves out (its condition does not hold, or it does not
-    apply) stands for that configuration only at the parameter's default."""
+    apply) stands for that configuration only at the parameter's default; one with a fixed
+    parameter (``fixed``: YaRN beyond the native context) at another value is never drawn."""
+    pinned = fixed(space, ctx)
     rows = []
     for row in table.rows:
+        if any(row.params.get(k, v) != v for k, v in pinned.items()):
+            continue
         params = complete(space, ctx, row.params)
         left_out = [k for k in row.params if k in space.names and k not in params]
         if all(row.params[k] == space.parameter(k).default for k in left_out):

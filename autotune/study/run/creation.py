@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from autotune.core.deployment.flags import to_argv
 from autotune.core.deployment.from_flags import Baseline
-from autotune.core.space.search_space import Params, resolve_references, sample
+from autotune.core.space.search_space import Params, params_key, resolve_references, sample
 from autotune.errors import StudyError
 from autotune.study.run.planning import StudyPlan, store_plan
 from autotune.study.run.samplers import make_sampler
@@ -23,6 +23,8 @@ from autotune.study.store.state import (
     references_enqueued,
 )
 from autotune.study.store.storage import Heartbeat, open_storage, storage_errors
+
+EXPLORED = "explored"  # a trial's user attribute: its place and reason in the exploration order
 
 
 def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | None = None
@@ -53,7 +55,8 @@ def prepare_study(plan: StudyPlan, heartbeat: Heartbeat, storage: BaseStorage | 
 def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = True) -> list[str]:
     """Enqueue, once per study (by the `run` that created it, or into a study that has no trials
     yet), the baseline first (what the user runs today; every verdict compares with it), then
-    the applicable references (`--seed-references`). Returns messages for skipped ones."""
+    the exploration order (``plan.exploration``), then the applicable references
+    (`--seed-references`). Returns messages for skipped ones."""
     if plan.references is None and plan.baseline is None:
         return []
     if references_enqueued(study) or baseline_config(study) is not None or (
@@ -64,6 +67,10 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = Tru
     if base is not None:
         study.enqueue_trial(dict(base.params), user_attrs={"reference": base.name})
         mark_baseline(study, base)
+    queued = set()
+    for i, candidate in enumerate(plan.exploration, 1):  # what is likeliest to beat the baseline
+        study.enqueue_trial(dict(candidate.params), user_attrs={EXPLORED: f"{i}. {candidate.text}"})
+        queued.add(params_key(candidate.params))
     if plan.references is None:
         return notes
     for ref in resolve_references(plan.space, plan.ctx, plan.references.configs):
@@ -72,13 +79,17 @@ def enqueue_references(study: optuna.Study, plan: StudyPlan, created: bool = Tru
         if ref.skipped:
             notes.append(f"reference {ref.name}: skipped, {ref.skipped}")
             continue
+        if params_key(ref.params) in queued:
+            notes.append(f"reference {ref.name}: already in the exploration order")
+            continue
         study.enqueue_trial(dict(ref.params), user_attrs={"reference": ref.name})
     mark_references(study, plan.references.baseline)
     return notes
 
 
 def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
-    """The argv of the first ``count`` trials (the baseline, then the references), from an
+    """The argv of the first ``count`` trials (the baseline, the exploration order, then the
+    references), from an
     in-memory copy of the study: nothing is launched or written."""
     study = optuna.create_study(directions=[o.direction for o in plan.objectives],
                                 sampler=make_sampler(plan.seed, plan.sampler))
@@ -87,7 +98,9 @@ def dry_run_argv(plan: StudyPlan, count: int) -> list[tuple[str, list[str]]]:
     for _ in range(count):
         trial = study.ask()
         _, argv = trial_flags(plan, trial, plan.baseline)
-        label = trial.user_attrs.get("reference") or "sampled"
+        label = (trial.user_attrs.get("reference") or
+                 (f"exploration {trial.user_attrs[EXPLORED]}" if EXPLORED in trial.user_attrs
+                  else "sampled"))
         if plan.baseline is not None and label == plan.baseline.name and trial.number == 0:
             label = f"baseline: {label}"
         out.append((f"trial {trial.number} ({label})", argv))
@@ -104,5 +117,13 @@ def trial_flags(plan: StudyPlan, trial: optuna.Trial, baseline: Baseline | None
         params = sample(plan.space, baseline.context(plan.ctx), trial)
         if params == dict(baseline.params):
             return params, list(baseline.argv)
-    params = sample(plan.space, plan.ctx, trial)
+    try:
+        params = sample(plan.space, plan.ctx, trial)
+    except ValueError as exc:  # Optuna: "CategoricalDistribution does not support dynamic value space"
+        if "dynamic value space" not in str(exc):
+            raise
+        # A study created before YaRN was fixed on drew it from [false, true]; Optuna keeps a
+        # parameter's choices for the whole study, so it goes on drawing it (and vLLM rejecting
+        # it off, recorded as before).
+        params = sample(plan.space, plan.ctx, trial, pin=False)
     return params, to_argv(plan.space, plan.ctx, params)

@@ -41,11 +41,20 @@ from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
 from autotune.core.plan.request import PlanRequest
+from autotune.core.space.exploration import (
+    EXPLORATIONS,
+    REFERENCE_STUDY,
+    Candidate,
+    exploration_order,
+    objective_uses,
+    order_text,
+)
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.space.search_space import (
     ModelContext,
     ReferenceSet,
     SearchSpace,
+    fixed,
     resolve_references,
 )
 from autotune.core.space.space_yaml import parse_space
@@ -91,6 +100,20 @@ class StudyPlan:
     @property
     def trials(self) -> int:
         return self.request.trials
+
+    @property
+    def exploration(self) -> tuple[Candidate, ...]:
+        """What is measured first after the baseline (none without a baseline, or with
+        ``exploration`` "sampler"): ``core.space.exploration``."""
+        if self.baseline is None or self.request.exploration != "order":
+            return ()
+        uses = objective_uses([(o.metric, o.minimize) for o in self.objectives])
+        return exploration_order(self.space, self.ctx, self.baseline.params, REFERENCE_STUDY,
+                                 uses=uses)
+
+    @property
+    def exploration_text(self) -> str:
+        return order_text(self.exploration, fixed(self.space, self.ctx))
 
     @property
     def study_name(self) -> str:
@@ -249,6 +272,8 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
                           "e.g. 1.25% (0: every run sends num_prompts)")
     if request.sampler not in SAMPLERS:
         raise ConfigError(f"--sampler {request.sampler!r}: valid samplers are {', '.join(SAMPLERS)}")
+    if request.exploration not in EXPLORATIONS:
+        raise ConfigError(f"--exploration {request.exploration!r}: valid: {', '.join(EXPLORATIONS)}")
     if request.tp is not None and request.tp < 1:
         raise ConfigError(f"--tp {request.tp}: must be >= 1")
     storage = storage_url(request.storage, f"sqlite:///{request.workdir / 'autotune.db'}")
