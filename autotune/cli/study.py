@@ -163,7 +163,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         smallest_difference=parse_percent(args.smallest_difference, "--smallest-difference"),
         precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
-        baseline=args.baseline, baseline_references=args.references, calibrate=not args.no_calibrate,
+        baseline=args.baseline, baseline_references=args.references, calibrate=args.calibrate,
     )
 
 
@@ -212,7 +212,7 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
         seconds, started = time_budget(study)
         end = None if seconds is None else started + seconds
     confirmed = confirm(study, plan, setup, k=k, trials=trials, rounds=rounds,
-                        say=progress.message, budget_end=end)
+                        say=progress.message, budget_end=end, only_open=study_budget)
     progress.message(f"confirmed {len(confirmed)} trial(s): "
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
@@ -357,9 +357,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{VLLM_DEFAULTS} (default: no tuned flag, the model's native context), a "
                         "reference name of --references, a file `autotune export` wrote "
                         "(yaml/json/shell) or flags, e.g. '--max-num-seqs 128'")
-    p.add_argument("--no-calibrate", action="store_true",
-                   help="do not deploy the baseline a second time right after it is served (that "
-                        "redeployment measures the spread between deployments, docs/noise.md)")
+    p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=False,
+                   help="deploy the baseline a second time right after it is served, to measure "
+                        "the spread between deployments from the start (default off: the spread "
+                        "is inherited from this storage's studies of the same model, machine and "
+                        "vLLM, else assumed, and learned from confirmations; docs/noise.md)")
     p.add_argument("--trials", type=int,
                    help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
                         "--time-budget alone, the time decides)")

@@ -1,12 +1,46 @@
 """A study's time budget as one record: what is used and left, whether one more deployment
-fits beside the confirmation's reserve, and the lines that say so; and the sampler's random
-start sized to the trials the budget allows (``StartUp``). Pure."""
+fits beside the confirmation's reserve, and the lines that say so; what one more trial is
+expected to cost, phase by phase (``expected_trial_s``); and the sampler's random start sized
+to the trials the budget allows (``StartUp``). Pure."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.maths.durations import duration_text
+from autotune.core.trial.outcome import TrialOutcome
+
+# Start-up phases that fill caches every later deployment of the machine shares (kernels compiled
+# just in time): only the first deployment pays them. torch.compile's graphs are not among them:
+# each new engine compiles its own.
+COLD_ONLY_PHASES = ("jit_s", "flashinfer_jit_s")
+
+
+def expected_trial_s(outcomes: Sequence[TrialOutcome]) -> float | None:
+    """What one more trial is expected to cost on this (by now warm) machine: a start plus the
+    rest of a trial (its runs, teardown and what surrounds them), each learned from the served
+    trials (measured, not raced or skipped; None before any). The start is the median start-up
+    of the deployments after the study's first; with the first alone, its start-up less the
+    phases only a first deployment pays (``COLD_ONLY_PHASES``). The rest is the mean of the
+    trials after the first where there are any (their runs' lengths rest on what the study
+    had measured by then), else the first's. So the first deployment's cold start and its
+    runs, sized before the spread was known, do not price the rest (issue #46: a 134-141 s
+    first trial priced a 59 s one)."""
+    served = sorted((t for t in outcomes if t.trial_wall_s and t.results and not t.raced
+                     and not t.skipped), key=lambda t: t.number)
+    if not served:
+        return None
+    first, later = served[0], served[1:]
+    starts = [t.startup_s for t in later if t.startup_s is not None]
+    if starts:
+        start = statistics.median(starts)
+    else:
+        cold = sum(float(first.startup_phases.get(k, 0.0) or 0.0) for k in COLD_ONLY_PHASES)
+        start = max((first.startup_s or 0.0) - cold, 0.0)
+    rest = [float(t.trial_wall_s or 0.0) - (t.startup_s or 0.0) for t in (later or served)]
+    return start + max(statistics.fmean(rest), 0.0)
 
 
 @dataclass(frozen=True)

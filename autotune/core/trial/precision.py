@@ -12,7 +12,9 @@ Two rules, one ``StopRule`` (docs/precision.md):
   its deployments per unit of device time is smallest. sigma_w is the run's own per-request
   relative spread (the largest over the pinned metrics, each metric's 95% half-width times
   sqrt(n) over t), c_r its own cost per request (elapsed seconds over requests completed, at its
-  concurrency), sigma_b the spread between deployments and C_d the cost of a deployment;
+  concurrency), sigma_b the spread between deployments and C_d the cost of a deployment; or
+  earlier, as ``precise``, once every pinned metric's 95% interval is within ``enough_rel``
+  (``PRECISION_SHARE`` of the smallest difference) of its value, where that comes first;
 - **precise** (``run --precision X``): every pinned metric's 95% interval is within
   ``target_rel`` of its value (the interval's half-width relative to the value).
 
@@ -60,6 +62,12 @@ STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT)
 # redeployments took 57-64 s and its trials 94 s; a GPU trial of the 25 GB model about 120 s,
 # its redeployment about 100 s (issue #40).
 DEPLOYMENT_S_PRIOR = {"cpu": 90.0, "gpu": 100.0}
+# A balanced run also stops once its own 95% half-widths are at most this share of the smallest
+# difference worth caring about (issue #46, docs/precision.md "Precise enough"): two runs that
+# precise tell a true difference of that size apart with about 80% chance from their requests
+# alone (z = 1/(share x sqrt 2) x 1.96 = 2.77 = 1.96 + 0.81), so more requests cannot change
+# a verdict about it; the deployments' spread decides the rest.
+PRECISION_SHARE = 0.5
 TIME_LIMIT_ERROR = "run time limit"  # how the client words a request cut by the profile's timeout_s
 
 _MEAN = re.compile(r"^mean_(ttft|tpot|e2el)_ms$")
@@ -126,13 +134,19 @@ class StopRule:
     min_requests: int = 10
     min_waves: int = 2
     balance: Balance | None = None
+    # With ``balance``: the run also stops, as ``precise``, once every pinned metric's 95%
+    # interval is within this fraction of its value (``enough_rel``: PRECISION_SHARE x the
+    # smallest difference worth caring about), whichever length comes first. None: n* alone.
+    enough_rel: float | None = None
 
     def __post_init__(self) -> None:
         one = (self.target_rel is None) != (self.balance is None)
         if (not one or (self.target_rel is not None and not self.target_rel > 0)
-                or self.min_requests < 2 or self.min_waves < 1):
+                or self.min_requests < 2 or self.min_waves < 1
+                or (self.enough_rel is not None and (self.balance is None or not self.enough_rel > 0))):
             raise ValueError(f"StopRule: one of target_rel {self.target_rel} (> 0) or balance "
-                             f"{self.balance}, min_requests {self.min_requests} >= 2 and "
+                             f"{self.balance} (enough_rel {self.enough_rel} > 0 only with a balance), "
+                             f"min_requests {self.min_requests} >= 2 and "
                              f"min_waves {self.min_waves} >= 1")
 
     @property
@@ -174,6 +188,8 @@ class Pinned:
             return PRECISE if precision(done, self.metrics, target).precise else ""
         if not done or any(not r.success for r in done):
             return ""
+        if rule.enough_rel is not None and precision(done, self.metrics, rule.enough_rel).precise:
+            return PRECISE  # small next to the smallest difference: shorter than n* here
         spread = max((within_sd(done, m) for m in self.metrics if pinnable(m)), default=0.0)
         return BALANCED if sent >= rule.balance.requests(spread, elapsed_s / len(done)) else ""
 

@@ -45,8 +45,8 @@ from autotune.core.analysis.study_data import StudyData, finalists, incumbents, 
 from autotune.core.deployment import failures
 from autotune.core.deployment.from_flags import Baseline
 from autotune.core.maths.durations import duration_text
-from autotune.core.plan.budget import TimeLeft, start_up
-from autotune.core.plan.confirmation import deployment_cost_s, failed_deployment_cost_s
+from autotune.core.plan.budget import TimeLeft, expected_trial_s, start_up
+from autotune.core.plan.confirmation import failed_deployment_cost_s, in_question
 from autotune.core.plan.scheduling import (
     REJECTED_CAP,
     Claim,
@@ -223,7 +223,7 @@ class StudyRunner:
             return self.sampler_fn(seed, plan.sampler)
         data = study_data(study, confirmed=False, others=self._others)
         start = start_up(plan.trials, budget_s=plan.time_budget_s,
-                         trial_s=deployment_cost_s(data.outcomes), platform=plan.ctx.platform)
+                         trial_s=expected_trial_s(data.outcomes), platform=plan.ctx.platform)
         if plan.sampler in ("tpe", "gp"):
             self.progress.message(start.text)
         return make_sampler(seed, plan.sampler, start.random_trials)
@@ -365,10 +365,12 @@ class StudyRunner:
             self._calibrate(study)
 
     def _calibrate(self, study: optuna.Study) -> None:
-        """Right after the baseline is served, deploy it once more (stored as a confirmation
-        deployment of it): the study's own spread between deployments from its start, so that
-        every interval rests on a measured noise. Skipped with --no-calibrate, where a spread is
-        already measured or inherited for every objective, or where the time budget cannot
+        """With `run --calibrate`, right after the baseline is served, deploy it once more
+        (stored as a confirmation deployment of it): the study's own spread between deployments
+        from its start. Off by default (issue #46: the replay found it does not pay for itself,
+        docs/noise.md): the spread is then inherited from this storage's studies under the same
+        conditions, else assumed, and learned from the confirmations. Skipped too where a spread
+        is already measured or inherited for every objective, or where the time budget cannot
         afford it beside the confirmation's reserve."""
         plan = self.plan
         data = study_data(study, others=self._others)
@@ -507,20 +509,25 @@ def run_seconds(data: StudyData) -> dict[str, float]:
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
               others: OthersNoise | None = None) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
-    of a deployment, measured on the served trials (``deployment_cost_s``; before the first,
-    what the failed deployments cost, a floor; None before any), and the confirmation's first
-    round kept in reserve (each finalist and the baseline deployed once, at the cost of
-    redeploying a measured engine, whose compiled graphs are cached): later rounds go only
-    where a tie is still open, and are planned inside whatever the search leaves
-    (``core.plan.confirmation``). Keeping every round in reserve cut a 5-minute CPU study
-    to one served trial, whose confirmation then shrank to one round anyway. ``others``: the
+    of a trial on the warm machine, phase by phase (``budget.expected_trial_s``: the first
+    deployment's cold start does not price the rest; before the first served trial, what the
+    failed deployments cost, a floor; None before any), and the confirmation's first round
+    kept in reserve for the finalists whose verdict is in question now (``in_question``: none
+    while every use's answer is decided or equivalent), at the cost of redeploying a measured
+    engine, whose compiled graphs are cached: later rounds go only where a tie is still open,
+    and are planned inside whatever the search leaves (``core.plan.confirmation``). Keeping
+    every round in reserve cut a 5-minute CPU study to one served trial, whose confirmation
+    then shrank to one round anyway. ``others``: the
     spreads other studies stored, as the caller read them (``study_data``'s)."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False, others=others)
-    cost = deployment_cost_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
+    cost = expected_trial_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
     again = data.deployment_s  # a redeployment's cost: the confirmation's
-    deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.run.confirm_rounds picks them
-    reserve = deployed * again if plan.confirm and again else 0.0
+    reserve = 0.0
+    if plan.confirm and again:  # as study.run.confirm_rounds picks them: those in question
+        judged = study_data(study, others=others)
+        chosen = [t.number for t in finalists(judged, plan.confirm)]
+        reserve = len(in_question(judged, chosen)[0]) * again
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)
