@@ -390,7 +390,8 @@ class CapacityStandIn(StandIn):
 
         fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
         m = super().__call__(argv, fixed, setup, on_phase)
-        knee = 10.0 if argv[argv.index("--optimization-level") + 1] == "0" else 40.0
+        level = argv[argv.index("--optimization-level") + 1] if "--optimization-level" in argv else "2"
+        knee = 10.0 if level == "0" else 40.0  # vLLM's defaults set no level: -O2
         results, searches = dict(m.results), {}
         for p in (p for p in bench.profiles if p.capacity):
             around = bench.around.get(p.name)
