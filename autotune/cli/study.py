@@ -368,8 +368,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", metavar="DURATION",
                    help="wall clock for the study, confirmation included, e.g. 20m or 2h: no "
                         "deployment starts whose expected end (at the measured cost of a "
-                        "deployment) passes it; the confirmation's cost is kept in reserve, and "
-                        "the confirmation is shrunk or skipped where it no longer fits")
+                        "deployment) passes it; a redeployment of each finalist whose verdict is "
+                        "in question is kept in reserve, and the confirmation is shrunk or skipped "
+                        "where it no longer fits")
     p.add_argument("--race", action="store_true",
                    help="stop measuring a trial once the front beats it beyond the noise (off by "
                         "default: docs/samplers.md says when it pays)")
