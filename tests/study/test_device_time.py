@@ -191,3 +191,50 @@ def test_the_budget_starts_another_trial_when_one_fits_after_a_cold_first_start(
                 storage=storage, clock=clock).work()
     assert walls == [140.0, 59.0, 59.0]
     assert 290.0 - (clock.now - began) < 59.0
+
+
+def test_a_run_stops_at_a_whole_wave_once_the_budget_leaves_it_no_more_seconds():
+    from autotune.core.trial.precision import BUDGET, Pinned
+
+    records = requests(0.08, 200)  # 1 s a request, 2 at a time: about 2 requests a second
+    pin = Pinned(StopRule(balance=Balance(0.01, 100.0)), ("mean_e2el_ms",), max_run_s=8.0)
+
+    def asked(p: Pinned) -> tuple[int, str]:  # at each whole wave, as the client asks
+        for k in range(2, len(records), 2):
+            why = p.stop(records[:k], sent=k, concurrency=2, ceiling=200,
+                         elapsed_s=records[k - 1].done_s)
+            if why:
+                return k, why
+        return len(records), ""
+
+    k, why = asked(pin)
+    assert why == BUDGET and records[k - 1].done_s >= 8.0 > records[k - 3].done_s
+    assert asked(dataclasses.replace(pin, max_run_s=None))[1] == BALANCED  # later: n* 113
+
+
+def test_a_trials_runs_share_what_the_budget_leaves_after_its_start(tmp_path):
+    """The cold/warm study above: before the third trial 91 s are left (290 - 199), less a
+    warm start of 30 s, shared by its 4 fixed runs (2 profiles x 2 repeats)."""
+    from autotune.core.trial.outcome import Measurement
+
+    clock, stand_in, allowed = Clock(trial_s=0.0), StandIn(), []
+
+    def cold_then_warm(argv, bench, setup, on_phase):
+        first = not allowed
+        allowed.append({p: pin.max_run_s for p, pin in bench.pinned.items()})
+        clock.now += 140.0 if first else 59.0
+        m: Measurement = stand_in([a for a in argv if a != "--enable-expert-parallel"], bench,
+                                  setup, on_phase)
+        return dataclasses.replace(m, startup_s=53.0 if first else 30.0,
+                                   startup_phases={"jit_s": 23.0} if first else {})
+
+    plan = make_plan(tmp_path, trials=100, references=False, confirm=0, time_budget_s=290.0)
+    plan.workdir.mkdir(parents=True)
+    storage = InMemoryStorage()
+    study, _, _ = prepare_study(plan, Heartbeat(), storage)
+    start_clock(study, clock.now)
+    StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=cold_then_warm,
+                storage=storage, clock=clock).work()
+    assert allowed[0]["low-concurrency"] == pytest.approx(290.0 / 4)  # nothing measured: no start
+    assert allowed[2] == {"low-concurrency": pytest.approx(61.0 / 4),
+                          "high-concurrency": pytest.approx(61.0 / 4)}

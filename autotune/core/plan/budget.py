@@ -1,6 +1,6 @@
 """A study's time budget as one record: what is used and left, whether one more deployment
 fits beside the confirmation's reserve, and the lines that say so; what one more trial is
-expected to cost, phase by phase (``expected_trial_s``); and the sampler's random start sized
+expected to cost, phase by phase (``trial_cost``); and the sampler's random start sized
 to the trials the budget allows (``StartUp``). Pure."""
 
 from __future__ import annotations
@@ -18,7 +18,26 @@ from autotune.core.trial.outcome import TrialOutcome
 COLD_ONLY_PHASES = ("jit_s", "flashinfer_jit_s")
 
 
+@dataclass(frozen=True)
+class TrialCost:
+    """What one more trial is expected to cost, in two phases: its start on this machine as it
+    is now (``start_s``) and the rest (``rest_s``: its runs, teardown and what surrounds them)."""
+
+    start_s: float
+    rest_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.start_s + self.rest_s
+
+
 def expected_trial_s(outcomes: Sequence[TrialOutcome]) -> float | None:
+    """``trial_cost``'s total (None before any served trial)."""
+    cost = trial_cost(outcomes)
+    return cost.total_s if cost is not None else None
+
+
+def trial_cost(outcomes: Sequence[TrialOutcome]) -> TrialCost | None:
     """What one more trial is expected to cost on this (by now warm) machine: a start plus the
     rest of a trial (its runs, teardown and what surrounds them), each learned from the served
     trials (measured, not raced or skipped; None before any). The start is the median start-up
@@ -40,7 +59,7 @@ def expected_trial_s(outcomes: Sequence[TrialOutcome]) -> float | None:
         cold = sum(float(first.startup_phases.get(k, 0.0) or 0.0) for k in COLD_ONLY_PHASES)
         start = max((first.startup_s or 0.0) - cold, 0.0)
     rest = [float(t.trial_wall_s or 0.0) - (t.startup_s or 0.0) for t in (later or served)]
-    return start + max(statistics.fmean(rest), 0.0)
+    return TrialCost(start, max(statistics.fmean(rest), 0.0))
 
 
 @dataclass(frozen=True)

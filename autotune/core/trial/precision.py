@@ -56,7 +56,8 @@ from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 
 PRECISE, BALANCED, CEILING, TIME_LIMIT = "precise", "balanced", "ceiling", "time limit"
-STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT)
+BUDGET = "time budget"  # the study's time budget left this run no more seconds (issue #46)
+STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT, BUDGET)
 # What one deployment costs before a study has measured one (seconds of device time: start-up,
 # the runs of the other profiles, teardown): the balance's prior. On 2 CPU cores the main job's
 # redeployments took 57-64 s and its trials 94 s; a GPU trial of the 25 GB model about 120 s,
@@ -171,18 +172,24 @@ class Pinned:
 
     rule: StopRule
     metrics: tuple[str, ...]
+    # Seconds this run may take before the study's time budget ends (None: no budget): at the
+    # first whole wave past them the run stops, as ``time budget``, whatever the rule says.
+    max_run_s: float | None = None
 
     def stop(self, done: Sequence[RequestResult], *, sent: int, concurrency: int, ceiling: int,
              elapsed_s: float) -> str:
         """The rule's answer as a request completes ('': go on, else the stop reason), with
         ``sent`` requests sent, ``done`` completed and ``elapsed_s`` seconds from the first
         send among ``done`` to this completion. Asked only at a whole wave, at least the floor
-        and below the ``ceiling``; then ``precise`` once every metric is within the target,
-        ``balanced`` once ``sent`` reaches n*. A failed request stops nothing. The client and
+        and below the ``ceiling``; then ``time budget`` once ``elapsed_s`` reaches
+        ``max_run_s``, ``precise`` once every metric is within the target, ``balanced`` once
+        ``sent`` reaches n*. A failed request stops nothing. The client and
         ``recheck`` ask only this."""
         rule = self.rule
         if not rule.asks(sent, concurrency, ceiling):
             return ""
+        if self.max_run_s is not None and elapsed_s >= self.max_run_s:
+            return BUDGET
         if rule.balance is None:
             target = float(rule.target_rel or 0.0)
             return PRECISE if precision(done, self.metrics, target).precise else ""
@@ -333,8 +340,8 @@ def precision(results: Sequence[RequestResult], metrics: Sequence[str], target_r
 
 def reason_for(results: Sequence[RequestResult], *, sent: int, ceiling: int, early: str) -> str:
     """Why a run that sent ``sent`` of ``ceiling`` requests ended: ``time limit`` where a
-    request was cut by the profile's time limit, else the rule's reason (``early``: ``precise``
-    or ``balanced``) when it stopped the run, else ``ceiling``."""
+    request was cut by the profile's time limit, else the rule's reason (``early``: ``precise``,
+    ``balanced`` or ``time budget``) when it stopped the run, else ``ceiling``."""
     if any(TIME_LIMIT_ERROR in r.error for r in results if not r.success):
         return TIME_LIMIT
     return early if early and sent < ceiling else CEILING
@@ -359,6 +366,17 @@ def balanced_pins(pinned: Mapping[str, Pinned], noise: NoiseModel, deployment_s:
                         deployment_s if deployment_s and deployment_s > 0 else balance.deployment_s)
         out[profile] = dataclasses.replace(pin, rule=dataclasses.replace(pin.rule, balance=known))
     return out
+
+
+def within_budget(pinned: Mapping[str, Pinned], run_s: float | None, runs: int
+                  ) -> dict[str, Pinned]:
+    """``pinned`` with each run allowed its share of ``run_s`` seconds (what the study's time
+    budget leaves a trial's runs; None: no budget, unchanged) over the trial's ``runs`` fixed
+    runs: a slow configuration's runs stop at their floor rather than outlast the budget."""
+    if run_s is None or runs < 1:
+        return dict(pinned)
+    each = max(run_s, 0.0) / runs
+    return {p: dataclasses.replace(pin, max_run_s=each) for p, pin in pinned.items()}
 
 
 def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequence[str],

@@ -45,7 +45,7 @@ from autotune.core.analysis.study_data import StudyData, finalists, incumbents, 
 from autotune.core.deployment import failures
 from autotune.core.deployment.from_flags import Baseline
 from autotune.core.maths.durations import duration_text
-from autotune.core.plan.budget import TimeLeft, expected_trial_s, start_up
+from autotune.core.plan.budget import TimeLeft, expected_trial_s, start_up, trial_cost
 from autotune.core.plan.confirmation import failed_deployment_cost_s, in_question
 from autotune.core.plan.scheduling import (
     REJECTED_CAP,
@@ -60,6 +60,7 @@ from autotune.core.plan.scheduling import (
 )
 from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
+from autotune.core.trial.precision import within_budget
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.told import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
@@ -67,7 +68,14 @@ from autotune.shell.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
 from autotune.study.run.confirm_rounds import deploy_once
 from autotune.study.run.creation import trial_flags
-from autotune.study.run.one_trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
+from autotune.study.run.one_trial import (
+    BenchPlan,
+    TrialFunction,
+    TrialSetup,
+    Validated,
+    run_trial,
+    validated,
+)
 from autotune.study.run.planning import StudyPlan
 from autotune.study.run.reaping import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.run.samplers import make_sampler
@@ -350,6 +358,7 @@ class StudyRunner:
             bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
                 Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
                 for t in data.front()), data.noise))
+        bench = self._within_budget(study, bench)
         measured = self._measure(claim.argv, bench, setup, number, trial.number)
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
@@ -363,6 +372,20 @@ class StudyRunner:
         self._report(study, number, trial.number)
         if self._baseline is not None and claim.reference == self._baseline.name:
             self._calibrate(study)
+
+    def _within_budget(self, study: optuna.Study, bench: BenchPlan) -> BenchPlan:
+        """``bench`` with its fixed runs allowed what the time budget leaves them (none without
+        a budget): the time left, less the confirmation's reserve and the expected start,
+        shared among the trial's fixed runs. A configuration far slower than those measured
+        (-O0 where the others compile) then stops its runs at their floor instead of
+        outlasting the budget: its cost was not predictable from the others'."""
+        left = time_left(study, self.plan, now=self.clock(), others=self._others)
+        if left is None or not bench.pinned:
+            return bench
+        cost = trial_cost(study_data(study, confirmed=False, others=self._others).outcomes)
+        run_s = left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
+        return dataclasses.replace(bench, pinned=within_budget(
+            bench.pinned, run_s, len(bench.pinned) * bench.repeats))
 
     def _calibrate(self, study: optuna.Study) -> None:
         """With `run --calibrate`, right after the baseline is served, deploy it once more
