@@ -238,3 +238,20 @@ def test_a_trials_runs_share_what_the_budget_leaves_after_its_start(tmp_path):
     assert allowed[0]["low-concurrency"] == pytest.approx(290.0 / 4)  # nothing measured: no start
     assert allowed[2] == {"low-concurrency": pytest.approx(61.0 / 4),
                           "high-concurrency": pytest.approx(61.0 / 4)}
+
+
+def test_a_confirmation_deployments_runs_share_what_the_budget_leaves_after_its_start(tmp_path):
+    plan, study, _ = tied(tmp_path, smallest_difference=0.01)  # undecided: confirmed
+    clock, stand_in, allowed = Clock(trial_s=10.0), MtpDoesNothing(seed=3), []
+
+    def recording(argv, bench, setup, on_phase):
+        allowed.append({p: pin.max_run_s for p, pin in bench.pinned.items()})
+        clock.now += clock.trial_s
+        return stand_in(argv, bench, setup, on_phase)
+
+    confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=3, trial_fn=recording,
+            budget_end=clock.now + 100.0, clock=clock, only_open=True)
+    # the stand-in's trials started in 1 s: 99 s for 2 profiles x 2 repeats, then 10 s less
+    assert allowed[0] == {"low-concurrency": pytest.approx(99.0 / 4),
+                          "high-concurrency": pytest.approx(99.0 / 4)}
+    assert allowed[1]["low-concurrency"] == pytest.approx(89.0 / 4)

@@ -18,6 +18,16 @@ from autotune.core.trial.outcome import TrialOutcome
 COLD_ONLY_PHASES = ("jit_s", "flashinfer_jit_s")
 
 
+def redeployment_start_s(outcomes: Sequence[TrialOutcome]) -> float | None:
+    """The expected start of a redeployment of a measured engine (a confirmation's), which
+    finds its compiled graphs in the cache: the median start-up of the served trials, each less
+    the compile seconds it spent filling that cache (None before any)."""
+    starts = [t.startup_s - (float(t.startup_phases.get("compile_s", 0.0) or 0.0)
+                             if t.startup_phases.get("compile_cache") == "miss" else 0.0)
+              for t in outcomes if t.results and t.startup_s is not None and not t.skipped]
+    return max(statistics.median(starts), 0.0) if starts else None
+
+
 @dataclass(frozen=True)
 class TrialCost:
     """What one more trial is expected to cost, in two phases: its start on this machine as it

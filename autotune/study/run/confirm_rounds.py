@@ -22,6 +22,7 @@ import optuna
 
 from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.maths.durations import duration_text
+from autotune.core.plan.budget import redeployment_start_s
 from autotune.core.plan.confirmation import (
     ConfirmationState,
     by_priority,
@@ -30,6 +31,7 @@ from autotune.core.plan.confirmation import (
     plan_confirmation,
 )
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.core.trial.precision import within_budget
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
 from autotune.study.run.one_trial import TrialFunction, TrialSetup, run_trial
@@ -100,11 +102,13 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
 
 def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: TrialOutcome,
                 count: int, *, trial_fn: TrialFunction, say: Callable[[str], None],
-                tag: str, others: OthersNoise | None = None) -> dict[str, ProfileResult]:
+                tag: str, others: OthersNoise | None = None,
+                run_s: float | None = None) -> dict[str, ProfileResult]:
     """Deploy trial ``t`` once more (its ``count``-th confirmation deployment) with the study's
     benchmark, a capacity profile re-probing the boundary its search found; its runs are stored
     the moment it is torn down. Returns them ({} when it failed, which is said). ``others``:
-    the spreads other studies stored, as the caller read them (``study_data``'s)."""
+    the spreads other studies stored, as the caller read them (``study_data``'s); ``run_s``:
+    the seconds a time budget leaves its fixed runs, shared among them (None: no budget)."""
     folder = plan.workdir / "trials" / plan.study_name
     while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
         count += 1
@@ -113,7 +117,8 @@ def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: Tria
     bench = (plan.bench.measured(study_data(study, others=others)) if plan.bench.balanced
              else plan.bench)
     bench = dataclasses.replace(bench, around={
-        p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
+        p: s.boundary for p, s in t.capacity.items() if s.boundary.found},
+        pinned=within_budget(bench.pinned, run_s, len(bench.pinned) * bench.repeats))
     m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
     if m.failure is not None:
         say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
@@ -134,8 +139,9 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
     at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
     every use is decided or equivalent or the deployments ``rounds`` rounds would take are
-    spent. With ``budget_end`` (epoch seconds) the confirmation is planned to fit and no
-    deployment starts whose expected end passes it. An unfinished confirmation stored in the
+    spent. With ``budget_end`` (epoch seconds) the confirmation is planned to fit, no
+    deployment starts whose expected end passes it, and each deployment's fixed runs share what
+    is left after its expected start (``precision.within_budget``). An unfinished confirmation stored in the
     study is continued instead of starting a new one. ``only_open`` (the confirmation that ends
     `run`): of the finalists, only those whose verdict is in question are deployed (none: the
     confirmation is skipped, said in one line). Returns the runs this call added; a trial
@@ -187,8 +193,10 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             count = state.deployments_of(t.number) + 1
             tag = (f"confirm step {r + 1} of up to {total}, deployment {i + 1} of {len(order)}: "
                    f"trial {t.label}")
+            start = redeployment_start_s(data.outcomes) or 0.0
             got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag,
-                              others=others)
+                              others=others,
+                              run_s=None if budget_end is None else budget_end - now - start)
             walls.append(clock() - now)
             for profile, result in got.items():
                 runs[t.number].setdefault(profile, []).extend(result.runs)
