@@ -164,7 +164,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         smallest_difference=parse_smallest_difference(args.smallest_difference),
         precision=parse_precision(args.precision),
         startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
-        baseline=args.baseline, baseline_references=args.references, calibrate=not args.no_calibrate,
+        baseline=args.baseline, baseline_references=args.references, calibrate=args.calibrate,
         exploration=args.exploration,
     )
 
@@ -214,7 +214,7 @@ def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | 
         seconds, started = time_budget(study)
         end = None if seconds is None else started + seconds
     confirmed = confirm(study, plan, setup, k=k, trials=trials, rounds=rounds,
-                        say=progress.message, budget_end=end)
+                        say=progress.message, budget_end=end, only_open=study_budget)
     progress.message(f"confirmed {len(confirmed)} trial(s): "
                      f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
@@ -412,17 +412,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="after the baseline, measure first: order (default) the single changes "
                         "the reference study's effects expect to help most, then the sampler; "
                         "sampler: the sampler from the start (chosen by replay, docs/answers.md)")
-    p.add_argument("--no-calibrate", action="store_true",
-                   help="do not deploy the baseline a second time right after it is served (that "
-                        "redeployment measures the spread between deployments, docs/noise.md)")
+    p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=False,
+                   help="deploy the baseline a second time right after it is served, to measure "
+                        "the spread between deployments from the start (default off: the spread "
+                        "is inherited from this storage's studies of the same model, machine and "
+                        "vLLM, else assumed, and learned from confirmations; docs/noise.md)")
     p.add_argument("--trials", type=int,
                    help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
                         "--time-budget alone, the time decides)")
     p.add_argument("--time-budget", metavar="DURATION",
                    help="wall clock for the study, confirmation included, e.g. 20m or 2h: no "
                         "deployment starts whose expected end (at the measured cost of a "
-                        "deployment) passes it; the confirmation's cost is kept in reserve, and "
-                        "the confirmation is shrunk or skipped where it no longer fits")
+                        "deployment) passes it; a redeployment of each finalist whose verdict is "
+                        "in question is kept in reserve, and the confirmation is shrunk or skipped "
+                        "where it no longer fits")
     p.add_argument("--race", action="store_true",
                    help="stop measuring a trial once the front beats it beyond the noise (off by "
                         "default: docs/samplers.md says when it pays)")

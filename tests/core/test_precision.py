@@ -352,8 +352,9 @@ def test_the_requests_needed_script_counts_from_the_rules_floor_and_runs_on_synt
 @pytest.mark.parametrize("flag, said", [
     ([], "runs stop at the balanced length n* = sigma_w/sigma_b x sqrt(C_d/c_r), where more "
          "requests buy less than another deployment (sigma_b 20.00%, C_d 90 s until the study "
-         "measures them; --precision X for a target instead): low-concurrency mean_e2el_ms; "
-         "high-concurrency output_throughput"),
+         "measures them), or sooner once their 95% intervals are within 2.50% of their value "
+         "(0.5 x the smallest difference, 5%); --precision X for a target instead: "
+         "low-concurrency mean_e2el_ms; high-concurrency output_throughput"),
     (["--precision", "2%"], "within 2% of their value (--precision)"),
     (["--precision", "0"], "runs send every profile's num_prompts (--precision 0)"),
 ], ids=["default-balanced", "given", "off"])
@@ -436,7 +437,8 @@ def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_t
 
     monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")
     request = PlanRequest(profiles=(WorkloadProfile(name="low"),))
-    assert planning.stop_rule(request) == StopRule(balance=Balance(REDEPLOYMENT_LOG_SD["gpu"], 100.0))
+    assert planning.stop_rule(request) == StopRule(balance=Balance(REDEPLOYMENT_LOG_SD["gpu"], 100.0),
+                                                   enough_rel=0.025)  # half of 5%
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.02)) == StopRule(0.02)
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.0)) is None
 

@@ -341,10 +341,10 @@ def test_vllms_own_config_yaml_and_a_full_command_are_read_by_vllms_parser(tmp_p
     assert "sk-secret" not in json.dumps(plan.request.to_dict())
 
 
-def test_the_calibration_redeploys_the_baseline_once_and_the_noise_is_measured(tmp_path):
+def test_calibrate_redeploys_the_baseline_once_and_the_noise_is_measured(tmp_path):
     stand_in = StandIn()
     said = Said()
-    study = run_in_memory(plan_of(tmp_path, trials=3), stand_in, progress=said)
+    study = run_in_memory(plan_of(tmp_path, trials=3, calibrate=True), stand_in, progress=said)
     base_argv = ("--tensor-parallel-size", "1")
     assert stand_in.calls[:2] == [base_argv, base_argv] and stand_in.calls.count(base_argv) == 2
     line = noise_line(study_data(study))
@@ -352,16 +352,28 @@ def test_the_calibration_redeploys_the_baseline_once_and_the_noise_is_measured(t
     assert any(text.startswith("calibration: trial #0 vllm-defaults deployed again: noise: ") for text in said.said)
 
 
-def test_no_calibrate_deploys_the_baseline_once_and_the_noise_stays_assumed(tmp_path):
-    stand_in = StandIn()
-    study = run_in_memory(plan_of(tmp_path, trials=3, calibrate=False), stand_in)
+def test_by_default_the_baseline_is_deployed_once_and_the_noise_stays_assumed(tmp_path):
+    stand_in = StandIn()  # calibration is off by default (issue #46: it did not pay in the replay)
+    study = run_in_memory(plan_of(tmp_path, trials=3), stand_in)
     assert stand_in.calls.count(("--tensor-parallel-size", "1")) == 1
-    assert "measured" not in noise_line(study_data(study))
+    line = noise_line(study_data(study))
+    assert "measured" not in line and "assumed" in line
+
+
+@pytest.mark.parametrize(("flags", "calibrate"), [
+    ((), False), (("--calibrate",), True), (("--no-calibrate",), False),
+], ids=["default-off", "asked", "no-calibrate-still-accepted"])
+def test_run_calibrates_only_when_asked(flags, calibrate):
+    from autotune.cli import build_parser
+    from autotune.cli.study import request_of
+
+    args = build_parser().parse_args(["run", "--dry-run", *flags])
+    assert request_of(args).calibrate is calibrate
 
 
 def test_noise_is_inherited_by_a_study_of_the_same_model_and_not_by_another_models(tmp_path):
     storage, reads = InMemoryStorage(), []  # one storage, three studies
-    run(plan_of(tmp_path, trials=1, name="first"), StandIn(), storage=storage)
+    run(plan_of(tmp_path, trials=1, name="first", calibrate=True), StandIn(), storage=storage)
     every_study = storage.get_all_studies  # what reading the other studies' spreads costs
     storage.get_all_studies = lambda: reads.append(1) or every_study()
     again = StandIn(seed=1)

@@ -390,7 +390,8 @@ class CapacityStandIn(StandIn):
 
         fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
         m = super().__call__(argv, fixed, setup, on_phase)
-        knee = 10.0 if argv[argv.index("--optimization-level") + 1] == "0" else 40.0
+        level = argv[argv.index("--optimization-level") + 1] if "--optimization-level" in argv else "2"
+        knee = 10.0 if level == "0" else 40.0  # vLLM's defaults set no level: -O2
         results, searches = dict(m.results), {}
         for p in (p for p in bench.profiles if p.capacity):
             around = bench.around.get(p.name)
@@ -586,8 +587,9 @@ def test_a_sampler_that_draws_only_measured_engines_stops_the_search_without_a_s
 
 def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path):
     """Every deployment costs 100 s of a fake clock. The first trial starts with no estimate;
-    after it, the search keeps the confirmation's first round in reserve (1 finalist x 100 s) and
-    stops; the confirmation is shrunk to what is left, or skipped, and says so."""
+    after it, the search keeps in reserve one redeployment of each finalist whose verdict is in
+    question (none while every answer is decided), and the confirmation deploys only those:
+    the study never passes its budget and never ends with a whole deployment's time unused."""
     from autotune.study.store.state import start_clock
 
     clock = Clock(trial_s=100.0)
@@ -597,17 +599,7 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
         clock.now += clock.trial_s
         return stand_in(argv, bench, setup, on_phase)
 
-    for budget, confirmed, line in (
-            (250.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
-                       "(1 trial(s) x 2 round(s)) would take 3 min 20 s at ~1 min 40 s a deployment; "
-                       "2 min 30 s of the time budget is left"),
-            (150.0, 0, "confirmation skipped: the full confirmation (1 trial(s) x 2 round(s)) "
-                       "would take 3 min 20 s at ~1 min 40 s a deployment; 50 s of the time budget "
-                       "is left"),
-            # The search takes what the first round leaves: 4 trials, then 1 round in 150 s.
-            (550.0, 1, "confirmation shrunk to 1 trial(s) x 1 round(s): the full confirmation "
-                       "(1 trial(s) x 2 round(s)) would take 3 min 20 s at ~1 min 40 s a deployment; "
-                       "2 min 30 s of the time budget is left")):
+    for budget in (150.0, 250.0, 550.0):
         where = tmp_path / f"b{int(budget)}"
         where.mkdir()
         plan = make_plan(where, trials=100, references=False, confirm=1, time_budget_s=budget)
@@ -618,13 +610,11 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
         start_clock(study, start)
         setup = TrialSetup(model="", workdir=plan.workdir)
         StudyRunner(plan, setup, trial_fn=costly, storage=storage, clock=clock).work()
-        searched = clock.now - start
         said: list[str] = []
         confirm(study, plan, setup, k=1, trial_fn=costly, say=said.append,
-                budget_end=start + budget, clock=clock)
-        assert clock.now - start <= budget, budget
-        assert clock.now - start - searched == 100.0 * confirmed, budget
-        assert said[0] == line
+                budget_end=start + budget, clock=clock, only_open=True)
+        used = clock.now - start
+        assert used <= budget and budget - used < 100.0, (budget, used, said)
 
 
 def test_deployments_that_crash_before_any_is_served_still_price_the_next_trial(tmp_path):

@@ -1,12 +1,75 @@
 """A study's time budget as one record: what is used and left, whether one more deployment
-fits beside the confirmation's reserve, and the lines that say so; and the sampler's random
-start sized to the trials the budget allows (``StartUp``). Pure."""
+fits beside the confirmation's reserve, and the lines that say so; what one more trial is
+expected to cost, phase by phase (``trial_cost``); and the sampler's random start sized
+to the trials the budget allows (``StartUp``). Pure."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.maths.durations import duration_text
+from autotune.core.trial.outcome import TrialOutcome
+
+# Start-up phases that fill caches every later deployment of the machine shares (kernels compiled
+# just in time): only the first deployment pays them. torch.compile's graphs are not among them:
+# each new engine compiles its own.
+COLD_ONLY_PHASES = ("jit_s", "flashinfer_jit_s")
+
+
+def redeployment_start_s(outcomes: Sequence[TrialOutcome]) -> float | None:
+    """The expected start of a redeployment of a measured engine (a confirmation's), which
+    finds its compiled graphs in the cache: the median start-up of the served trials, each less
+    the compile seconds it spent filling that cache (None before any)."""
+    starts = [t.startup_s - (float(t.startup_phases.get("compile_s", 0.0) or 0.0)
+                             if t.startup_phases.get("compile_cache") == "miss" else 0.0)
+              for t in outcomes if t.results and t.startup_s is not None and not t.skipped]
+    return max(statistics.median(starts), 0.0) if starts else None
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """What one more trial is expected to cost, in two phases: its start on this machine as it
+    is now (``start_s``) and the rest (``rest_s``: its runs, teardown and what surrounds them)."""
+
+    start_s: float
+    rest_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.start_s + self.rest_s
+
+
+def expected_trial_s(outcomes: Sequence[TrialOutcome]) -> float | None:
+    """``trial_cost``'s total (None before any served trial)."""
+    cost = trial_cost(outcomes)
+    return cost.total_s if cost is not None else None
+
+
+def trial_cost(outcomes: Sequence[TrialOutcome]) -> TrialCost | None:
+    """What one more trial is expected to cost on this (by now warm) machine: a start plus the
+    rest of a trial (its runs, teardown and what surrounds them), each learned from the served
+    trials (measured, not raced or skipped; None before any). The start is the median start-up
+    of the deployments after the study's first; with the first alone, its start-up less the
+    phases only a first deployment pays (``COLD_ONLY_PHASES``). The rest is the mean of the
+    trials after the first where there are any (their runs' lengths rest on what the study
+    had measured by then), else the first's. So the first deployment's cold start and its
+    runs, sized before the spread was known, do not price the rest (issue #46: a 134-141 s
+    first trial priced a 59 s one)."""
+    served = sorted((t for t in outcomes if t.trial_wall_s and t.results and not t.raced
+                     and not t.skipped), key=lambda t: t.number)
+    if not served:
+        return None
+    first, later = served[0], served[1:]
+    starts = [t.startup_s for t in later if t.startup_s is not None]
+    if starts:
+        start = statistics.median(starts)
+    else:
+        cold = sum(float(first.startup_phases.get(k, 0.0) or 0.0) for k in COLD_ONLY_PHASES)
+        start = max((first.startup_s or 0.0) - cold, 0.0)
+    rest = [float(t.trial_wall_s or 0.0) - (t.startup_s or 0.0) for t in (later or served)]
+    return TrialCost(start, max(statistics.fmean(rest), 0.0))
 
 
 @dataclass(frozen=True)

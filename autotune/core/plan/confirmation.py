@@ -159,6 +159,25 @@ def open_pairs(data: StudyData) -> list[OpenPair]:
     return list(found.values())
 
 
+def in_question(data: StudyData, finalists: Sequence[int]) -> tuple[list[int], str]:
+    """The ``finalists`` (in their order) whose redeployment could change a use's answer: those
+    in a comparison still undecided (``open_pairs``: a pick against its baseline or a rival),
+    and one line on what is left out. A pick already decided or equivalent against every other
+    is not redeployed (issue #46): another deployment would only confirm what is said."""
+    pairs = open_pairs(data)
+    wanted = [n for n in finalists if any(n in (p.pick, p.other) for p in pairs)]
+    if wanted:
+        kept = ", ".join(f"#{n}" for n in wanted)
+        left = [n for n in finalists if n not in wanted]
+        out = f"; #{', #'.join(map(str, left))} decided, not redeployed" if left else ""
+        return wanted, (f"{len(pairs)} comparison(s) undecided: confirming {kept}{out}")
+    if pairs:
+        return [], ("confirmation: not needed, the comparisons still undecided involve no "
+                    "finalist")
+    return [], ("confirmation: not needed, every use's answer is decided or equivalent against "
+                "the baseline and its rivals (interactive, throughput, balanced)")
+
+
 def wrong_chance(data: StudyData, pairs: Sequence[OpenPair], extra: int | None = None) -> float:
     """The summed chance, over ``pairs`` and their objectives, that the measured order of the
     two is the wrong one: Phi(-|d| / se) of the log difference, with one more deployment of

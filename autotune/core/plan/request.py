@@ -75,7 +75,9 @@ class PlanRequest:
     imported_from: str | None = None  # results imported from this file: no worker can run it
     # Right after the baseline is served, deploy it once more: the study's first measurement of
     # the spread between deployments (docs/noise.md), where none is inherited and time allows.
-    calibrate: bool = True
+    # Off by default since issue #46: the replay found it does not pay for itself (docs/answers.md);
+    # the noise is inherited from the storage's studies or assumed, and learned from confirmations.
+    calibrate: bool = False
     # The flags of the user's own deployment (`run --baseline`) that no parameter of the space
     # tunes, as argv: every trial deploys with them, and every export carries them. Filled in
     # from --baseline by the plan, stored, and read back by every worker and reading command.

@@ -12,7 +12,9 @@ Two rules, one ``StopRule`` (docs/precision.md):
   its deployments per unit of device time is smallest. sigma_w is the run's own per-request
   relative spread (the largest over the pinned metrics, each metric's 95% half-width times
   sqrt(n) over t), c_r its own cost per request (elapsed seconds over requests completed, at its
-  concurrency), sigma_b the spread between deployments and C_d the cost of a deployment;
+  concurrency), sigma_b the spread between deployments and C_d the cost of a deployment; or
+  earlier, as ``precise``, once every pinned metric's 95% interval is within ``enough_rel``
+  (``PRECISION_SHARE`` of the smallest difference) of its value, where that comes first;
 - **precise** (``run --precision X``): every pinned metric's 95% interval is within
   ``target_rel`` of its value (the interval's half-width relative to the value).
 
@@ -54,12 +56,19 @@ from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 
 PRECISE, BALANCED, CEILING, TIME_LIMIT = "precise", "balanced", "ceiling", "time limit"
-STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT)
+BUDGET = "time budget"  # the study's time budget left this run no more seconds (issue #46)
+STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT, BUDGET)
 # What one deployment costs before a study has measured one (seconds of device time: start-up,
 # the runs of the other profiles, teardown): the balance's prior. On 2 CPU cores the main job's
 # redeployments took 57-64 s and its trials 94 s; a GPU trial of the 25 GB model about 120 s,
 # its redeployment about 100 s (issue #40).
 DEPLOYMENT_S_PRIOR = {"cpu": 90.0, "gpu": 100.0}
+# A balanced run also stops once its own 95% half-widths are at most this share of the smallest
+# difference worth caring about (issue #46, docs/precision.md "Precise enough"): two runs that
+# precise tell a true difference of that size apart with about 80% chance from their requests
+# alone (z = 1/(share x sqrt 2) x 1.96 = 2.77 = 1.96 + 0.81), so more requests cannot change
+# a verdict about it; the deployments' spread decides the rest.
+PRECISION_SHARE = 0.5
 TIME_LIMIT_ERROR = "run time limit"  # how the client words a request cut by the profile's timeout_s
 
 _MEAN = re.compile(r"^mean_(ttft|tpot|e2el)_ms$")
@@ -126,13 +135,19 @@ class StopRule:
     min_requests: int = 10
     min_waves: int = 2
     balance: Balance | None = None
+    # With ``balance``: the run also stops, as ``precise``, once every pinned metric's 95%
+    # interval is within this fraction of its value (``enough_rel``: PRECISION_SHARE x the
+    # smallest difference worth caring about), whichever length comes first. None: n* alone.
+    enough_rel: float | None = None
 
     def __post_init__(self) -> None:
         one = (self.target_rel is None) != (self.balance is None)
         if (not one or (self.target_rel is not None and not self.target_rel > 0)
-                or self.min_requests < 2 or self.min_waves < 1):
+                or self.min_requests < 2 or self.min_waves < 1
+                or (self.enough_rel is not None and (self.balance is None or not self.enough_rel > 0))):
             raise ValueError(f"StopRule: one of target_rel {self.target_rel} (> 0) or balance "
-                             f"{self.balance}, min_requests {self.min_requests} >= 2 and "
+                             f"{self.balance} (enough_rel {self.enough_rel} > 0 only with a balance), "
+                             f"min_requests {self.min_requests} >= 2 and "
                              f"min_waves {self.min_waves} >= 1")
 
     @property
@@ -157,23 +172,31 @@ class Pinned:
 
     rule: StopRule
     metrics: tuple[str, ...]
+    # Seconds this run may take before the study's time budget ends (None: no budget): at the
+    # first whole wave past them the run stops, as ``time budget``, whatever the rule says.
+    max_run_s: float | None = None
 
     def stop(self, done: Sequence[RequestResult], *, sent: int, concurrency: int, ceiling: int,
              elapsed_s: float) -> str:
         """The rule's answer as a request completes ('': go on, else the stop reason), with
         ``sent`` requests sent, ``done`` completed and ``elapsed_s`` seconds from the first
         send among ``done`` to this completion. Asked only at a whole wave, at least the floor
-        and below the ``ceiling``; then ``precise`` once every metric is within the target,
-        ``balanced`` once ``sent`` reaches n*. A failed request stops nothing. The client and
+        and below the ``ceiling``; then ``time budget`` once ``elapsed_s`` reaches
+        ``max_run_s``, ``precise`` once every metric is within the target, ``balanced`` once
+        ``sent`` reaches n*. A failed request stops nothing. The client and
         ``recheck`` ask only this."""
         rule = self.rule
         if not rule.asks(sent, concurrency, ceiling):
             return ""
+        if self.max_run_s is not None and elapsed_s >= self.max_run_s:
+            return BUDGET
         if rule.balance is None:
             target = float(rule.target_rel or 0.0)
             return PRECISE if precision(done, self.metrics, target).precise else ""
         if not done or any(not r.success for r in done):
             return ""
+        if rule.enough_rel is not None and precision(done, self.metrics, rule.enough_rel).precise:
+            return PRECISE  # small next to the smallest difference: shorter than n* here
         spread = max((within_sd(done, m) for m in self.metrics if pinnable(m)), default=0.0)
         return BALANCED if sent >= rule.balance.requests(spread, elapsed_s / len(done)) else ""
 
@@ -317,8 +340,8 @@ def precision(results: Sequence[RequestResult], metrics: Sequence[str], target_r
 
 def reason_for(results: Sequence[RequestResult], *, sent: int, ceiling: int, early: str) -> str:
     """Why a run that sent ``sent`` of ``ceiling`` requests ended: ``time limit`` where a
-    request was cut by the profile's time limit, else the rule's reason (``early``: ``precise``
-    or ``balanced``) when it stopped the run, else ``ceiling``."""
+    request was cut by the profile's time limit, else the rule's reason (``early``: ``precise``,
+    ``balanced`` or ``time budget``) when it stopped the run, else ``ceiling``."""
     if any(TIME_LIMIT_ERROR in r.error for r in results if not r.success):
         return TIME_LIMIT
     return early if early and sent < ceiling else CEILING
@@ -343,6 +366,17 @@ def balanced_pins(pinned: Mapping[str, Pinned], noise: NoiseModel, deployment_s:
                         deployment_s if deployment_s and deployment_s > 0 else balance.deployment_s)
         out[profile] = dataclasses.replace(pin, rule=dataclasses.replace(pin.rule, balance=known))
     return out
+
+
+def within_budget(pinned: Mapping[str, Pinned], run_s: float | None, runs: int
+                  ) -> dict[str, Pinned]:
+    """``pinned`` with each run allowed its share of ``run_s`` seconds (what the study's time
+    budget leaves a trial's runs; None: no budget, unchanged) over the trial's ``runs`` fixed
+    runs: a slow configuration's runs stop at their floor rather than outlast the budget."""
+    if run_s is None or runs < 1:
+        return dict(pinned)
+    each = max(run_s, 0.0) / runs
+    return {p: dataclasses.replace(pin, max_run_s=each) for p, pin in pinned.items()}
 
 
 def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequence[str],

@@ -22,13 +22,16 @@ import optuna
 
 from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.maths.durations import duration_text
+from autotune.core.plan.budget import redeployment_start_s
 from autotune.core.plan.confirmation import (
     ConfirmationState,
     by_priority,
+    in_question,
     next_deployment,
     plan_confirmation,
 )
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.core.trial.precision import within_budget
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
 from autotune.study.run.one_trial import TrialFunction, TrialSetup, run_trial
@@ -67,10 +70,12 @@ def _unfinished(stored: ConfirmationState, trials: Sequence[int] | None,
 
 
 def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequence[int] | None,
-                   rounds: int, left_s: float | None, say: Callable[[str], None]
-                   ) -> ConfirmationState:
+                   rounds: int, left_s: float | None, say: Callable[[str], None],
+                   judged: StudyData | None = None) -> ConfirmationState:
     """The confirmation to run: the unfinished one stored in the study, when this call asks for
-    it again, or a new one of ``trials`` (default: up to ``k`` finalists and the baseline)
+    it again, or a new one of ``trials`` (default: up to ``k`` finalists and the baseline; given
+    ``judged``, the study's data with its confirmed runs: of those, only the ones in a
+    comparison still undecided there, ``in_question``)
     planned to fit ``left_s`` (``plan_confirmation``), stored before anything deploys."""
     stored = read_confirmation(study)
     base = data.baseline.number if data.baseline is not None else None
@@ -80,6 +85,13 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
             f"{len(stored.trials) * stored.rounds} deployment(s) done")
         return stored
     numbers = finalists_now if trials is None else [t.number for t in chosen_trials(data, trials)]
+    if trials is None and judged is not None:
+        numbers, why = in_question(judged, numbers)
+        say(why)
+        if not numbers:
+            state = ConfirmationState(deployed=stored.deployed, finished=True)
+            write_confirmation(study, state)
+            return state
     planned = plan_confirmation(numbers, rounds, left_s=left_s, deployment_s=data.deployment_s)
     say(planned.message)
     state = ConfirmationState(planned.trials, planned.rounds, deployed=stored.deployed,
@@ -90,11 +102,13 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
 
 def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: TrialOutcome,
                 count: int, *, trial_fn: TrialFunction, say: Callable[[str], None],
-                tag: str, others: OthersNoise | None = None) -> dict[str, ProfileResult]:
+                tag: str, others: OthersNoise | None = None,
+                run_s: float | None = None) -> dict[str, ProfileResult]:
     """Deploy trial ``t`` once more (its ``count``-th confirmation deployment) with the study's
     benchmark, a capacity profile re-probing the boundary its search found; its runs are stored
     the moment it is torn down. Returns them ({} when it failed, which is said). ``others``:
-    the spreads other studies stored, as the caller read them (``study_data``'s)."""
+    the spreads other studies stored, as the caller read them (``study_data``'s); ``run_s``:
+    the seconds a time budget leaves its fixed runs, shared among them (None: no budget)."""
     folder = plan.workdir / "trials" / plan.study_name
     while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
         count += 1
@@ -103,7 +117,8 @@ def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: Tria
     bench = (plan.bench.measured(study_data(study, others=others)) if plan.bench.balanced
              else plan.bench)
     bench = dataclasses.replace(bench, around={
-        p: s.boundary for p, s in t.capacity.items() if s.boundary.found})
+        p: s.boundary for p, s in t.capacity.items() if s.boundary.found},
+        pinned=within_budget(bench.pinned, run_s, len(bench.pinned) * bench.repeats))
     m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
     if m.failure is not None:
         say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
@@ -119,20 +134,25 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             trial_fn: TrialFunction = run_trial,
             say: Callable[[str], None] = lambda text: None,
             budget_end: float | None = None,
-            clock: Callable[[], float] = time.time) -> dict[int, dict[str, ProfileResult]]:
+            clock: Callable[[], float] = time.time,
+            only_open: bool = False) -> dict[int, dict[str, ProfileResult]]:
     """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
     at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
     every use is decided or equivalent or the deployments ``rounds`` rounds would take are
-    spent. With ``budget_end`` (epoch seconds) the confirmation is planned to fit and no
-    deployment starts whose expected end passes it. An unfinished confirmation stored in the
-    study is continued instead of starting a new one. Returns the runs this call added; a trial
+    spent. With ``budget_end`` (epoch seconds) the confirmation is planned to fit, no
+    deployment starts whose expected end passes it, and each deployment's fixed runs share what
+    is left after its expected start (``precision.within_budget``). An unfinished confirmation stored in the
+    study is continued instead of starting a new one. ``only_open`` (the confirmation that ends
+    `run`): of the finalists, only those whose verdict is in question are deployed (none: the
+    confirmation is skipped, said in one line). Returns the runs this call added; a trial
     that fails a redeployment keeps the runs it served, and the failure is said."""
     check_rounds(rounds)
     others = OthersNoise.read(study)  # once: it reads every study of the storage
     data = study_data(study, confirmed=False, others=others)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     left = None if budget_end is None else max(budget_end - clock(), 0.0)
-    state = plan_or_resume(study, data, k=k, trials=trials, rounds=rounds, left_s=left, say=say)
+    state = plan_or_resume(study, data, k=k, trials=trials, rounds=rounds, left_s=left, say=say,
+                           judged=study_data(study, others=others) if only_open else None)
     chosen = [served[n] for n in state.trials if n in served]
     if not chosen:
         _write_notes(study, plan, say)  # a skipped confirmation still leaves the notes confirmed
@@ -173,8 +193,10 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             count = state.deployments_of(t.number) + 1
             tag = (f"confirm step {r + 1} of up to {total}, deployment {i + 1} of {len(order)}: "
                    f"trial {t.label}")
+            start = redeployment_start_s(data.outcomes) or 0.0
             got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag,
-                              others=others)
+                              others=others,
+                              run_s=None if budget_end is None else budget_end - now - start)
             walls.append(clock() - now)
             for profile, result in got.items():
                 runs[t.number].setdefault(profile, []).extend(result.runs)

@@ -59,7 +59,14 @@ from autotune.core.space.search_space import (
 )
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, default_objectives, parse_objective, split_slos
-from autotune.core.trial.precision import Balance, Pinned, StopRule, pinnable, stops_early
+from autotune.core.trial.precision import (
+    PRECISION_SHARE,
+    Balance,
+    Pinned,
+    StopRule,
+    pinnable,
+    stops_early,
+)
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 from autotune.errors import ConfigError, StudyError, ValidationError, ValidationUnavailable
@@ -162,13 +169,17 @@ class StudyPlan:
         every = [p.name for p in self.bench.profiles
                  if p.capacity is None and p.name not in self.bench.pinned]
         rest = f"; {', '.join(every)}: every request (an arrival process)" if every else ""
-        balance = next(iter(self.bench.pinned.values())).rule.balance
+        rule = next(iter(self.bench.pinned.values())).rule
+        balance = rule.balance
         if balance is None:
             return (f"runs stop once their 95% intervals are within {float(target) * 100:g}% of "
                     f"their value (--precision): {pins}{rest}")
+        enough = (f", or sooner once their 95% intervals are within {rule.enough_rel:.2%} of their "
+                  f"value ({PRECISION_SHARE:g} x the smallest difference, "
+                  f"{self.request.smallest_difference:.0%})" if rule.enough_rel is not None else "")
         return (f"runs stop at the balanced length n* = sigma_w/sigma_b x sqrt(C_d/c_r), where "
                 f"more requests buy less than another deployment ({balance.text} until the "
-                f"study measures them; --precision X for a target instead): {pins}{rest}")
+                f"study measures them){enough}; --precision X for a target instead: {pins}{rest}")
 
     @property
     def profile_names(self) -> list[str]:
@@ -517,7 +528,8 @@ def stop_rule(request: PlanRequest) -> StopRule | None:
     runner refines them from what the study measures), or the ``--precision`` target; None
     at ``--precision 0`` (every run sends its num_prompts)."""
     if request.precision is None:
-        return StopRule(balance=Balance.prior(platform_fact()))
+        return StopRule(balance=Balance.prior(platform_fact()),
+                        enough_rel=PRECISION_SHARE * request.smallest_difference)
     return StopRule(request.precision) if request.precision > 0 else None
 
 

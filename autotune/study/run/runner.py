@@ -45,8 +45,8 @@ from autotune.core.analysis.study_data import StudyData, finalists, incumbents, 
 from autotune.core.deployment import failures
 from autotune.core.deployment.from_flags import Baseline
 from autotune.core.maths.durations import duration_text
-from autotune.core.plan.budget import TimeLeft, start_up
-from autotune.core.plan.confirmation import deployment_cost_s, failed_deployment_cost_s
+from autotune.core.plan.budget import TimeLeft, expected_trial_s, start_up, trial_cost
+from autotune.core.plan.confirmation import failed_deployment_cost_s, in_question
 from autotune.core.plan.scheduling import (
     REJECTED_CAP,
     Claim,
@@ -60,6 +60,7 @@ from autotune.core.plan.scheduling import (
 )
 from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
+from autotune.core.trial.precision import within_budget
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.told import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
@@ -67,7 +68,14 @@ from autotune.shell.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
 from autotune.study.run.confirm_rounds import deploy_once
 from autotune.study.run.creation import trial_flags
-from autotune.study.run.one_trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
+from autotune.study.run.one_trial import (
+    BenchPlan,
+    TrialFunction,
+    TrialSetup,
+    Validated,
+    run_trial,
+    validated,
+)
 from autotune.study.run.planning import StudyPlan
 from autotune.study.run.reaping import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.run.samplers import make_sampler
@@ -223,7 +231,7 @@ class StudyRunner:
             return self.sampler_fn(seed, plan.sampler)
         data = study_data(study, confirmed=False, others=self._others)
         start = start_up(plan.trials, budget_s=plan.time_budget_s,
-                         trial_s=deployment_cost_s(data.outcomes), platform=plan.ctx.platform)
+                         trial_s=expected_trial_s(data.outcomes), platform=plan.ctx.platform)
         if plan.sampler in ("tpe", "gp"):
             self.progress.message(start.text)
         return make_sampler(seed, plan.sampler, start.random_trials)
@@ -350,6 +358,7 @@ class StudyRunner:
             bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
                 Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
                 for t in data.front()), data.noise))
+        bench = self._within_budget(study, bench)
         measured = self._measure(claim.argv, bench, setup, number, trial.number)
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
@@ -364,11 +373,27 @@ class StudyRunner:
         if self._baseline is not None and claim.reference == self._baseline.name:
             self._calibrate(study)
 
+    def _within_budget(self, study: optuna.Study, bench: BenchPlan) -> BenchPlan:
+        """``bench`` with its fixed runs allowed what the time budget leaves them (none without
+        a budget): the time left, less the confirmation's reserve and the expected start,
+        shared among the trial's fixed runs. A configuration far slower than those measured
+        (-O0 where the others compile) then stops its runs at their floor instead of
+        outlasting the budget: its cost was not predictable from the others'."""
+        left = time_left(study, self.plan, now=self.clock(), others=self._others)
+        if left is None or not bench.pinned:
+            return bench
+        cost = trial_cost(study_data(study, confirmed=False, others=self._others).outcomes)
+        run_s = left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
+        return dataclasses.replace(bench, pinned=within_budget(
+            bench.pinned, run_s, len(bench.pinned) * bench.repeats))
+
     def _calibrate(self, study: optuna.Study) -> None:
-        """Right after the baseline is served, deploy it once more (stored as a confirmation
-        deployment of it): the study's own spread between deployments from its start, so that
-        every interval rests on a measured noise. Skipped with --no-calibrate, where a spread is
-        already measured or inherited for every objective, or where the time budget cannot
+        """With `run --calibrate`, right after the baseline is served, deploy it once more
+        (stored as a confirmation deployment of it): the study's own spread between deployments
+        from its start. Off by default (issue #46: the replay found it does not pay for itself,
+        docs/noise.md): the spread is then inherited from this storage's studies under the same
+        conditions, else assumed, and learned from the confirmations. Skipped too where a spread
+        is already measured or inherited for every objective, or where the time budget cannot
         afford it beside the confirmation's reserve."""
         plan = self.plan
         data = study_data(study, others=self._others)
@@ -507,20 +532,25 @@ def run_seconds(data: StudyData) -> dict[str, float]:
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
               others: OthersNoise | None = None) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
-    of a deployment, measured on the served trials (``deployment_cost_s``; before the first,
-    what the failed deployments cost, a floor; None before any), and the confirmation's first
-    round kept in reserve (each finalist and the baseline deployed once, at the cost of
-    redeploying a measured engine, whose compiled graphs are cached): later rounds go only
-    where a tie is still open, and are planned inside whatever the search leaves
-    (``core.plan.confirmation``). Keeping every round in reserve cut a 5-minute CPU study
-    to one served trial, whose confirmation then shrank to one round anyway. ``others``: the
+    of a trial on the warm machine, phase by phase (``budget.expected_trial_s``: the first
+    deployment's cold start does not price the rest; before the first served trial, what the
+    failed deployments cost, a floor; None before any), and the confirmation's first round
+    kept in reserve for the finalists whose verdict is in question now (``in_question``: none
+    while every use's answer is decided or equivalent), at the cost of redeploying a measured
+    engine, whose compiled graphs are cached: later rounds go only where a tie is still open,
+    and are planned inside whatever the search leaves (``core.plan.confirmation``). Keeping
+    every round in reserve cut a 5-minute CPU study to one served trial, whose confirmation
+    then shrank to one round anyway. ``others``: the
     spreads other studies stored, as the caller read them (``study_data``'s)."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
     data = study_data(study, confirmed=False, others=others)
-    cost = deployment_cost_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
+    cost = expected_trial_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
     again = data.deployment_s  # a redeployment's cost: the confirmation's
-    deployed = max(len(finalists(data, plan.confirm)), 1)  # as study.run.confirm_rounds picks them
-    reserve = deployed * again if plan.confirm and again else 0.0
+    reserve = 0.0
+    if plan.confirm and again:  # as study.run.confirm_rounds picks them: those in question
+        judged = study_data(study, others=others)
+        chosen = [t.number for t in finalists(judged, plan.confirm)]
+        reserve = len(in_question(judged, chosen)[0]) * again
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)
