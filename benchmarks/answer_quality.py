@@ -54,6 +54,7 @@ import argparse
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import itertools
 import json
 import math
@@ -96,6 +97,8 @@ from benchmarks.seed_stats import proportion_interval  # noqa: E402
                          "PlanRequest")
 (DeviceClock,) = _compat("autotune.study.dev.replay", "autotune.study.replay", "DeviceClock")
 (confirm,) = _compat("autotune.study.run.confirm_rounds", "autotune.study.confirm", "confirm")
+# As `run` confirms since #46: only finalists whose verdict is still in question (older code: all).
+CONFIRM_AS_RUN = {"only_open": True} if "only_open" in inspect.signature(confirm).parameters else {}
 (prepare_study,) = _compat("autotune.study.run.creation", "autotune.study.creation",
                            "prepare_study")
 (TrialSetup,) = _compat("autotune.study.run.one_trial", "autotune.study.trial", "TrialSetup")
@@ -214,7 +217,8 @@ def key(params: Mapping[str, object]) -> str:
 def requests_of(bench, profile, cv: float, request_s: float) -> tuple[int, str]:
     """How many requests a run of ``profile`` sends under the study's own stop rule
     (``bench.pinned``), with per-request variation ``cv`` and ``request_s`` device seconds a
-    request: the balanced rule stops at the first count it asks at that reaches n*
+    request: the time budget's share of the trial (``max_run_s``) first, then the precision
+    length (``enough_rel``), then the balanced rule at the first count it asks at that reaches n*
     (docs/precision.md); the target rule (``--precision``, and the code before the balance)
     at the first whose t-interval of the mean is within its target; else the ceiling."""
     ceiling = profile.num_prompts
@@ -226,6 +230,12 @@ def requests_of(bench, profile, cv: float, request_s: float) -> tuple[int, str]:
     for n in range(2, ceiling):
         if not rule.asks(n, c, ceiling):
             continue
+        cap = getattr(pinned, "max_run_s", None)  # the time budget's share of a trial's runs
+        if cap is not None and n * request_s >= cap:
+            return n, "time budget"
+        enough = getattr(rule, "enough_rel", None)  # small next to the smallest difference
+        if balance is not None and enough is not None and t_quantile(n - 1) * cv / math.sqrt(n) <= enough:
+            return n, "precise"
         if balance is not None and n >= balance.requests(cv, request_s):
             return n, "balanced"
         if balance is None and t_quantile(n - 1) * cv / math.sqrt(n) <= rule.target_rel:
@@ -350,7 +360,8 @@ def _one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, ta
         if plan.confirm:  # as `run` confirms: inside what is left of the study's budget
             seconds, started = time_budget(study)
             confirm(study, plan, setup, k=plan.confirm, trial_fn=trial_fn,
-                    budget_end=None if seconds is None else started + seconds, clock=clock)
+                    budget_end=None if seconds is None else started + seconds, clock=clock,
+                    **CONFIRM_AS_RUN)
         data = study_data(study)
         uses = {}
         for use in USES:

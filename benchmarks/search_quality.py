@@ -41,8 +41,8 @@ Scored per budget, seed and use on the table's true values (`score`):
 
 ``--strategy``: ``default`` (what `run` does: at this code, the exploration order), ``order``,
 ``sampler`` (`run --exploration sampler`: TPE from the first trial after the baseline), ``refs``
-(`run --seed-references`: the references after the baseline); ``--no-calibrate`` replays
-`run --no-calibrate`. The code before issue #46 knows only ``default`` (the sampler). Shares
+(`run --seed-references`: the references after the baseline); ``--calibrate`` /
+``--no-calibrate`` replay `run`'s (default: the code's own default, off since #46). The code before issue #46 knows only ``default`` (the sampler). Shares
 have Wilson 95% intervals.
 """
 
@@ -212,13 +212,13 @@ def score(use: str, got: dict, best: float) -> dict:
             "within_5": short <= MARGIN, "unsafe": gain < -NOISE}
 
 
-def one(code: str, strategy: str, calibrate: bool, seed: int, budget_s: float,
+def one(code: str, strategy: str, calibrate: bool | None, seed: int, budget_s: float,
         model_dir: str) -> dict:
     with aq.as_gpu():
         return _one(code, strategy, calibrate, seed, budget_s, model_dir)
 
 
-def _one(code: str, strategy: str, calibrate: bool, seed: int, budget_s: float,
+def _one(code: str, strategy: str, calibrate: bool | None, seed: int, budget_s: float,
          model_dir: str) -> dict:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rows = truth_rows()
@@ -238,7 +238,8 @@ def _one(code: str, strategy: str, calibrate: bool, seed: int, budget_s: float,
             model=model_dir, space_path=str(SPACE), tp=1,
             references_path=str(REFERENCES) if strategy == "refs" else None,
             baseline="vllm-defaults", trials=aq.UNBOUNDED_TRIALS, seed=seed, study_name="replay",
-            calibrate=calibrate, storage=f"sqlite:///{tmp}/r.db", time_budget_s=budget_s, **extra))
+            storage=f"sqlite:///{tmp}/r.db", time_budget_s=budget_s, **extra,
+            **({} if calibrate is None else {"calibrate": calibrate})))
         storage = optuna.storages.InMemoryStorage()
         created, _, _ = prepare_study(plan, aq.Heartbeat(), storage)
         aq.start_clock(created, 0.0)
@@ -252,7 +253,8 @@ def _one(code: str, strategy: str, calibrate: bool, seed: int, budget_s: float,
         if plan.confirm:
             seconds, started = aq.time_budget(study)
             confirm(study, plan, setup, k=plan.confirm, trial_fn=trial_fn,
-                    budget_end=None if seconds is None else started + seconds, clock=clock)
+                    budget_end=None if seconds is None else started + seconds, clock=clock,
+                    **aq.CONFIRM_AS_RUN)
         data = aq.study_data(study)
         truth = {aq.key(r): r for r in served_rows}
         uses = {}
@@ -267,7 +269,7 @@ def _one(code: str, strategy: str, calibrate: bool, seed: int, budget_s: float,
             got = BASELINE_ROW if is_base else truth[aq.key(rec.trial.params)]
             uses[use] = {"pick": "baseline" if is_base else aq.key(rec.trial.params),
                          **score(use, got, best[use]), "vs_baseline": aq.vs_baseline(rec)}
-    return {"code": code, "strategy": strategy, "calibrate": calibrate, "seed": seed,
+    return {"code": code, "strategy": strategy, "calibrate": plan.calibrate, "seed": seed,
             "budget_s": budget_s, "proposals": len(found), "rejected": trial_fn.rejected,
             "served": len(trial_fn.deployed), "deployments": trial_fn.deployments,
             "new_s": round(trial_fn.new_s, 1), "again_s": round(trial_fn.again_s, 1),
@@ -313,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--strategy", default="default",
                     help=f"comma-separated, of {', '.join(STRATEGIES)}")
-    ap.add_argument("--no-calibrate", action="store_true", help="as `run --no-calibrate`")
+    ap.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=None,
+                    help="as `run --calibrate` / `--no-calibrate` (default: the code's own default)")
     ap.add_argument("--code", default="", help="what code ran (saved in every record)")
     ap.add_argument("--out", type=Path, help="append the runs here (JSON lines)")
     ap.add_argument("--summarize", type=Path, nargs="*", help="replay nothing: print these files")
@@ -338,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     random.Random(0).shuffle(jobs)
     results, t0 = [], time.monotonic()
     with ProcessPoolExecutor(max(1, min(args.jobs, 2))) as pool:
-        futures = [pool.submit(one, args.code, s, not args.no_calibrate, seed, b, str(model_dir))
+        futures = [pool.submit(one, args.code, s, args.calibrate, seed, b, str(model_dir))
                    for s, seed, b in jobs]
         for i, f in enumerate(as_completed(futures), 1):
             results.append(f.result())

@@ -56,21 +56,24 @@ def test_runs_stop_where_the_study_rule_stops_them():
     assert aq.requests_of(balanced(0.03), low, aq.CV[True], request_s) == (44, "balanced")  # n* 43.6
 
 
-def test_a_nine_minute_study_with_references_measures_and_keeps_the_baseline(tmp_path):
+def test_a_nine_minute_study_with_references_keeps_its_baseline_for_latency_and_finds_throughput(tmp_path):
+    """opt3-baseline is the user's baseline: 0.5% short of the table's best latency, 8.5% short
+    of its best throughput. Since #46 the exploration order measures first the single change the
+    reference study expects to help most under load (MTP off), so nine minutes find it."""
     import autotune.shell.install as install
 
     real = install.detect_platform
     (tmp_path / "config.json").write_text(aq.MODEL_CONFIG.read_text())
     got = aq.one("test", "refs", 0, 540.0, str(tmp_path), str(aq.TABLE))
     assert install.detect_platform is real  # the GPU stand-in does not outlive the replay
-    assert got["baseline_measured"] and got["served"] >= 1
+    assert got["baseline_measured"] and got["served"] >= 2
     assert got["device_s"] <= 540.0
+    interactive, throughput = got["uses"]["interactive"], got["uses"]["throughput"]
+    assert interactive["pick"] == aq.key(aq.BASELINE_PARAMS) and interactive["vs_baseline"] == "keep"
+    assert throughput["pick"] == aq.key({**aq.BASELINE_PARAMS, "mtp": False})
+    assert throughput["vs_baseline"] == "better"
     for use in aq.USES:
-        assert got["uses"][use]["pick"] == aq.key(aq.BASELINE_PARAMS)
-        assert got["uses"][use]["vs_baseline"] == "keep"
-        assert not got["uses"][use]["worse_than_baseline"]
-    # opt3-baseline is 0.5% short of the best latency, 8.5% short of the best throughput
-    assert got["uses"]["interactive"]["within_5"] and not got["uses"]["throughput"]["within_5"]
+        assert got["uses"][use]["within_5"] and not got["uses"][use]["worse_than_baseline"]
     assert json.loads(json.dumps(got)) == got  # a JSON line as saved
 
 
