@@ -42,8 +42,8 @@ Scored per budget, seed and use on the table's true values (`score`):
 ``--strategy``: ``default`` (what `run` does: at this code, the exploration order), ``order``,
 ``sampler`` (`run --exploration sampler`: TPE from the first trial after the baseline), ``refs``
 (`run --seed-references`: the references after the baseline); ``--calibrate`` /
-``--no-calibrate`` replay `run`'s (default: the code's own default, off since #46). The code before issue #46 knows only ``default`` (the sampler). Shares
-have Wilson 95% intervals.
+``--no-calibrate`` replay `run`'s (default: the code's own default, off since #46). The
+code before issue #46 knows only ``default`` (the sampler). Shares have Wilson 95% intervals.
 """
 
 from __future__ import annotations

@@ -265,7 +265,8 @@ def test_a_dry_run_of_a_new_study_says_it_creates_it_at_the_platforms_prior(tmp_
     assert first == f"creates study 's' in sqlite:///{tmp_path / 'studies' / 'autotune.db'}"
     prior = assumed_cost(plan.ctx.platform)
     assert length.startswith("estimated length: about ")
-    assert f"6 trials x ~{duration_text(prior.trial_s)} on 1 slot, 1 calibration" in length
+    assert f"6 trials x ~{duration_text(prior.trial_s)} on 1 slot, confirmation" in length
+    assert "calibration" not in length  # off unless asked (#46)
     assert length.endswith(f"({prior.source})")
     assert not (tmp_path / "studies").exists()  # nothing created
 
@@ -281,10 +282,10 @@ def test_a_dry_run_of_a_stored_study_says_it_resumes_it_at_its_measured_cost(tmp
     first, length = resume_and_length(plan, 2)
     assert first == (f"resumes study 's' in sqlite:///{tmp_path / 'studies' / 'autotune.db'}: "
                      "2 trials done")
-    # 4 trials left in 2 waves of ~110 s, the calibration and 8 confirmation deployments
-    # (3 finalists and the baseline, 2 rounds) of ~110 - 29 s of compile: 2 x 110 + 9 x 81 s.
-    assert length == ("estimated length: about 15 min 49 s: 4 trials x ~1 min 50 s on 2 slots, 1 "
-                      "calibration redeployment, confirmation up to 8 deployments of ~1 min 21 s "
+    # 4 trials left in 2 waves of ~110 s and at most 8 confirmation deployments (3 finalists
+    # and the baseline, 2 rounds) of ~110 - 29 s of compile: 2 x 110 + 8 x 81 s.
+    assert length == ("estimated length: about 14 min 28 s: 4 trials x ~1 min 50 s on 2 slots, "
+                      "confirmation up to 8 deployments of ~1 min 21 s "
                       "(measured: mean of 2 served trials of this study, start-up ~1 min 15 s of "
                       "a trial)")
     close_readers()  # as `main` does when a command ends
