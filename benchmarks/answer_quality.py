@@ -296,9 +296,9 @@ class GpuTable:
 @contextlib.contextmanager
 def as_gpu() -> Iterator[None]:
     """The space's ``when: {platform: gpu}`` (expert parallel) as on a GPU machine: the study
-    asks ``shell.install.detect_platform``, a stand-in for the machine here, not for anything
+    asks ``shell.server.install.detect_platform``, a stand-in for the machine here, not for anything
     measured; restored on leaving."""
-    import autotune.shell.install as install
+    import autotune.shell.server.install as install
 
     real = install.detect_platform
     install.detect_platform = lambda: "cuda"

@@ -48,9 +48,9 @@ from autotune.core.trial.settle import SettleRule
 from autotune.core.workload.capacity_spec import CapacitySpec
 from autotune.core.workload.profiles import get_profile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS
 
 Measure = Callable[[float, str, SettleRule | None], Probe]

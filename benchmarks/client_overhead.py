@@ -24,10 +24,10 @@ from autotune.core.deployment.slots import make_slots
 from autotune.core.metrics.summary import to_vllm_json
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.reference_bench import run_vllm_bench
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.bench.reference_bench import run_vllm_bench
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
 KEYS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
 

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
-from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
+from autotune.modelgen.checkpoints import make_model  # noqa: E402
+from autotune.shell.server.server import DeploymentSpec, ServerProcess  # noqa: E402
 
 
 def main() -> None:

@@ -36,10 +36,10 @@ from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.summary import to_vllm_json
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.processes import session_pids
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.processes import session_pids
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
 METRICS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms")
 

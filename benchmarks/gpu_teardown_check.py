@@ -3,7 +3,7 @@
 vLLM's GPU build cannot be installed on the lent device machine (no network, and its wheels
 exceed what can be carried), so a torch process holding GPU memory stands in for the server
 here: started in its own session on the slot's GPUs, killed as autotune kills a server
-(process group), then `autotune.shell.gpu.wait_released` must see the memory come back.
+(process group), then `autotune.shell.server.gpu.wait_released` must see the memory come back.
 
     python benchmarks/gpu_teardown_check.py [--gib 20]
 """
@@ -18,7 +18,7 @@ import sys
 import time
 
 from autotune.core.deployment.slots import make_slots
-from autotune.shell.gpu import nvml_used_mib, wait_released
+from autotune.shell.server.gpu import nvml_used_mib, wait_released
 
 HOLDER = ("import torch, time; x = torch.empty(int({gib} * 2**30), dtype=torch.uint8, "
           "device='cuda'); torch.cuda.synchronize(); print('holding', flush=True); time.sleep(600)")

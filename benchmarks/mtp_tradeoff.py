@@ -21,9 +21,9 @@ from rich.table import Table
 from autotune.core.deployment.slots import make_slots
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
 MTP = '{"method":"mtp","num_speculative_tokens":1}'
 

@@ -27,9 +27,9 @@ from autotune.core.deployment.slots import make_slots
 from autotune.core.metrics.summary import flat_metrics
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
 OBJECTIVES = (("low", "mean_e2el_ms"), ("high", "output_throughput"))
 METRICS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")

@@ -25,9 +25,9 @@ from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.summary import to_vllm_json
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
 PROFILE = WorkloadProfile(name="spread", input_len=192, output_len=64, num_prompts=24,
                           max_concurrency=2, warmup_requests=2)

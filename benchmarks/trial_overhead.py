@@ -20,7 +20,7 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
-from autotune.shell.modelgen import make_model
+from autotune.modelgen.checkpoints import make_model
 
 SPACE = """
 name: overhead

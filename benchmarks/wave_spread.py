@@ -29,9 +29,9 @@ from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
 from autotune.core.workload.profiles import WorkloadProfile  # noqa: E402
 from autotune.core.workload.requests import RandomPrompts  # noqa: E402
-from autotune.shell.client import Target, run_profile  # noqa: E402
-from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
+from autotune.modelgen.checkpoints import make_model  # noqa: E402
+from autotune.shell.bench.client import Target, run_profile  # noqa: E402
+from autotune.shell.server.server import DeploymentSpec, ServerProcess  # noqa: E402
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
+from autotune.shell.bench.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS
 from autotune.study.run.planning import DEFAULT_REFERENCES
 
@@ -362,8 +362,8 @@ def writable_file(text: str, flag: str) -> Path:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.shell.install import detect_platform
-    from autotune.shell.workloads import load_tokenizer, sources_for
+    from autotune.shell.bench.workloads import load_tokenizer, sources_for
+    from autotune.shell.server.install import detect_platform
     from autotune.study.run.one_trial import BenchPlan, TrialSetup, run_trial
     from autotune.study.store.state import read_plan
 

@@ -129,7 +129,7 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]
     it deploys (a confirmation). Ended when the command ends."""
     import dataclasses
 
-    from autotune.shell.server import preimported_launcher
+    from autotune.shell.server.server import preimported_launcher
 
     entrypoint = entrypoint_of(args)
     launcher = None if args.no_preimport else preimported_launcher(
@@ -184,7 +184,7 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
           label: str, started: float | None = None) -> int:
     """Run the study's trials: in this process for one slot, one worker process per slot
     otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
-    from autotune.shell.worker_pool import run_workers
+    from autotune.shell.server.worker_pool import run_workers
     from autotune.study.run.runner import StudyRunner
     from autotune.study.store.storage import STORAGE_ENV
 
@@ -273,7 +273,7 @@ def resume_and_length(plan: StudyPlan, slots: int) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autotune.shell.install import detect_platform
+    from autotune.shell.server.install import detect_platform
     from autotune.study.run.creation import dry_run_argv, prepare_study
     from autotune.study.run.planning import build_plan
     from autotune.study.run.space_check import check_planned, checkable_model, dry_run_verdicts
@@ -329,7 +329,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.shell.install import detect_platform
+    from autotune.shell.server.install import detect_platform
     from autotune.study.run.planning import build_plan, set_budget, stored_request
     from autotune.study.store.storage import hostname, load_existing, redact
 
@@ -353,7 +353,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from autotune.shell.install import detect_platform
+    from autotune.shell.server.install import detect_platform
     from autotune.study.run.planning import build_plan, stored_request
     from autotune.study.store.storage import load_existing
 

@@ -57,7 +57,7 @@ def test_runs_stop_where_the_study_rule_stops_them():
 
 
 def test_a_nine_minute_study_with_references_measures_and_keeps_the_baseline(tmp_path):
-    import autotune.shell.install as install
+    import autotune.shell.server.install as install
 
     real = install.detect_platform
     (tmp_path / "config.json").write_text(aq.MODEL_CONFIG.read_text())

@@ -135,7 +135,7 @@ def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
 
 @pytest.mark.slow
 def test_exports_carry_no_secret_and_the_yaml_is_what_vllm_parses_back_to_the_same_argv(four_trials):
-    from autotune.shell.validation import VllmValidator
+    from autotune.shell.server.validation import VllmValidator
 
     root, model, _ = four_trials
     shell = autotune(root, "export", "--study", "s4", "--trial", "0", "--format", "shell").stdout

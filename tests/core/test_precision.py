@@ -32,7 +32,7 @@ from autotune.core.trial.precision import (
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import BenchmarkRun
+from autotune.shell.bench.client import BenchmarkRun
 from autotune.study.run.one_trial import BenchPlan, TrialSetup, read_requests, run_trial
 
 
@@ -176,7 +176,7 @@ def test_the_rule_refuses_a_target_it_cannot_mean():
 
 
 class PrecisionBench:
-    """A stand-in for shell.client.run_profile: a closed loop of noisy latencies, stopped by
+    """A stand-in for shell.bench.client.run_profile: a closed loop of noisy latencies, stopped by
     ``until`` exactly as the client asks it (the stop is the replayed one)."""
 
     def __call__(self, target, profile, *, seed, source, slo=None, stop=None, until=None):

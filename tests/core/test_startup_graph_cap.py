@@ -13,7 +13,7 @@ from autotune.core.deployment.graph_cap import CAP_FLAG, capped, graph_capture_c
 from autotune.core.space.search_space import ModelContext
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import read_space
+from autotune.shell.bench.files import read_space
 from tests.conftest import SPACES
 
 PAIR = (get_profile("low-concurrency"), get_profile("high-concurrency"))  # concurrency 2 and 100

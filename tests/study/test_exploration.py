@@ -19,7 +19,7 @@ from autotune.core.space.search_space import ModelContext, fixed
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.precision import RunStop
 from autotune.errors import ConfigError
-from autotune.shell.files import read_space
+from autotune.shell.bench.files import read_space
 from autotune.study.run.planning import build_plan
 from autotune.study.store.records import outcomes
 from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES

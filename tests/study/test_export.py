@@ -22,7 +22,7 @@ import yaml
 from autotune.core.deployment.flags import argv_to_options
 from autotune.core.deployment.from_flags import command_words
 from autotune.core.plan.request import PlanRequest
-from autotune.shell.server import exported_environment
+from autotune.shell.server.server import exported_environment
 from autotune.study.output.export import EXPORT_SCHEMA, Export, export_of
 from autotune.study.run.one_trial import TrialSetup, launch_of
 from autotune.study.run.planning import build_plan

@@ -154,7 +154,7 @@ def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(
 
 
 class CountingVllm:
-    """A stand-in for vLLM's resolution (shell.validation.VllmValidator, tested in
+    """A stand-in for vLLM's resolution (shell.server.validation.VllmValidator, tested in
     test_validation.py): each flag set resolves to an engine of its own, expert parallel is
     rejected; it counts how often it is asked, by the runner (``resolve``) or by a trial
     (``check``)."""

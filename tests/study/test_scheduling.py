@@ -25,7 +25,7 @@ from autotune.core.plan.scheduling import (
     worker_seed,
 )
 from autotune.errors import ConfigError, StudyError
-from autotune.shell.worker_pool import worker_argv
+from autotune.shell.server.worker_pool import worker_argv
 from autotune.study.store import optuna_internals
 from autotune.study.store.storage import (
     Heartbeat,

@@ -51,12 +51,12 @@ from autotune.core.trial.settle import SettleRule
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
-from autotune.shell.client import BenchmarkRun, Target, run_profile
-from autotune.shell.hardware import hardware_description
-from autotune.shell.install import Entrypoint, resolve_entrypoint, vllm_version
-from autotune.shell.preimported import Preimported
-from autotune.shell.server import DeploymentSpec, ServerProcess, TeardownReport, exported_environment
-from autotune.shell.validation import VllmValidator
+from autotune.shell.bench.client import BenchmarkRun, Target, run_profile
+from autotune.shell.server.hardware import hardware_description
+from autotune.shell.server.install import Entrypoint, resolve_entrypoint, vllm_version
+from autotune.shell.server.preimported import Preimported
+from autotune.shell.server.server import DeploymentSpec, ServerProcess, TeardownReport, exported_environment
+from autotune.shell.server.validation import VllmValidator
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class BenchPlan:
 
 
 class Served(Protocol):
-    """What a trial needs of a deployment (``shell.server.ServerProcess``): a context manager
+    """What a trial needs of a deployment (``shell.server.server.ServerProcess``): a context manager
     that is ready on entry and gone on exit."""
 
     url: str
@@ -114,7 +114,7 @@ class Served(Protocol):
 _T = TypeVar("_T")
 Phase = Callable[[str], None]
 Deploy = Callable[..., Served]  # (spec: DeploymentSpec, on_phase=...) -> Served
-ProfileRunner = Callable[..., BenchmarkRun]  # runs one profile on a server: shell.client.run_profile
+ProfileRunner = Callable[..., BenchmarkRun]  # runs one profile on a server: shell.bench.client.run_profile
 
 
 @dataclass(frozen=True)

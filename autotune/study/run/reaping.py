@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from autotune.core.deployment.failures import CONFIG_REJECTED
 from autotune.core.plan.scheduling import Counts
 from autotune.errors import StudyError
-from autotune.shell.processes import kill_processes, marked_processes
+from autotune.shell.server.processes import kill_processes, marked_processes
 from autotune.study.store.records import TRIAL_ENV, read_outcome
 from autotune.study.store.state import uid
 from autotune.study.store.storage import storage_errors

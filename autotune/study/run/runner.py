@@ -63,7 +63,7 @@ from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.told import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
-from autotune.shell.validation import engine_identity
+from autotune.shell.server.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
 from autotune.study.run.confirm_rounds import deploy_once
 from autotune.study.run.creation import trial_flags

@@ -16,7 +16,7 @@ from pathlib import Path
 from autotune.core.space.model_facts import ModelInfo
 from autotune.core.workload.datasets.synthetic import WORDS
 from autotune.errors import ConfigError
-from autotune.shell.files import read_model_info
+from autotune.shell.bench.files import read_model_info
 
 MODEL_KINDS = ("dense", "moe")
 SPECIAL = ("<unk>", "<s>", "</s>")
@@ -161,7 +161,7 @@ def make_model(
     """Write a tiny checkpoint with tokenizer to ``out``; same seed, same bytes.
 
     Random weights, or with ``trained`` a MoE+MTP model trained on a predictable synthetic
-    language (``shell.predictable``) so that MTP speculation is accepted most of the time.
+    language (``modelgen.predictable``) so that MTP speculation is accepted most of the time.
     """
     if kind not in MODEL_KINDS:
         raise ConfigError(f"--kind {kind!r}: valid kinds are {', '.join(MODEL_KINDS)}")
@@ -181,7 +181,7 @@ def make_model(
                                              torch.bfloat16)
     trained_mtp: dict = {}
     if trained:
-        from autotune.shell.predictable import train
+        from autotune.modelgen.predictable import train
 
         trained_mtp, report = train(model, config, seed=seed)
         model = model.to(torch.bfloat16)

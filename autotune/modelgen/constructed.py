@@ -1,7 +1,7 @@
 """Models with constructed weights: they compute at full cost and predict exactly, made in
 seconds to a minute on the machine that serves them (nothing that large can be copied there).
 
-The language is the trained demo model's (``shell.predictable``): a seeded permutation ``f`` of
+The language is the trained demo model's (``modelgen.predictable``): a seeded permutation ``f`` of
 the non-special ids, "after x comes f(x)". The weights are set, not trained:
 
 - one-hot embeddings (vocabulary = hidden size), so the residual stream carries the token;
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from autotune.core.space.model_facts import ModelInfo
 from autotune.errors import ConfigError
-from autotune.shell.files import read_model_info
-from autotune.shell.modelgen import ModelShape, hf_config, write_tokenizer
-from autotune.shell.predictable import RESERVED, successor_map
+from autotune.modelgen.checkpoints import ModelShape, hf_config, write_tokenizer
+from autotune.modelgen.predictable import RESERVED, successor_map
+from autotune.shell.bench.files import read_model_info
 
 INFO = "constructed.json"
 

@@ -42,7 +42,7 @@ def read_space(path: str | Path) -> SearchSpace:
 def read_profiles(path: str | Path) -> dict[str, WorkloadProfile]:
     """A profile file (``--profile-file``): named workloads, as the built-in ones are defined;
     dataset paths are relative to the file."""
-    from autotune.shell.workloads import with_absolute_paths
+    from autotune.shell.bench.workloads import with_absolute_paths
 
     return with_absolute_paths(parse_profiles(read_text(path), str(path)), Path(path).parent)
 

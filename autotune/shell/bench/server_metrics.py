@@ -1,4 +1,4 @@
-"""Reads a server's /metrics page over HTTP for the benchmark client (``shell.client``): once
+"""Reads a server's /metrics page over HTTP for the benchmark client (``shell.bench.client``): once
 before and after a run, and its gauges sampled during it. Parsing is ``core.metrics.prometheus``'s;
 which gauges, and what they make, is the registry's (``SAMPLED_GAUGES``)."""
 

@@ -4,7 +4,7 @@ The only module that speaks HTTP to a server under test (aiohttp, as `vllm bench
 costs a fraction of httpx's CPU per streamed chunk, and a client that competes with the API
 server for a core inflates the very latencies it measures). It sends the requests of a source
 (``core.workload``) with bounded concurrency at their send times, times every streamed chunk,
-reads the server's /metrics before and after (``shell.server_metrics``), and hands the
+reads the server's /metrics before and after (``shell.bench.server_metrics``), and hands the
 per-request records to ``core.metrics``.
 """
 
@@ -38,7 +38,7 @@ from autotune.core.trial.precision import (
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
 from autotune.errors import BenchmarkError
-from autotune.shell.server_metrics import fetch_metrics, sample_gauges
+from autotune.shell.bench.server_metrics import fetch_metrics, sample_gauges
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 

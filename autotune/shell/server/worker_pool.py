@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from autotune.core.deployment.slots import Slot
-from autotune.shell.processes import die_with_parent
+from autotune.shell.server.processes import die_with_parent
 
 STOP_GRACE_S = 30.0  # a worker told to stop tears its server down (SIGTERM grace 20 s)
 

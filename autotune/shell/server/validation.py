@@ -64,7 +64,7 @@ def _first_found(modules: Sequence[str], name: str) -> Any:
             return getattr(importlib.import_module(module), name)
         except Exception:  # noqa: BLE001 - absent, or a vLLM that fails to import: unavailable
             continue
-    from autotune.shell.install import vllm_version
+    from autotune.shell.server.install import vllm_version
 
     raise ValidationUnavailable(f"{vllm_version()}: no {name} in {' or '.join(modules)}; "
                                 "flags are checked by deploying them instead")

@@ -1,4 +1,4 @@
-"""Constructed models (``shell.constructed``): weights set, not trained, so that greedy decoding
+"""Constructed models (``modelgen.constructed``): weights set, not trained, so that greedy decoding
 follows the synthetic language exactly and the MTP head is right for a chosen share of tokens.
 Verified at small size on vLLM's CPU build: the completion follows the language and the
 measured MTP acceptance matches the chosen rate."""
@@ -15,10 +15,10 @@ from autotune.core.deployment.slots import Slot
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import ConfigError
-from autotune.shell.client import Target, run_profile
-from autotune.shell.constructed import make_constructed, mtp_map
-from autotune.shell.predictable import successor_map
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.constructed import make_constructed, mtp_map
+from autotune.modelgen.predictable import successor_map
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
 CHOSEN = 0.5
 

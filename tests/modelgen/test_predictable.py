@@ -9,9 +9,9 @@ import pytest
 
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile
-from autotune.shell.predictable import successor_map
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.predictable import successor_map
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 from tests.conftest import cpu_slot
 
 

@@ -2,7 +2,7 @@
 
 A ``ServerProcess`` is a context manager. Entering starts ``vllm serve`` (or the CPU build's
 module entry point) from an argument list in a new session, on a free 127.0.0.1 port with a
-fresh random API key in a private ``--config`` file (``shell.key_config``: never argv, so
+fresh random API key in a private ``--config`` file (``shell.server.key_config``: never argv, so
 ``ps`` does not show it, and never the environment, whose VLLM_* variables vLLM 0.26 hashes
 into its compile-cache key), and waits until the process is alive, ``/health`` answers and
 one real completion succeeds. Its output goes through a pipe to a reader thread that writes
@@ -44,10 +44,10 @@ from autotune.core.deployment.failures import (
 from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import LogLine, StartupPhases, startup_phases
 from autotune.errors import ConfigError, DeploymentError
-from autotune.shell.install import Entrypoint, resolve_entrypoint
-from autotune.shell.key_config import remove_key_config, write_key_config
-from autotune.shell.preimported import ForkedServer, Preimported, entry_module_of
-from autotune.shell.processes import (
+from autotune.shell.server.install import Entrypoint, resolve_entrypoint
+from autotune.shell.server.key_config import remove_key_config, write_key_config
+from autotune.shell.server.preimported import ForkedServer, Preimported, entry_module_of
+from autotune.shell.server.processes import (
     HOST,
     die_with_parent,
     free_port,
@@ -177,7 +177,7 @@ class ServerProcess:
         self.argv = entry.command(spec.model, options)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         if spec.slot is not None and spec.slot.kind == "cuda":
-            from autotune.shell.gpu import nvml_available, nvml_used_mib
+            from autotune.shell.server.gpu import nvml_available, nvml_used_mib
 
             if nvml_available():
                 self._gpu_baseline = nvml_used_mib(spec.slot.devices)
@@ -330,7 +330,7 @@ class ServerProcess:
         before launch); None off GPUs or without NVML."""
         if self._gpu_baseline is None:
             return None
-        from autotune.shell.gpu import nvml_used_mib
+        from autotune.shell.server.gpu import nvml_used_mib
 
         now = nvml_used_mib(list(self._gpu_baseline))
         return sum(now[i] - self._gpu_baseline[i] for i in self._gpu_baseline)
@@ -384,7 +384,7 @@ class ServerProcess:
             self._log.close()
         gpu_ok, gpu_now = None, {}
         if self._gpu_baseline is not None:
-            from autotune.shell.gpu import wait_released
+            from autotune.shell.server.gpu import wait_released
 
             gpu_ok, gpu_now = wait_released(self._gpu_baseline)
         self.teardown = TeardownReport(
