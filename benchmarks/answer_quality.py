@@ -82,7 +82,7 @@ def _compat(new: str, old: str, *names: str) -> tuple:
     return tuple(getattr(module, n) for n in names)
 
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.recommendation import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.deployment import failures  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.maths.stats import t_quantile  # noqa: E402
@@ -96,10 +96,10 @@ from benchmarks.seed_stats import proportion_interval  # noqa: E402
                          "PlanRequest")
 (DeviceClock,) = _compat("autotune.study.dev.replay", "autotune.study.replay", "DeviceClock")
 (confirm,) = _compat("autotune.study.run.confirm_rounds", "autotune.study.confirm", "confirm")
-(prepare_study,) = _compat("autotune.study.run.creation", "autotune.study.creation",
+(prepare_study,) = _compat("autotune.study.run.study_setup", "autotune.study.creation",
                            "prepare_study")
-(TrialSetup,) = _compat("autotune.study.run.one_trial", "autotune.study.trial", "TrialSetup")
-(build_plan,) = _compat("autotune.study.run.planning", "autotune.study.plans", "build_plan")
+(TrialSetup,) = _compat("autotune.study.run.trial_function", "autotune.study.trial", "TrialSetup")
+(build_plan,) = _compat("autotune.study.run.study_plan", "autotune.study.plans", "build_plan")
 (StudyRunner,) = _compat("autotune.study.run.runner", "autotune.study.runner", "StudyRunner")
 outcomes, study_data = _compat("autotune.study.store.records", "autotune.study.records",
                                "outcomes", "study_data")

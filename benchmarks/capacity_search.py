@@ -44,7 +44,7 @@ from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import parse_limit
 from autotune.core.metrics.summary import RequestResult, flat_metrics, summarize
 from autotune.core.trial.capacity_search import Boundary, Probe, goodput_limits, search
-from autotune.core.trial.settle import SettleRule
+from autotune.core.trial.early_fail import SettleRule
 from autotune.core.workload.capacity_spec import CapacitySpec
 from autotune.core.workload.profiles import get_profile
 from autotune.core.workload.requests import RandomPrompts

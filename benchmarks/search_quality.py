@@ -68,7 +68,7 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.recommendation import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.deployment import failures  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.space.search_space import complete  # noqa: E402

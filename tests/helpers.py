@@ -51,15 +51,15 @@ from autotune.core.trial.capacity_search import Boundary, CapacitySearch, Probe
 from autotune.core.trial.objectives import parse_objective
 from autotune.core.trial.outcome import Measurement, ProfileResult, TrialOutcome
 from autotune.core.trial.precision import RunStop
-from autotune.core.trial.told import FEASIBLE
+from autotune.core.trial.sampler_feedback import FEASIBLE
 from autotune.core.workload.profiles import WorkloadProfile, get_profile
 from autotune.errors import DeploymentError
 from autotune.shell.bench.client import BenchmarkRun
 from autotune.shell.server.server import TeardownReport
-from autotune.study.run.creation import prepare_study
-from autotune.study.run.one_trial import TrialSetup
-from autotune.study.run.planning import build_plan
 from autotune.study.run.runner import SilentProgress, StudyRunner
+from autotune.study.run.study_plan import build_plan
+from autotune.study.run.study_setup import prepare_study
+from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import write_outcome
 from autotune.study.store.state import mark_references, write_plan
 from autotune.study.store.storage import Heartbeat, open_storage

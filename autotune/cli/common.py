@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
+from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
 from autotune.core.metrics.registry import label_of
 from autotune.core.space.search_space import SearchSpace

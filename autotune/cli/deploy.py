@@ -71,7 +71,7 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
     from autotune.shell.server.install import detect_platform
     from autotune.shell.server.processes import session_pids
     from autotune.shell.server.server import DeploymentSpec, ServerProcess
-    from autotune.study.run.planning import model_info
+    from autotune.study.run.study_plan import model_info
 
     platform = detect_platform()
     model = model_info(args.model, Path(args.workdir), say=console.print)
@@ -202,7 +202,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     space = read_space(args.space)
     model = read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-    from autotune.study.run.planning import model_context
+    from autotune.study.run.study_plan import model_context
 
     ctx = model_context(space, model, args.max_model_len)
     skip = inapplicable(space, ctx)

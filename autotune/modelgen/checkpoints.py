@@ -41,7 +41,7 @@ class ModelShape:
 
 # The model `autotune run` generates on the CPU build: a native context the shipped spaces'
 # 81920 tokens fit without YaRN, so that their configurations deploy rather than being rejected
-# (issue #41). Its folder name says so (study.run.planning.GENERATED_MODEL), so that a model
+# (issue #41). Its folder name says so (study.run.study_plan.GENERATED_MODEL), so that a model
 # generated before at 32768 tokens is not taken for it.
 RUN_SHAPE = ModelShape(native_context=131072)
 

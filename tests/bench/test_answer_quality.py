@@ -11,7 +11,7 @@ import pytest
 
 from autotune.core.trial.precision import Balance, Pinned, StopRule
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
-from autotune.study.run.one_trial import BenchPlan
+from autotune.study.run.trial_function import BenchPlan
 from benchmarks import answer_quality as aq
 
 

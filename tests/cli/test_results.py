@@ -9,8 +9,8 @@ import shlex
 import pytest
 import yaml
 
+from autotune.core.deployment.baseline import command_words, options_to_argv
 from autotune.core.deployment.flags import argv_to_options
-from autotune.core.deployment.from_flags import command_words, options_to_argv
 from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES, autotune, load
 
 # Two of the reference configurations, measured elsewhere (the reference space: TP 2, 81920).

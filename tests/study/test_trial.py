@@ -18,7 +18,7 @@ from autotune.core.deployment import failures
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
-from autotune.study.run.one_trial import BenchPlan, TrialSetup, Validated, run_trial
+from autotune.study.run.trial_function import BenchPlan, TrialSetup, Validated, run_trial
 from tests.helpers import StandInBench, StandInDeployment
 
 PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))

@@ -39,7 +39,7 @@ from enum import Enum
 
 from autotune.core.metrics.registry import METRICS
 from autotune.core.metrics.summary import SloLimits
-from autotune.core.trial.settle import SettleRule, fail_rule
+from autotune.core.trial.early_fail import SettleRule, fail_rule
 from autotune.core.workload.capacity_spec import CapacitySpec
 from autotune.errors import ConfigError
 

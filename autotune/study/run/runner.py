@@ -43,7 +43,7 @@ from optuna_dashboard import save_note
 
 from autotune.core.analysis.study_data import StudyData, finalists, incumbents, noise_line
 from autotune.core.deployment import failures
-from autotune.core.deployment.from_flags import Baseline
+from autotune.core.deployment.baseline import Baseline
 from autotune.core.maths.durations import duration_text
 from autotune.core.plan.budget import TimeLeft, start_up
 from autotune.core.plan.confirmation import deployment_cost_s, failed_deployment_cost_s
@@ -61,16 +61,16 @@ from autotune.core.plan.scheduling import (
 from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.racing import Member, Race
-from autotune.core.trial.told import finite_values, what_to_tell
+from autotune.core.trial.sampler_feedback import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.server.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
 from autotune.study.run.confirm_rounds import deploy_once
-from autotune.study.run.creation import trial_flags
-from autotune.study.run.one_trial import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
-from autotune.study.run.planning import StudyPlan
-from autotune.study.run.reaping import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.run.samplers import make_sampler
+from autotune.study.run.study_plan import StudyPlan
+from autotune.study.run.study_setup import trial_flags
+from autotune.study.run.trial_function import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
+from autotune.study.run.worker_upkeep import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import (
     TRIAL_ENV,

@@ -182,7 +182,7 @@ def checkable_model(model: str) -> Iterator[str]:
     """The model to check flags against: ``model`` itself, or, where it is the generated
     model not written yet (a dry run in a fresh folder), its config.json and tokenizer in a
     temporary folder removed afterwards (``modelgen.checkpoints.write_config``; no weights)."""
-    from autotune.study.run.planning import GENERATED_MODEL
+    from autotune.study.run.study_plan import GENERATED_MODEL
 
     if (Path(model) / "config.json").exists() or not model.endswith(GENERATED_MODEL):
         yield model

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import optuna
 
-from autotune.core.deployment.from_flags import Baseline
+from autotune.core.deployment.baseline import Baseline
 from autotune.core.plan.confirmation import ConfirmationState
 from autotune.core.plan.request import LAYOUT1_TIME_BUDGET, PlanRequest
 from autotune.core.trial.outcome import ProfileResult

@@ -37,6 +37,7 @@ from autotune.core.trial.capacity_search import (
     goodput_limits,
     search,
 )
+from autotune.core.trial.early_fail import SettleRule
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.precision import (
@@ -47,7 +48,6 @@ from autotune.core.trial.precision import (
     request_line,
 )
 from autotune.core.trial.racing import Race, beaten, run_order
-from autotune.core.trial.settle import SettleRule
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable

@@ -23,8 +23,7 @@ from typing import Any
 
 import optuna
 
-from autotune.core.deployment.flags import Options, argv_to_options, options_to_argv
-from autotune.core.deployment.from_flags import (
+from autotune.core.deployment.baseline import (
     VLLM_DEFAULTS,
     Baseline,
     Command,
@@ -37,6 +36,7 @@ from autotune.core.deployment.from_flags import (
     with_fixed,
     without_own,
 )
+from autotune.core.deployment.flags import Options, argv_to_options, options_to_argv
 from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
@@ -73,8 +73,8 @@ from autotune.shell.bench.files import (
 from autotune.shell.bench.workloads import WAITS_FOR_THE_MODEL, check_unchanged, load_tokenizer, sources_for
 from autotune.shell.server.install import Entrypoint
 from autotune.shell.server.validation import VllmValidator, shared_validator
-from autotune.study.run.one_trial import BenchPlan, TrialSetup
 from autotune.study.run.samplers import SAMPLERS
+from autotune.study.run.trial_function import BenchPlan, TrialSetup
 from autotune.study.store.state import read_plan, write_plan
 from autotune.study.store.storage import check_url, storage_url
 

@@ -9,12 +9,12 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
+from autotune.core.deployment.baseline import Baseline
 from autotune.core.deployment.flags import to_argv
-from autotune.core.deployment.from_flags import Baseline
 from autotune.core.space.search_space import Params, params_key, resolve_references, sample
 from autotune.errors import StudyError
-from autotune.study.run.planning import StudyPlan, store_plan
 from autotune.study.run.samplers import make_sampler
+from autotune.study.run.study_plan import StudyPlan, store_plan
 from autotune.study.store.state import (
     baseline_config,
     make_uid,
