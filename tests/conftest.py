@@ -105,7 +105,7 @@ def cpu_slot(tp: int = 2):
 def dense_server(dense_model, tmp_path_factory):
     """One real vLLM server on the tiny dense model for measurement tests, shared. TP=1 on core
     0 leaves core 1 to the API server and the client: with TP=2 on two cores the API server is
-    starved and run-to-run spreads reach 40-80% (benchmarks/client_overhead.py)."""
+    starved and run-to-run spreads reach 40-80% (benchmarks/experiments/client_overhead.py)."""
     from autotune.core.deployment.slots import Slot
     from autotune.shell.server.server import DeploymentSpec, ServerProcess
 

@@ -1,6 +1,6 @@
 """vLLM's own benchmark client (``vllm bench serve``), driven in-process, to cross-check ours.
 
-Used by the client tests and ``benchmarks/client_overhead.py``: same server, same lengths,
+Used by the client tests and ``benchmarks/experiments/client_overhead.py``: same server, same lengths,
 request count and concurrency, and the numbers under the same keys.
 """
 

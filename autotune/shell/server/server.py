@@ -253,7 +253,7 @@ class ServerProcess:
             # they spin on the very cores the API server and the client need. At the lowest
             # priority they still get every core the others leave idle: on 2 cores this doubled
             # throughput and cut the spread of identical runs from 60-80% to 6-9%
-            # (benchmarks/cpu_spread.py, docs/noise.md). Not with TP=1: its one
+            # (benchmarks/experiments/cpu_spread.py, docs/noise.md). Not with TP=1: its one
             # worker shares its single core with the engine core that waits on it, and starved
             # at nice 19 it was declared dead (tests/study/test_workers.py).
             self.workers_niced = lower_priority(processes_titled(self.pid, "Worker"))

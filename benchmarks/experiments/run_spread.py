@@ -7,7 +7,7 @@ with the scheduler free to place the API server and the client, then with both p
 smallest run over the largest. This spread is what the live agreement tests against
 `vllm bench serve` must live with (tests/shell/test_client.py, docs/fidelity.md).
 
-    .venv/bin/python benchmarks/run_spread.py [--runs 8]
+    .venv/bin/python benchmarks/experiments/run_spread.py [--runs 8]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ which ``--slo`` holds with:
 Every probe is the same measured run (the profile at that load, at least 2 requests per
 concurrent slot). Prints per round and method: probes, seconds, the load met and the load missed.
 
-    .venv/bin/python benchmarks/capacity_search.py [--slo 'p99_tpot_ms<=10'] [--rounds 2]
+    .venv/bin/python benchmarks/experiments/capacity_search.py [--slo 'p99_tpot_ms<=10'] [--rounds 2]
 
 ``--synthetic`` deploys nothing: it replays a capacity study (one search per configuration,
 then ``CONFIRM_ROUNDS`` redeployments) on synthetic per-request latencies, before (every probe
@@ -23,7 +23,7 @@ runs all its requests, every redeployment searches again) and after (a probe sto
 fail is settled, a redeployment re-probes the boundary), and prints probes, requests (warm-up
 included), the modelled minutes, and how many boundaries after equal those before.
 
-    .venv/bin/python benchmarks/capacity_search.py --synthetic [--configs 200]
+    .venv/bin/python benchmarks/experiments/capacity_search.py --synthetic [--configs 200]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ single wave: it measures the ramp-up and the drain as much as the load. Per requ
 ``--counts`` (interleaved, ``--runs`` runs each, fresh prompts each): the spread of output
 throughput and mean E2EL between identical runs (log-sd) and the seconds a run costs.
 
-    .venv/bin/python benchmarks/wave_spread.py [--counts 100,200,400] [--runs 4]
+    .venv/bin/python benchmarks/experiments/wave_spread.py [--counts 100,200,400] [--runs 4]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402

@@ -5,7 +5,7 @@ Deploys one configuration ``--starts`` times with a fresh, empty vLLM cache fold
 of a study share ``~/.cache/vllm``; prints each start's ready seconds and its phases as vLLM
 logs them (``core.deployment.startup``): the first start compiles, the others should load.
 
-    .venv/bin/python benchmarks/compile_cache.py [--starts 3]
+    .venv/bin/python benchmarks/experiments/compile_cache.py [--starts 3]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402

@@ -5,7 +5,7 @@ vLLM's own client, our client as it sends requests, and our client with a reques
 in one respect (``--variant``: without ``min_tokens``, which vLLM's client does not send).
 Prints every run and the medians of output throughput, mean TTFT, mean TPOT and mean E2EL.
 
-    .venv/bin/python benchmarks/ttft_agreement.py [--rounds 3] [--tp 2]
+    .venv/bin/python benchmarks/experiments/ttft_agreement.py [--rounds 3] [--tp 2]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ prints, per trial: wall time from ask to tell, readiness (start-up) time, benchm
 (warm-up and measured runs of every profile), and the rest (validation, teardown, Optuna,
 artifacts) as a share of the trial.
 
-    .venv/bin/python benchmarks/trial_overhead.py [--trials 3]
+    .venv/bin/python benchmarks/experiments/trial_overhead.py [--trials 3]
 """
 
 from __future__ import annotations

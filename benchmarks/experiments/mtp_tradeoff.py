@@ -5,7 +5,7 @@ with ``--speculative-config '{"method":"mtp","num_speculative_tokens":1}'``), an
 both workload profiles (reduced request counts) R times on each deployment, interleaved.
 Prints output throughput, mean E2EL and the acceptance rate, each run and the spread.
 
-    .venv/bin/python benchmarks/mtp_tradeoff.py [--repeats 2] [--model DIR]
+    .venv/bin/python benchmarks/experiments/mtp_tradeoff.py [--repeats 2] [--model DIR]
 """
 
 from __future__ import annotations

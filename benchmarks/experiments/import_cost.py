@@ -3,7 +3,7 @@ server as installed and with scikit-learn's tree (sklearn, scipy, narwhals, jobl
 threadpoolctl) unimportable; prints wall and CPU seconds and the paired difference
 (docs/startup.md, "Ours in it").
 
-    .venv/bin/python benchmarks/import_cost.py 5    # pairs
+    .venv/bin/python benchmarks/experiments/import_cost.py 5    # pairs
 """
 
 import statistics

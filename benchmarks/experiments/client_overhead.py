@@ -5,7 +5,7 @@ runs of both clients on it (ours, theirs, ours, ...) at concurrency 2 and at a h
 concurrency, and prints a table: client CPU seconds per 1000 streamed tokens, and the
 metrics each client reported, run by run, with the spread between repeats.
 
-    .venv/bin/python benchmarks/client_overhead.py [--repeats 3] [--high 32]
+    .venv/bin/python benchmarks/experiments/client_overhead.py [--repeats 3] [--high 32]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ exceed what can be carried), so a torch process holding GPU memory stands in for
 here: started in its own session on the slot's GPUs, killed as autotune kills a server
 (process group), then `autotune.shell.server.gpu.wait_released` must see the memory come back.
 
-    python benchmarks/gpu_teardown_check.py [--gib 20]
+    python benchmarks/experiments/gpu_teardown_check.py [--gib 20]
 """
 
 from __future__ import annotations

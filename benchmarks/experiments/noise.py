@@ -8,7 +8,7 @@ repeats on one deployment and between deployments (log-scale standard deviation,
 the seconds one run costs, and then the protocol (requests, repeats) that brings the standard
 error of the front's two objectives below ``--target`` (or the lowest reachable, said plainly).
 
-    .venv/bin/python benchmarks/noise.py [--deployments 3] [--repeats 3] [--counts 8,16,32]
+    .venv/bin/python benchmarks/experiments/noise.py [--deployments 3] [--repeats 3] [--counts 8,16,32]
 """
 
 from __future__ import annotations

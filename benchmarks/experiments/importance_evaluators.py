@@ -3,7 +3,7 @@ parameter (the reference space's kinds: categorical and bool), at 8..40 trials; 
 evaluator how often the strong parameter ranks first / the null one gets under 0.1
 (docs/startup.md, "Ours in it"). Each cell pools both objectives of each seed's study.
 
-    .venv/bin/python benchmarks/importance_evaluators.py tpe 40    # sampler, seeds
+    .venv/bin/python benchmarks/experiments/importance_evaluators.py tpe 40    # sampler, seeds
 """
 import collections
 import math
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from autotune.study.run.samplers import make_sampler  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

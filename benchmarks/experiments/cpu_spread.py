@@ -17,7 +17,7 @@ A deployment on a CPU slot now nices its workers itself, as this measurement led
 throughput, mean E2EL and median TTFT between runs ((max - min) / mean and log-sd), and the
 share of requests whose stream arrived in one burst.
 
-    .venv/bin/python benchmarks/cpu_spread.py [--runs 6] [--requests 24] [--concurrency 2]
+    .venv/bin/python benchmarks/experiments/cpu_spread.py [--runs 6] [--requests 24] [--concurrency 2]
 """
 
 from __future__ import annotations
