@@ -15,7 +15,7 @@ from autotune.core.space.space_yaml import parse_references, parse_space
 from autotune.core.workload.profiles import WorkloadProfile, parse_profiles
 from autotune.errors import ConfigError, SpaceError
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the source tree: autotune/shell/bench/ up
 
 
 def locate_shipped(relative: str) -> str:
