@@ -40,8 +40,9 @@ device minutes, medians.
         --out after.jsonl
     python benchmarks/answer_quality.py --summarize before.jsonl after.jsonl
 
-The script imports autotune through ``_compat`` (the module layout after #42 step 4, else the
-flat ``autotune.study.*`` of c5a51e0), so the same file runs in a worktree at either commit.
+The script imports autotune through ``_compat`` (the module layout after #48's moves, else the
+one after #42 step 4, else the flat ``autotune.study.*`` of c5a51e0), so the same file runs in a
+worktree at any of those commits.
 ``--variant``: ``refs`` (default; the ten references enqueued first, opt3-baseline the study's
 baseline) or ``space`` (the default space alone, as the 9-minute GPU study of issue #40 ran; a
 study without a measured baseline); ``+nocal`` after either (``refs+nocal``) runs it without the
@@ -74,16 +75,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _compat(new: str, old: str, *names: str) -> tuple:
-    """``names`` from module ``new`` (this layout), else from ``old`` (c5a51e0's)."""
-    try:
-        module = importlib.import_module(new)
-    except ModuleNotFoundError:
-        module = importlib.import_module(old)
+def _compat(paths: tuple[str, ...], *names: str) -> tuple:
+    """``names`` from the first module of ``paths`` this checkout has (newest layout first)."""
+    for path in paths[:-1]:
+        try:
+            module = importlib.import_module(path)
+            break
+        except ModuleNotFoundError:
+            continue
+    else:
+        module = importlib.import_module(paths[-1])
     return tuple(getattr(module, n) for n in names)
 
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.deployment import failures  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.maths.stats import t_quantile  # noqa: E402
@@ -93,21 +97,26 @@ from autotune.core.trial.precision import RunStop  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from benchmarks.seed_stats import proportion_interval  # noqa: E402
 
-(PlanRequest,) = _compat("autotune.core.plan.request", "autotune.core.analysis.stored_plan",
+NoFeasibleTrial, recommend = _compat(
+    ("autotune.core.analysis.recommendation", "autotune.core.analysis.recommend"),
+    "NoFeasibleTrial", "recommend")
+(PlanRequest,) = _compat(("autotune.core.plan.request", "autotune.core.analysis.stored_plan"),
                          "PlanRequest")
-(DeviceClock,) = _compat("autotune.study.dev.replay", "autotune.study.replay", "DeviceClock")
-(confirm,) = _compat("autotune.study.run.confirm_rounds", "autotune.study.confirm", "confirm")
+(DeviceClock,) = _compat(("autotune.study.dev.replay", "autotune.study.replay"), "DeviceClock")
+(confirm,) = _compat(("autotune.study.run.confirm_rounds", "autotune.study.confirm"), "confirm")
 # As `run` confirms since #46: only finalists whose verdict is still in question (older code: all).
 CONFIRM_AS_RUN = {"only_open": True} if "only_open" in inspect.signature(confirm).parameters else {}
-(prepare_study,) = _compat("autotune.study.run.creation", "autotune.study.creation",
-                           "prepare_study")
-(TrialSetup,) = _compat("autotune.study.run.one_trial", "autotune.study.trial", "TrialSetup")
-(build_plan,) = _compat("autotune.study.run.planning", "autotune.study.plans", "build_plan")
-(StudyRunner,) = _compat("autotune.study.run.runner", "autotune.study.runner", "StudyRunner")
-outcomes, study_data = _compat("autotune.study.store.records", "autotune.study.records",
+(prepare_study,) = _compat(("autotune.study.run.study_setup", "autotune.study.run.creation",
+                            "autotune.study.creation"), "prepare_study")
+(TrialSetup,) = _compat(("autotune.study.run.trial_function", "autotune.study.run.one_trial",
+                         "autotune.study.trial"), "TrialSetup")
+(build_plan,) = _compat(("autotune.study.run.study_plan", "autotune.study.run.planning",
+                         "autotune.study.plans"), "build_plan")
+(StudyRunner,) = _compat(("autotune.study.run.runner", "autotune.study.runner"), "StudyRunner")
+outcomes, study_data = _compat(("autotune.study.store.records", "autotune.study.records"),
                                "outcomes", "study_data")
-(Heartbeat,) = _compat("autotune.study.store.storage", "autotune.study.storage", "Heartbeat")
-start_clock, time_budget = _compat("autotune.study.store.state", "autotune.study.state",
+(Heartbeat,) = _compat(("autotune.study.store.storage", "autotune.study.storage"), "Heartbeat")
+start_clock, time_budget = _compat(("autotune.study.store.state", "autotune.study.state"),
                                    "start_clock", "time_budget")
 
 DATA = ROOT / "benchmarks" / "data" / "gpu-synthetic"
@@ -306,9 +315,9 @@ class GpuTable:
 @contextlib.contextmanager
 def as_gpu() -> Iterator[None]:
     """The space's ``when: {platform: gpu}`` (expert parallel) as on a GPU machine: the study
-    asks ``shell.install.detect_platform``, a stand-in for the machine here, not for anything
+    asks ``shell.server.install.detect_platform``, a stand-in for the machine here, not for anything
     measured; restored on leaving."""
-    import autotune.shell.install as install
+    import autotune.shell.server.install as install
 
     real = install.detect_platform
     install.detect_platform = lambda: "cuda"

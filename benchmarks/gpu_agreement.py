@@ -40,13 +40,13 @@ from autotune.core.maths.stats import t_quantile  # noqa: E402
 from autotune.core.metrics.summary import server_values, to_vllm_json  # noqa: E402
 from autotune.core.workload.datasets import source_of, validate_dataset_spec  # noqa: E402
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
-from autotune.shell.client import Target, run_profile  # noqa: E402
-from autotune.shell.install import resolve_entrypoint  # noqa: E402
-from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.reference_bench import run_vllm_bench  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess  # noqa: E402
-from autotune.shell.server_metrics import fetch_metrics  # noqa: E402
-from autotune.shell.workloads import load_tokenizer  # noqa: E402
+from autotune.modelgen.checkpoints import make_model  # noqa: E402
+from autotune.shell.bench.client import Target, run_profile  # noqa: E402
+from autotune.shell.bench.reference_bench import run_vllm_bench  # noqa: E402
+from autotune.shell.bench.server_metrics import fetch_metrics  # noqa: E402
+from autotune.shell.bench.workloads import load_tokenizer  # noqa: E402
+from autotune.shell.server.install import resolve_entrypoint  # noqa: E402
+from autotune.shell.server.server import DeploymentSpec, ServerProcess  # noqa: E402
 
 CLIENT_KEYS = ("output_throughput", "mean_e2el_ms", "median_ttft_ms", "mean_ttft_ms", "mean_tpot_ms",
                "mean_itl_ms")

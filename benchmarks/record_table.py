@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autotune.core.space.search_space import grid_points, params_key  # noqa: E402
-from autotune.shell.files import read_references, read_space  # noqa: E402
+from autotune.shell.bench.files import read_references, read_space  # noqa: E402
 
 REFERENCES = ROOT / "search_spaces" / "references.yaml"
 

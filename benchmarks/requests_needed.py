@@ -1,7 +1,7 @@
 """How many requests does a run need to pin each metric? Replays stored per-request records.
 
 Reads every ``requests-<profile>-<repeat>.jsonl`` artifact (one line per request, written by
-each trial's runs: ``study/run/one_trial.py``) under the given paths (default: ``benchmarks/data``),
+each trial's runs: ``study/run/trial_function.py``) under the given paths (default: ``benchmarks/data``),
 and for each metric and workload prints how many requests, sent in order, bring the metric's
 95% interval within each precision: the same intervals the stop rule uses
 (``core/trial/precision.py``: Student's t for a per-request mean, the ratio estimator for a

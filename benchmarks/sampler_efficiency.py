@@ -45,7 +45,7 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.recommendation import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
@@ -62,13 +62,13 @@ from autotune.core.space.search_space import (  # noqa: E402
 from autotune.core.trial.outcome import TrialOutcome  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.errors import ValidationError  # noqa: E402
-from autotune.shell.files import read_model_info, read_space  # noqa: E402
+from autotune.shell.bench.files import read_model_info, read_space  # noqa: E402
 from autotune.study.dev.replay import Replay, drawable  # noqa: E402
-from autotune.study.run.creation import prepare_study  # noqa: E402
-from autotune.study.run.one_trial import TrialSetup  # noqa: E402
-from autotune.study.run.planning import StudyPlan, build_plan, model_context  # noqa: E402
 from autotune.study.run.runner import StudyRunner  # noqa: E402
 from autotune.study.run.samplers import make_sampler  # noqa: E402
+from autotune.study.run.study_plan import StudyPlan, build_plan, model_context  # noqa: E402
+from autotune.study.run.study_setup import prepare_study  # noqa: E402
+from autotune.study.run.trial_function import TrialSetup  # noqa: E402
 from autotune.study.store.records import outcomes  # noqa: E402
 from autotune.study.store.storage import Heartbeat  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval, proportion_interval  # noqa: E402
@@ -208,8 +208,8 @@ def load_table(path: Path) -> tuple[RecordedTable, str]:
 
 def engines_of(table: RecordedTable, model_dir: Path) -> dict[tuple[str, ...], str]:
     """argv -> the engine vLLM resolves it to, for every configuration of the table that a
-    study of the space draws (vLLM's own resolution, ``shell.validation.engine_identity``)."""
-    from autotune.shell.validation import VllmValidator, engine_identity
+    study of the space draws (vLLM's own resolution, ``shell.server.validation.engine_identity``)."""
+    from autotune.shell.server.validation import VllmValidator, engine_identity
 
     space, model = read_space(SPACE), read_model_info(str(model_dir))
     ctx = model_context(space, model)

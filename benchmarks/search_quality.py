@@ -68,7 +68,6 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.deployment import failures  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.space.search_space import complete  # noqa: E402
@@ -79,6 +78,7 @@ from benchmarks import answer_quality as aq  # noqa: E402
 
 PlanRequest, DeviceClock, confirm, prepare_study = (
     aq.PlanRequest, aq.DeviceClock, aq.confirm, aq.prepare_study)
+NoFeasibleTrial, recommend = aq.NoFeasibleTrial, aq.recommend
 FIELDS = {f.name for f in dataclasses.fields(PlanRequest)}
 HAS_EXPLORATION = "exploration" in FIELDS  # issue #46
 

@@ -4,7 +4,7 @@ API server's imports cost.
 Deploys the generated dense model (TP=2 on the CPU build, as the README's main job does)
 ``--starts`` times in a row and prints, per start, each phase's seconds and share of the time
 to ready, and the seconds no phase names. ``--fresh-caches`` points vLLM's cache and the
-kernel caches (``shell.server.kernel_cache_env``) at an empty folder for the first start,
+kernel caches (``shell.server.server.kernel_cache_env``) at an empty folder for the first start,
 kept for the next ones (a repeat of one configuration); otherwise the machine's caches serve.
 ``--imports N`` instead times ``import vllm.entrypoints.openai.api_server`` N times in fresh
 interpreters and lists the slowest modules of the last (``python -X importtime``). Each start
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.deployment.startup import PHASES, stamped_text  # noqa: E402
-from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess, preimported_launcher  # noqa: E402
+from autotune.modelgen.checkpoints import make_model  # noqa: E402
+from autotune.shell.server.server import DeploymentSpec, ServerProcess, preimported_launcher  # noqa: E402
 
 IMPORT = "import vllm.entrypoints.openai.api_server"
 

@@ -65,17 +65,17 @@ from sampler_efficiency import (  # noqa: E402
     truth_of,
 )
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend  # noqa: E402
+from autotune.core.analysis.recommendation import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.analysis.table import RecordedTable  # noqa: E402
 from autotune.core.plan.request import PlanRequest  # noqa: E402
 from autotune.core.trial.outcome import Measurement  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.dev.replay import DeviceClock, Replay, drawable  # noqa: E402
 from autotune.study.run.confirm_rounds import confirm  # noqa: E402
-from autotune.study.run.creation import prepare_study  # noqa: E402
-from autotune.study.run.one_trial import BenchPlan, TrialSetup  # noqa: E402
-from autotune.study.run.planning import build_plan  # noqa: E402
 from autotune.study.run.runner import StudyRunner  # noqa: E402
+from autotune.study.run.study_plan import build_plan  # noqa: E402
+from autotune.study.run.study_setup import prepare_study  # noqa: E402
+from autotune.study.run.trial_function import BenchPlan, TrialSetup  # noqa: E402
 from autotune.study.store.records import outcomes, study_data  # noqa: E402
 from autotune.study.store.storage import Heartbeat  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval  # noqa: E402

@@ -32,10 +32,10 @@ from autotune.core.deployment.slots import Slot  # noqa: E402
 from autotune.core.metrics.summary import to_vllm_json  # noqa: E402
 from autotune.core.workload.datasets import source_of, validate_dataset_spec  # noqa: E402
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile  # noqa: E402
-from autotune.shell.client import Target, run_profile  # noqa: E402
-from autotune.shell.modelgen import make_model  # noqa: E402
-from autotune.shell.server import DeploymentSpec, ServerProcess, preimported_launcher  # noqa: E402
-from autotune.shell.workloads import load_tokenizer  # noqa: E402
+from autotune.modelgen.checkpoints import make_model  # noqa: E402
+from autotune.shell.bench.client import Target, run_profile  # noqa: E402
+from autotune.shell.bench.workloads import load_tokenizer  # noqa: E402
+from autotune.shell.server.server import DeploymentSpec, ServerProcess, preimported_launcher  # noqa: E402
 
 KEYS = ("output_throughput", "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
 

@@ -74,22 +74,22 @@ def models_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def dense_model(models_dir) -> str:
-    from autotune.shell.modelgen import make_model
+    from autotune.modelgen.checkpoints import make_model
 
     return make_model(models_dir / "dense", kind="dense", seed=0).name
 
 
 @pytest.fixture(scope="session")
 def moe_model(models_dir) -> str:
-    from autotune.shell.modelgen import make_model
+    from autotune.modelgen.checkpoints import make_model
 
     return make_model(models_dir / "moe-mtp", kind="moe", mtp=True, seed=0).name
 
 
 @pytest.fixture(scope="session")
 def trained_model(models_dir) -> str:
-    """The trained MoE+MTP model (shell.predictable), generated once per session."""
-    from autotune.shell.modelgen import make_model
+    """The trained MoE+MTP model (modelgen.predictable), generated once per session."""
+    from autotune.modelgen.checkpoints import make_model
 
     return make_model(models_dir / "moe-mtp-trained", kind="moe", mtp=True, trained=True).name
 
@@ -105,9 +105,9 @@ def cpu_slot(tp: int = 2):
 def dense_server(dense_model, tmp_path_factory):
     """One real vLLM server on the tiny dense model for measurement tests, shared. TP=1 on core
     0 leaves core 1 to the API server and the client: with TP=2 on two cores the API server is
-    starved and run-to-run spreads reach 40-80% (benchmarks/client_overhead.py)."""
+    starved and run-to-run spreads reach 40-80% (benchmarks/experiments/client_overhead.py)."""
     from autotune.core.deployment.slots import Slot
-    from autotune.shell.server import DeploymentSpec, ServerProcess
+    from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
     log = tmp_path_factory.mktemp("dense-server") / "server.log"
     spec = DeploymentSpec(
@@ -206,7 +206,7 @@ def postgres_url():
     """A private PostgreSQL server for this test session, on a free 127.0.0.1 port, with a
     password; stopped (and checked gone) when the session ends. $AUTOTUNE_TEST_POSTGRES points
     the tests at an existing database instead."""
-    from autotune.shell.processes import die_with_parent, free_port
+    from autotune.shell.server.processes import die_with_parent, free_port
     from autotune.study.store.storage import storage_url
 
     if os.environ.get("AUTOTUNE_TEST_POSTGRES"):

@@ -3,8 +3,8 @@
 Stand-ins (each says what it stands in for; none is used by a test that claims to test a
 deployment, which uses a real vLLM server on a generated model, tests/conftest.py):
 
-- ``StandInDeployment`` and ``StandInBench``: ``shell.server.ServerProcess`` and
-  ``shell.client.run_profile`` behind ``TrialSetup``'s seams, injecting faults a real server
+- ``StandInDeployment`` and ``StandInBench``: ``shell.server.server.ServerProcess`` and
+  ``shell.bench.client.run_profile`` behind ``TrialSetup``'s seams, injecting faults a real server
   cannot be made to produce on demand (test_trial.py);
 - ``StandIn``: a trial function (the runner's ``trial_fn`` seam) computed from the flags with
   seeded noise: MTP helps at low concurrency and hurts at high, -O0 halves everything, expert
@@ -51,15 +51,15 @@ from autotune.core.trial.capacity_search import Boundary, CapacitySearch, Probe
 from autotune.core.trial.objectives import parse_objective
 from autotune.core.trial.outcome import Measurement, ProfileResult, TrialOutcome
 from autotune.core.trial.precision import RunStop
-from autotune.core.trial.told import FEASIBLE
+from autotune.core.trial.sampler_feedback import FEASIBLE
 from autotune.core.workload.profiles import WorkloadProfile, get_profile
 from autotune.errors import DeploymentError
-from autotune.shell.client import BenchmarkRun
-from autotune.shell.server import TeardownReport
-from autotune.study.run.creation import prepare_study
-from autotune.study.run.one_trial import TrialSetup
-from autotune.study.run.planning import build_plan
+from autotune.shell.bench.client import BenchmarkRun
+from autotune.shell.server.server import TeardownReport
 from autotune.study.run.runner import SilentProgress, StudyRunner
+from autotune.study.run.study_plan import build_plan
+from autotune.study.run.study_setup import prepare_study
+from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import write_outcome
 from autotune.study.store.state import mark_references, write_plan
 from autotune.study.store.storage import Heartbeat, open_storage
@@ -69,7 +69,7 @@ from tests.conftest import GLM_MOE_MTP_CONFIG, LLAMA_CONFIG, REPO
 
 @dataclass
 class StandInDeployment:
-    """A stand-in for shell.server.ServerProcess: 'starts' by raising ``start_error`` or not,
+    """A stand-in for shell.server.server.ServerProcess: 'starts' by raising ``start_error`` or not,
     serves while ``serving``; records that it was torn down."""
 
     spec: object
@@ -115,7 +115,7 @@ class StandInDeployment:
 
 @dataclass
 class StandInBench:
-    """A stand-in for shell.client.run_profile: every request succeeds, or fails as told, or
+    """A stand-in for shell.bench.client.run_profile: every request succeeds, or fails as told, or
     the whole benchmark raises ``error``."""
 
     failed_requests: int = 0
@@ -236,7 +236,7 @@ O2_O3_REFERENCES = ("configs:\n  - {name: o2, params: {optimization_level: 2}}\n
 
 
 def o3_is_o2(argv) -> str:
-    """A stand-in for vLLM's resolution (shell.validation.engine_identity, tested in
+    """A stand-in for vLLM's resolution (shell.server.validation.engine_identity, tested in
     test_validation.py): -O3 resolves to the -O2 engine, as in vLLM 0.32."""
     return " ".join(argv).replace("--optimization-level 3", "--optimization-level 2")
 

@@ -1,7 +1,8 @@
-"""The package's shape: layers import downward only (errors -> core -> shell -> study -> cli),
-the core's subpackages too (metrics -> maths -> workload -> space -> deployment -> trial ->
-analysis -> plan) and the study's rooms (store -> output -> run -> dev), no import cycle, and
-the pure core touches no process, file, network or environment."""
+"""The package's shape: layers import downward only (errors -> core -> shell -> modelgen -> study
+-> cli), and so do the shell's rooms (server -> bench), the core's subpackages (metrics -> maths
+-> workload -> space -> deployment -> trial -> analysis -> plan) and the study's rooms (store ->
+output -> run -> dev); no import cycle; the pure core touches no process, file, network or
+environment; the pre-imported launcher's side imports no autotune module."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
-LAYERS = {"errors": 0, "core": 1, "shell": 2, "study": 3, "cli": 4, "__main__": 5}
+LAYERS = {"errors": 0, "core": 1, "shell": 2, "modelgen": 3, "study": 4, "cli": 5, "__main__": 6}
+# The shell's rooms, lowest first: a deployment's lifecycle, then the benchmark's I/O against it.
+SHELL_ORDER = {"server": 0, "bench": 1}
 # The core's subpackages, lowest first: each imports only those before it (and itself).
 CORE_ORDER = {"metrics": 0, "maths": 1, "workload": 2, "space": 3, "deployment": 4, "trial": 5,
               "analysis": 6, "plan": 7}
@@ -89,6 +92,26 @@ def test_core_subpackages_import_downward_only():
     assert not wrong, wrong
 
 
+def shell_room(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["autotune", "shell"] or len(parts) < 3:
+        return None
+    return SHELL_ORDER.get(parts[2], -1)
+
+
+def test_every_shell_module_sits_in_a_room():
+    loose = [m for m in modules() if shell_room(m) == -1]
+    assert "autotune.shell.server.server" in modules() and not loose, loose
+
+
+def test_shell_rooms_import_downward_only():
+    wrong = [f"{name} imports {target}" for name, tree in modules().items()
+             if shell_room(name) is not None
+             for target in imports(tree, name)
+             if (shell_room(target) or 0) > (shell_room(name) or 0)]
+    assert not wrong, wrong
+
+
 def study_room(module: str) -> int | None:
     parts = module.split(".")
     if parts[:2] != ["autotune", "study"] or len(parts) < 3:
@@ -152,7 +175,8 @@ def test_the_core_touches_no_process_file_network_or_environment():
 
 
 def test_only_the_cli_prints_or_exits():
-    offenders = [name for name, tree in modules().items() if layer(name) not in (4, 5)
+    offenders = [name for name, tree in modules().items()
+                 if layer(name) not in (LAYERS["cli"], LAYERS["__main__"])
                  for node in ast.walk(tree)
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and node.func.attr == "exit" and getattr(node.func.value, "id", "") == "sys"]
@@ -182,7 +206,7 @@ def test_processes_are_started_and_signalled_only_in_the_shell():
     handling = {"subprocess", "signal", "ctypes"}
     outside = [name for name, tree in modules().items()
                if layer(name) not in (LAYERS["shell"], LAYERS["cli"]) and imports(tree, name) & handling]
-    assert "autotune.shell.server" in modules() and not outside, outside
+    assert "autotune.shell.server.server" in modules() and not outside, outside
 
 
 def test_the_code_passes_ruff():
@@ -217,3 +241,42 @@ def test_no_two_modules_define_the_same_public_name():
                     where.setdefault(public, []).append(name)
     twice = {public: found for public, found in where.items() if len(found) > 1}
     assert "Metric" in where and not twice, twice
+
+
+# Loads the launcher's file by its path in an interpreter where autotune cannot be imported (as in
+# another environment's vLLM), imports as the launcher does, and lists the autotune modules loaded.
+LAUNCHER_SIDE = """
+import importlib.abc, importlib.util, json, sys
+
+class NoAutotune(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "autotune":
+            raise ImportError(f"no autotune here: {name}")
+
+sys.meta_path.insert(0, NoAutotune())
+spec = importlib.util.spec_from_file_location("autotune_launcher", sys.argv[1])
+launcher = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(launcher)
+error, skipped = launcher.preimport(["json", "no_such_module"], "json")
+print(json.dumps({"error": error, "skipped": skipped, "serves": callable(launcher.serve),
+                  "autotune": sorted(m for m in sys.modules if m.split(".")[0] == "autotune")}))
+"""
+
+
+def test_the_preimported_launchers_side_imports_no_autotune_module(tmp_path):
+    """vLLM's interpreter may be another environment's: the launcher's file, loaded by its path
+    (``preimported.LOADER``), must run there without autotune on the path."""
+    import json
+    import subprocess
+    import sys
+
+    from autotune.shell.server import preimported
+
+    assert "spec_from_file_location" in preimported.LOADER
+    path = Path(preimported.__file__)
+    assert path == PACKAGE / "shell" / "server" / "preimported.py"
+    found = subprocess.run([sys.executable, "-I", "-c", LAUNCHER_SIDE, str(path)], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout) == {"error": "", "skipped": ["no_such_module"], "serves": True,
+                                        "autotune": []}

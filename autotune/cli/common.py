@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
+from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
 from autotune.core.metrics.registry import label_of
 from autotune.core.space.search_space import SearchSpace
@@ -26,11 +26,11 @@ from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import read_profiles
+from autotune.shell.bench.files import read_profiles
 from autotune.study.store.storage import storage_url
 
 if TYPE_CHECKING:
-    from autotune.shell.validation import VllmValidator
+    from autotune.shell.server.validation import VllmValidator
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
@@ -358,7 +358,7 @@ def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True,
 
 
 def entrypoint_of(args: argparse.Namespace):
-    from autotune.shell.install import resolve_entrypoint
+    from autotune.shell.server.install import resolve_entrypoint
 
     return resolve_entrypoint(args.entrypoint.split() if args.entrypoint else None)
 
@@ -394,8 +394,8 @@ def vllm_validator(space: SearchSpace, say: Callable[[str], None]) -> tuple[Vllm
     vLLM takes it (what it lacks is said once and left out); no validator where vLLM cannot be
     imported or asked (said)."""
     from autotune.errors import ValidationUnavailable
-    from autotune.shell.install import vllm_version
-    from autotune.shell.validation import shared_validator
+    from autotune.shell.server.install import vllm_version
+    from autotune.shell.server.validation import shared_validator
 
     validator = shared_validator()  # the one a --baseline was read with: its parser built once
     if validator is None:

@@ -32,16 +32,16 @@ from autotune.core.metrics.registry import RUN_METRICS
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
 from autotune.core.space.search_space import SearchSpace, inapplicable, space_size
 from autotune.errors import ConfigError
-from autotune.shell.constructed import SHAPES
-from autotune.shell.files import read_model_info, read_references, read_space
+from autotune.modelgen.constructed import SHAPES
+from autotune.shell.bench.files import read_model_info, read_references, read_space
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from autotune.shell.modelgen import make_model
+    from autotune.modelgen.checkpoints import make_model
 
     t0 = time.monotonic()
     if args.constructed:
-        from autotune.shell.constructed import make_constructed
+        from autotune.modelgen.constructed import make_constructed
 
         if args.trained or args.kind != "dense" or args.mtp:
             raise ConfigError("--constructed makes a GLM-4-MoE+MTP model of its own: drop "
@@ -68,10 +68,10 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 
 def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int:
-    from autotune.shell.install import detect_platform
-    from autotune.shell.processes import session_pids
-    from autotune.shell.server import DeploymentSpec, ServerProcess
-    from autotune.study.run.planning import model_info
+    from autotune.shell.server.install import detect_platform
+    from autotune.shell.server.processes import session_pids
+    from autotune.shell.server.server import DeploymentSpec, ServerProcess
+    from autotune.study.run.study_plan import model_info
 
     platform = detect_platform()
     model = model_info(args.model, Path(args.workdir), say=console.print)
@@ -135,8 +135,8 @@ def checked_url(text: str) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autotune.shell.client import Target, check_answers, run_profile
-    from autotune.shell.workloads import load_tokenizer, sources_for
+    from autotune.shell.bench.client import Target, check_answers, run_profile
+    from autotune.shell.bench.workloads import load_tokenizer, sources_for
 
     url = checked_url(args.url)
     tokenizer = load_tokenizer(args.tokenizer or args.model)
@@ -202,7 +202,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     space = read_space(args.space)
     model = read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-    from autotune.study.run.planning import model_context
+    from autotune.study.run.study_plan import model_context
 
     ctx = model_context(space, model, args.max_model_len)
     skip = inapplicable(space, ctx)
@@ -211,8 +211,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         out.print(f"configurations: {space_size(space, ctx):g} drawable")
         out.print("vLLM's parser is not available here: flags were not checked by it")
         return 0
-    from autotune.shell.install import vllm_version
-    from autotune.shell.validation import engine_identity
+    from autotune.shell.server.install import vllm_version
+    from autotune.shell.server.validation import engine_identity
     from autotune.study.run.space_check import check_references, check_samples, count_engines
 
     count = count_engines(space, ctx, lambda argv: engine_identity(validator, model.name, argv))

@@ -17,8 +17,8 @@ from autotune.errors import ConfigError
 def cmd_delete_study(args: argparse.Namespace, ask: Callable[[str], str] | None = None) -> int:
     """``ask``: how the user is asked (a question in, the answer out); default: on stdin's
     terminal, and where stdin is none, --yes is needed."""
-    from autotune.study.store.deletion import delete_study, study_files
     from autotune.study.store.storage import close_readers, load_existing, redact
+    from autotune.study.store.study_files import delete_study, study_files
 
     storage = storage_of_args(args)
     files = study_files(load_existing(args.study, storage), Path(args.workdir))  # read only

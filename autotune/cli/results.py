@@ -26,14 +26,14 @@ from autotune.cli.common import (
     print_wrapped,
     storage_of_args,
 )
-from autotune.core.analysis.recommend import (
+from autotune.core.analysis.recommendation import (
     USES,
     TieSettings,
     counted,
     legend,
     recommend_each,
 )
-from autotune.core.analysis.recommend import table as recommendation_table
+from autotune.core.analysis.recommendation import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData, format_params, noise_line
 from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import SUMMARY_METRICS
@@ -41,9 +41,9 @@ from autotune.core.plan.request import DEFAULT_SPACE
 from autotune.core.trial.objectives import default_objectives, parse_objective
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import locate_shipped, read_model_info, read_references, read_space
+from autotune.shell.bench.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS
-from autotune.study.run.planning import DEFAULT_REFERENCES
+from autotune.study.run.study_plan import DEFAULT_REFERENCES
 
 _EPOCH = datetime.datetime(1970, 1, 1)
 
@@ -362,9 +362,9 @@ def writable_file(text: str, flag: str) -> Path:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.shell.install import detect_platform
-    from autotune.shell.workloads import load_tokenizer, sources_for
-    from autotune.study.run.one_trial import BenchPlan, TrialSetup, run_trial
+    from autotune.shell.bench.workloads import load_tokenizer, sources_for
+    from autotune.shell.server.install import detect_platform
+    from autotune.study.run.trial_function import BenchPlan, TrialSetup, run_trial
     from autotune.study.store.state import read_plan
 
     stored = read_plan(study)
@@ -411,7 +411,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from autotune.study.run.planning import model_context
+    from autotune.study.run.study_plan import model_context
     from autotune.study.store.importer import import_results, read_results
     from autotune.study.store.storage import check_url
 

@@ -34,8 +34,8 @@ from autotune.cli.common import (
     vllm_validator,
 )
 from autotune.cli.results import print_trials
-from autotune.core.analysis.recommend import TieSettings
-from autotune.core.deployment.from_flags import VLLM_DEFAULTS
+from autotune.core.analysis.recommendation import TieSettings
+from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.numbers import number_text
@@ -47,9 +47,9 @@ from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
-from autotune.study.run.one_trial import TrialSetup
-from autotune.study.run.planning import DEFAULT_REFERENCES, StudyPlan
 from autotune.study.run.samplers import SAMPLERS
+from autotune.study.run.study_plan import DEFAULT_REFERENCES, StudyPlan
+from autotune.study.run.trial_function import TrialSetup
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
 UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
@@ -129,7 +129,7 @@ def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]
     it deploys (a confirmation). Ended when the command ends."""
     import dataclasses
 
-    from autotune.shell.server import preimported_launcher
+    from autotune.shell.server.server import preimported_launcher
 
     entrypoint = entrypoint_of(args)
     launcher = None if args.no_preimport else preimported_launcher(
@@ -184,7 +184,7 @@ def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.
           label: str, started: float | None = None) -> int:
     """Run the study's trials: in this process for one slot, one worker process per slot
     otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
-    from autotune.shell.worker_pool import run_workers
+    from autotune.shell.server.worker_pool import run_workers
     from autotune.study.run.runner import StudyRunner
     from autotune.study.store.storage import STORAGE_ENV
 
@@ -238,7 +238,7 @@ def resume_and_length(plan: StudyPlan, slots: int) -> list[str]:
     study measured, else another study of the same model in the storage, else the platform's
     prior (``core.plan.estimate``). Reads the storage only; a storage not there is a new one."""
     from autotune.core.plan.estimate import RunEstimate, assumed_cost, measured_cost
-    from autotune.study.run.reaping import count_trials
+    from autotune.study.run.worker_upkeep import count_trials
     from autotune.study.store.records import outcomes, study_data
     from autotune.study.store.storage import load_existing, redact, sqlite_path, study_names
 
@@ -273,10 +273,10 @@ def resume_and_length(plan: StudyPlan, slots: int) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autotune.shell.install import detect_platform
-    from autotune.study.run.creation import dry_run_argv, prepare_study
-    from autotune.study.run.planning import build_plan
+    from autotune.shell.server.install import detect_platform
     from autotune.study.run.space_check import check_planned, checkable_model, dry_run_verdicts
+    from autotune.study.run.study_plan import build_plan
+    from autotune.study.run.study_setup import dry_run_argv, prepare_study
     from autotune.study.store.state import start_clock
     from autotune.study.store.storage import hostname, redact
 
@@ -329,8 +329,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.shell.install import detect_platform
-    from autotune.study.run.planning import build_plan, set_budget, stored_request
+    from autotune.shell.server.install import detect_platform
+    from autotune.study.run.study_plan import build_plan, set_budget, stored_request
     from autotune.study.store.storage import hostname, load_existing, redact
 
     if args.trials is not None and args.trials < 1:
@@ -353,8 +353,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from autotune.shell.install import detect_platform
-    from autotune.study.run.planning import build_plan, stored_request
+    from autotune.shell.server.install import detect_platform
+    from autotune.study.run.study_plan import build_plan, stored_request
     from autotune.study.store.storage import load_existing
 
     if args.k < 1:

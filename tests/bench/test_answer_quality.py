@@ -11,7 +11,7 @@ import pytest
 
 from autotune.core.trial.precision import Balance, Pinned, StopRule
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
-from autotune.study.run.one_trial import BenchPlan
+from autotune.study.run.trial_function import BenchPlan
 from benchmarks import answer_quality as aq
 
 
@@ -60,7 +60,7 @@ def test_a_nine_minute_study_with_references_keeps_its_baseline_for_latency_and_
     """opt3-baseline is the user's baseline: 0.5% short of the table's best latency, 8.5% short
     of its best throughput. Since #46 the exploration order measures first the single change the
     reference study expects to help most under load (MTP off), so nine minutes find it."""
-    import autotune.shell.install as install
+    import autotune.shell.server.install as install
 
     real = install.detect_platform
     (tmp_path / "config.json").write_text(aq.MODEL_CONFIG.read_text())

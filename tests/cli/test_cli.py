@@ -96,7 +96,7 @@ def test_bench_takes_only_a_url_of_http_host_and_port(autotune_in, tmp_path, url
 
 
 def test_bench_where_nothing_answers_stops_at_the_first_failure_in_one_line(autotune_in, tmp_path):
-    from autotune.shell.processes import free_port
+    from autotune.shell.server.processes import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     result = autotune_in(tmp_path, "bench", "--url", url, "--model", "m", "--vocab-size", "512",
@@ -298,7 +298,7 @@ def test_runs_opening_line_states_the_budget_that_will_end_it():
 @pytest.mark.vllm
 def test_a_dry_run_puts_every_planned_configuration_to_vllm_and_names_the_rejected_ones(
         autotune_in, tmp_path):
-    from autotune.shell.modelgen import write_config
+    from autotune.modelgen.checkpoints import write_config
 
     model = write_config(tmp_path / "model", kind="moe", mtp=True)  # native context 32768
     # The reference space (YaRN fixed on at 81920 tokens: nothing of it is rejected) and one

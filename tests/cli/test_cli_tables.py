@@ -99,7 +99,7 @@ def validate(tmp_path):
     """`validate`'s table of the extended space (its longest parameter and flag names)."""
     from autotune.cli.deploy import space_table
     from autotune.core.space.search_space import ModelContext, inapplicable
-    from autotune.shell.files import read_model_info, read_space
+    from autotune.shell.bench.files import read_model_info, read_space
 
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)

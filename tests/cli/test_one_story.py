@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from optuna_dashboard import get_note
 from rich.console import Console
 
-from autotune.core.analysis.recommend import (
+from autotune.core.analysis.recommendation import (
     TieCost,
     TieSettings,
     recommend,
@@ -26,9 +26,9 @@ from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.maths.durations import duration_text
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.core.trial.told import finite_values
+from autotune.core.trial.sampler_feedback import finite_values
 from autotune.study.output.notes import launch_command, study_note, trial_note
-from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.optuna_internals import live_trial
 from autotune.study.store.records import outcomes, study_data
 from tests.helpers import StandIn, copy_searched, make_plan, run
@@ -237,7 +237,7 @@ def test_the_reports_recommendations_open_with_the_table_and_keep_the_full_text(
 
 
 def test_a_new_studys_default_name_is_short_and_distinct_per_shape():
-    from autotune.study.run.planning import default_study_name
+    from autotune.study.run.study_plan import default_study_name
 
     model = "/models/Qwen3-30B-A3B-Instruct-2507-FP8-dynamic"
     a = default_study_name(model, "default", ["low-concurrency", "high-concurrency"])

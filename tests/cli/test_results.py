@@ -9,8 +9,8 @@ import shlex
 import pytest
 import yaml
 
+from autotune.core.deployment.baseline import command_words, options_to_argv
 from autotune.core.deployment.flags import argv_to_options
-from autotune.core.deployment.from_flags import command_words, options_to_argv
 from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES, autotune, load
 
 # Two of the reference configurations, measured elsewhere (the reference space: TP 2, 81920).
@@ -135,7 +135,7 @@ def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
 
 @pytest.mark.slow
 def test_exports_carry_no_secret_and_the_yaml_is_what_vllm_parses_back_to_the_same_argv(four_trials):
-    from autotune.shell.validation import VllmValidator
+    from autotune.shell.server.validation import VllmValidator
 
     root, model, _ = four_trials
     shell = autotune(root, "export", "--study", "s4", "--trial", "0", "--format", "shell").stdout

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from autotune.core.analysis.effects import effects, sign_flips
-from autotune.core.analysis.recommend import recommend
+from autotune.core.analysis.recommendation import recommend
 from autotune.core.analysis.study_data import StudyData, finalists, noise_of
 from autotune.core.maths.pareto import knee, pareto_front
 from autotune.core.maths.stats import (

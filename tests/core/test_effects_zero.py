@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from autotune.core.analysis.effects import effects, sign_flips
-from autotune.core.analysis.recommend import USES, recommend
+from autotune.core.analysis.recommendation import USES, recommend
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.maths.stats import Change, Difference
 from autotune.core.metrics.registry import METRICS, Scale

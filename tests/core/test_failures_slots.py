@@ -96,7 +96,7 @@ def test_too_few_devices_and_bad_lists_are_config_errors():
 
 
 def test_gpu_memory_counts_as_released_within_the_tolerance_and_waits_for_it():
-    from autotune.shell.gpu import released, wait_released
+    from autotune.shell.server.gpu import released, wait_released
 
     baseline = {0: 1000, 1: 1000}
     assert released(baseline, {0: 1200, 1: 1000}, tolerance_mib=512)

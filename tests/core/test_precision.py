@@ -32,8 +32,8 @@ from autotune.core.trial.precision import (
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import BenchmarkRun
-from autotune.study.run.one_trial import BenchPlan, TrialSetup, read_requests, run_trial
+from autotune.shell.bench.client import BenchmarkRun
+from autotune.study.run.trial_function import BenchPlan, TrialSetup, read_requests, run_trial
 
 
 def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[RequestResult]:
@@ -176,7 +176,7 @@ def test_the_rule_refuses_a_target_it_cannot_mean():
 
 
 class PrecisionBench:
-    """A stand-in for shell.client.run_profile: a closed loop of noisy latencies, stopped by
+    """A stand-in for shell.bench.client.run_profile: a closed loop of noisy latencies, stopped by
     ``until`` exactly as the client asks it (the stop is the replayed one)."""
 
     def __call__(self, target, profile, *, seed, source, slo=None, stop=None, until=None):
@@ -228,7 +228,7 @@ def test_a_run_short_of_its_profiles_concurrency_says_what_it_reached():
 def test_each_fixed_profile_pins_the_metrics_its_objectives_and_slos_use():
     from autotune.core.metrics.slo import parse_slo
     from autotune.core.trial.objectives import Objective
-    from autotune.study.run.planning import SHOWN, pinned_metrics
+    from autotune.study.run.study_plan import SHOWN, pinned_metrics
 
     low, high = WorkloadProfile(name="low"), WorkloadProfile(name="high", max_concurrency=64)
     idle = WorkloadProfile(name="idle")
@@ -302,7 +302,7 @@ def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch)
 
 def test_the_front_and_the_recommendations_say_a_load_not_reached():
     from autotune.cli.results import front_table
-    from autotune.core.analysis.recommend import TieSettings, recommend, table
+    from autotune.core.analysis.recommendation import TieSettings, recommend, table
 
     data = _counted_study()
     rec = recommend(data, "throughput", TieSettings("s"))
@@ -432,7 +432,7 @@ def test_the_stop_rule_takes_one_rule_a_target_or_a_balance():
 
 def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_the_priors(
         monkeypatch):
-    import autotune.study.run.planning as planning
+    import autotune.study.run.study_plan as planning
     from autotune.core.plan.request import PlanRequest
 
     monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")

@@ -46,8 +46,8 @@ def test_the_warm_up_is_at_least_one_wave_at_the_profiles_concurrency():
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from autotune.shell.modelgen import write_tokenizer
-    from autotune.shell.workloads import load_tokenizer
+    from autotune.modelgen.checkpoints import write_tokenizer
+    from autotune.shell.bench.workloads import load_tokenizer
 
     folder = tmp_path_factory.mktemp("tokenizer")
     write_tokenizer(folder, 512)
@@ -55,7 +55,7 @@ def tokenizer(tmp_path_factory):
 
 
 def sources(profiles, tokenizer):
-    from autotune.shell.workloads import sources_for
+    from autotune.shell.bench.workloads import sources_for
 
     return sources_for(profiles, vocab_size=512, tokenizer=tokenizer, max_model_len=4096)
 

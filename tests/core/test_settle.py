@@ -1,4 +1,4 @@
-"""Settling a capacity probe's fail early (``core.trial.settle``): on synthetic runs whose
+"""Settling a capacity probe's fail early (``core.trial.early_fail``): on synthetic runs whose
 per-request latencies are drawn from known distributions, a run stopped once the count says
 its fail is settled gets the verdict the whole run gets, every time, and stops after a small
 part of its requests where the load is clearly past its limit. Pure: no server."""
@@ -11,7 +11,7 @@ import pytest
 from autotune.core.metrics.slo import Slo
 from autotune.core.metrics.summary import RequestResult, flat_metrics, summarize
 from autotune.core.trial.capacity_search import LoadOutcome, Z, judge_load
-from autotune.core.trial.settle import fail_rule
+from autotune.core.trial.early_fail import fail_rule
 from autotune.core.workload.capacity_spec import CapacitySpec
 
 LIMITS = (Slo("p99_tpot_ms", "<=", 100.0), Slo("median_ttft_ms", "<=", 1000.0),

@@ -20,7 +20,7 @@ from autotune.core.space.search_space import (
 )
 from autotune.core.space.space_yaml import parse_space
 from autotune.errors import SpaceError
-from autotune.shell.files import read_references, read_space
+from autotune.shell.bench.files import read_references, read_space
 from tests.conftest import SPACES
 
 YARN = ("--hf-overrides", json.dumps({

@@ -13,7 +13,7 @@ from autotune.core.deployment.graph_cap import CAP_FLAG, capped, graph_capture_c
 from autotune.core.space.search_space import ModelContext
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.files import read_space
+from autotune.shell.bench.files import read_space
 from tests.conftest import SPACES
 
 PAIR = (get_profile("low-concurrency"), get_profile("high-concurrency"))  # concurrency 2 and 100
@@ -50,7 +50,7 @@ def test_every_configuration_of_a_capped_space_carries_the_cap(moe_mtp_info):
 def test_the_switch_is_stored_with_the_study_and_a_worker_rebuilds_the_capped_space(tmp_path):
     import optuna
 
-    from autotune.study.run.planning import build_plan, store_plan, stored_request
+    from autotune.study.run.study_plan import build_plan, store_plan, stored_request
     from tests.helpers import request_in
 
     plan = build_plan(request_in(tmp_path, cap_cuda_graphs=True))

@@ -1,4 +1,4 @@
-"""What the sampler is told of a measured trial (core.trial.told)."""
+"""What the sampler is told of a measured trial (core.trial.sampler_feedback)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from autotune.core.deployment import failures
 from autotune.core.metrics.slo import parse_slo
 from autotune.core.trial.objectives import default_objectives
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.core.trial.told import FEASIBLE, what_to_tell
+from autotune.core.trial.sampler_feedback import FEASIBLE, what_to_tell
 from autotune.core.workload.profiles import get_profile
 
 PROFILES = (get_profile("low-concurrency"), get_profile("high-concurrency"))

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.analysis.recommend import TieSettings, recommend, searched, table
+from autotune.core.analysis.recommendation import TieSettings, recommend, searched, table
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.maths.stats import Noise, Verdict, combined, estimate, judge
 from autotune.core.trial.objectives import Objective

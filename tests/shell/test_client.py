@@ -25,7 +25,7 @@ from autotune.core.trial.precision import (
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts, arrival_gaps_s
-from autotune.shell.client import Target, run_profile, run_profile_async, send_request
+from autotune.shell.bench.client import Target, run_profile, run_profile_async, send_request
 from tests.conftest import stand_in_http
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=4, max_concurrency=2,
@@ -325,8 +325,8 @@ def interleaved(dense_server) -> Interleaved:
     """Both clients on one real server (TP=1 on core 0), 256 in / 128 out, 24 requests at
     concurrency 2 after 2 warm-up requests, runs in the order of INTERLEAVED."""
     from autotune.core.workload.datasets.random_text import RandomText
-    from autotune.shell.reference_bench import run_vllm_bench
-    from autotune.shell.workloads import load_tokenizer
+    from autotune.shell.bench.reference_bench import run_vllm_bench
+    from autotune.shell.bench.workloads import load_tokenizer
 
     text = RandomText(load_tokenizer(dense_server.spec.model))  # text, as vLLM's random dataset sends
     profile = WorkloadProfile(name="check", input_len=256, output_len=128, num_prompts=24,
@@ -351,7 +351,7 @@ def test_vllm_bench_serves_own_requests_give_its_own_numbers_through_our_summary
     ``max_concurrent_requests`` differs by design: vLLM counts requests active in each whole
     second, we count the most in flight at one instant."""
     from autotune.core.metrics.summary import summarize
-    from autotune.shell.reference_bench import requests_of
+    from autotune.shell.bench.reference_bench import requests_of
 
     for result in interleaved.theirs:
         ours = to_vllm_json(summarize(requests_of(result), result["duration"], percentiles=(50, 90, 99)))
@@ -369,7 +369,7 @@ def test_our_client_and_vllm_bench_serve_cannot_be_told_apart_on_the_same_server
     mean E2EL, or the median TTFT and TPOT of requests received as streams. A wrong definition
     (TTFT from the first byte, TPOT with the first token, throughput over a wrong duration) or a
     different load would put one client's runs apart."""
-    from autotune.shell.reference_bench import requests_of
+    from autotune.shell.bench.reference_bench import requests_of
 
     assert all(o["failed"] == 0 for o in interleaved.ours)
     assert all(t["completed"] == 24 for t in interleaved.theirs)
@@ -417,7 +417,7 @@ def test_a_shared_prefix_workload_hits_the_real_servers_prefix_cache_and_random_
     ids do not. Text prompts are made with the model's tokenizer."""
     from autotune.core.workload.datasets import source_of, validate_dataset_spec
     from autotune.core.workload.profiles import DatasetSpec
-    from autotune.shell.workloads import load_tokenizer
+    from autotune.shell.bench.workloads import load_tokenizer
 
     tokenizer = load_tokenizer(dense_model)
     shared = source_of(validate_dataset_spec(DatasetSpec("shared-prefix", "", {
@@ -444,8 +444,8 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     from autotune.core.workload.datasets import source_of, validate_dataset_spec
     from autotune.core.workload.datasets.synthetic import WORDS
     from autotune.core.workload.profiles import DatasetSpec
-    from autotune.shell.reference_bench import run_vllm_bench
-    from autotune.shell.workloads import load_tokenizer
+    from autotune.shell.bench.reference_bench import run_vllm_bench
+    from autotune.shell.bench.workloads import load_tokenizer
 
     rows = [{"prompt": " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(192)), "output_tokens": 64}
             for i in range(26)]

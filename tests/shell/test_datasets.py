@@ -15,8 +15,8 @@ from autotune.core.workload.datasets.common import LoadedRequests
 from autotune.core.workload.datasets.synthetic import lines
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile, parse_profiles
 from autotune.errors import ConfigError
-from autotune.shell.files import read_profiles
-from autotune.shell.workloads import load_tokenizer, sources_for
+from autotune.shell.bench.files import read_profiles
+from autotune.shell.bench.workloads import load_tokenizer, sources_for
 
 pytestmark = pytest.mark.vllm  # every test here runs vLLM's own code or a tokenizer
 
@@ -25,7 +25,7 @@ PROFILE = WorkloadProfile(name="p", num_prompts=4, warmup_requests=1)
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from autotune.shell.modelgen import write_tokenizer
+    from autotune.modelgen.checkpoints import write_tokenizer
 
     folder = tmp_path_factory.mktemp("tokenizer")
     write_tokenizer(folder, 512)
@@ -187,14 +187,14 @@ def test_a_tokenizers_backend_loads_as_auto_tokenizer_would_without_importing_to
 
     from transformers import AutoTokenizer
 
-    from autotune.shell.modelgen import write_tokenizer
+    from autotune.modelgen.checkpoints import write_tokenizer
 
     write_tokenizer(tmp_path, 512)
     ours, auto = load_tokenizer(str(tmp_path)), AutoTokenizer.from_pretrained(str(tmp_path))
     text = " ".join(["alpha", "beta", "gamma", "delta"] * 50)
     assert type(ours) is type(auto)
     assert ours(text).input_ids == auto(text).input_ids and ours.vocab_size == auto.vocab_size
-    probe = ("import sys; from autotune.shell.workloads import load_tokenizer; "
+    probe = ("import sys; from autotune.shell.bench.workloads import load_tokenizer; "
              f"load_tokenizer({str(tmp_path)!r}); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -16,10 +16,10 @@ from autotune.core.deployment import failures
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import DeploymentError
-from autotune.shell.client import Target, run_profile
-from autotune.shell.modelgen import make_model
-from autotune.shell.processes import port_is_free, processes_titled, session_pids
-from autotune.shell.server import DeploymentSpec, ServerProcess
+from autotune.modelgen.checkpoints import make_model
+from autotune.shell.bench.client import Target, run_profile
+from autotune.shell.server.processes import port_is_free, processes_titled, session_pids
+from autotune.shell.server.server import DeploymentSpec, ServerProcess
 from tests.conftest import cpu_slot
 
 pytestmark = pytest.mark.slow
@@ -144,7 +144,7 @@ def test_a_deployment_forked_from_the_preimported_launcher_skips_the_imports_and
     has imported vLLM already: ready without the imports phase, the same greedy completion, and
     torn down as completely; the launcher ends with its last deployment."""
     from autotune.core.deployment.slots import Slot
-    from autotune.shell.server import preimported_launcher
+    from autotune.shell.server.server import preimported_launcher
 
     launcher = preimported_launcher(None)
     assert launcher is not None

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.shell.preimported import EntryModule, Preimported, entry_module_of
-from autotune.shell.processes import session_pids
+from autotune.shell.server.preimported import EntryModule, Preimported, entry_module_of
+from autotune.shell.server.processes import session_pids
 
 STANDIN = "tests.data.launcher_standin"
 
@@ -113,7 +113,7 @@ def test_a_killed_autotune_leaves_no_forked_server(tmp_path):
 
     script = (
         "import os, sys, time\n"
-        "from autotune.shell.preimported import Preimported\n"
+        "from autotune.shell.server.preimported import Preimported\n"
         f"launcher = Preimported(sys.executable, {STANDIN!r}, dict(os.environ))\n"
         f"child = launcher.spawn(['sleep'], dict(os.environ), {str(tmp_path)!r})\n"
         "print(child.pid, launcher._proc.pid, flush=True)\n"

@@ -1,4 +1,4 @@
-"""A deployment's API key (shell.server, shell.key_config): it reaches vLLM only through a
+"""A deployment's API key (shell.server.server, shell.server.key_config): it reaches vLLM only through a
 private ``--config`` file (mode 0600, gone at teardown), never argv or the environment (vLLM
 0.26 hashes VLLM_* variables into its compile-cache key), and the log shows ``***`` where a
 vLLM that logs its arguments would print it. Real child processes stand in for vLLM."""
@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from autotune.errors import ConfigError
-from autotune.shell.install import Entrypoint
-from autotune.shell.key_config import remove_key_config, remove_orphaned_key_configs, write_key_config
-from autotune.shell.server import DeploymentSpec, LogPipe, ServerProcess
+from autotune.shell.server.install import Entrypoint
+from autotune.shell.server.key_config import remove_key_config, remove_orphaned_key_configs, write_key_config
+from autotune.shell.server.server import DeploymentSpec, LogPipe, ServerProcess
 
 KEY = "at-0123456789abcdefghijklmnopqrstuv"
 

@@ -21,8 +21,8 @@ from autotune.core.metrics.registry import METRICS, SAMPLED_GAUGES, Source
 from autotune.core.metrics.summary import flat_metrics, server_values
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
-from autotune.shell.client import Target, run_profile_async
-from autotune.shell.server_metrics import SAMPLE_INTERVAL_S
+from autotune.shell.bench.client import Target, run_profile_async
+from autotune.shell.bench.server_metrics import SAMPLE_INTERVAL_S
 from tests.conftest import stand_in_http
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=2, max_concurrency=2,

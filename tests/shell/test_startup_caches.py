@@ -1,4 +1,4 @@
-"""What every deployment of a study shares at start-up (shell.server): one folder of kernel
+"""What every deployment of a study shares at start-up (shell.server.server): one folder of kernel
 caches, and an environment whose part that enters vLLM's compile-cache key does not vary from
 trial to trial. vLLM's key is read from the installed vLLM's source (its ``compile_factors``
 hashes every VLLM_* variable but those it lists as ignored), without importing it."""
@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 
 from autotune.core.deployment.slots import Slot, make_slots
-from autotune.shell.server import DeploymentSpec, ServerProcess, kernel_cache_env
+from autotune.shell.server.server import DeploymentSpec, ServerProcess, kernel_cache_env
 
 
 def ignored_by_vllm_compile_key() -> set[str]:

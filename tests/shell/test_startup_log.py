@@ -1,4 +1,4 @@
-"""The server's output read through a pipe (shell.server.LogPipe): the log file gets every
+"""The server's output read through a pipe (shell.server.server.LogPipe): the log file gets every
 byte as it arrives, each line keeps its arrival, and readiness is signalled by the API
 server's line. A real child process writes the output."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autotune.shell.server import LogPipe
+from autotune.shell.server.server import LogPipe
 
 CHILD = r"""
 import sys, time
@@ -51,8 +51,8 @@ def test_a_server_that_dies_at_start_is_diagnosed_from_its_whole_output(tmp_path
 
     from autotune.core.deployment import failures
     from autotune.errors import DeploymentError
-    from autotune.shell.install import Entrypoint
-    from autotune.shell.server import DeploymentSpec, ServerProcess
+    from autotune.shell.server.install import Entrypoint
+    from autotune.shell.server.server import DeploymentSpec, ServerProcess
 
     dying = ("import sys, time; print('Traceback (most recent call last):', flush=True); "
              "time.sleep(0.3); print('ValueError: max_num_seqs must be positive', flush=True); "

@@ -13,8 +13,8 @@ import pytest
 from autotune.core.deployment.flags import options_to_config, to_argv, to_options
 from autotune.core.space.search_space import ModelContext, resolve_references, sample
 from autotune.errors import ValidationError, ValidationUnavailable
-from autotune.shell.files import read_model_info, read_references, read_space
-from autotune.shell.validation import VllmValidator, engine_identity
+from autotune.shell.bench.files import read_model_info, read_references, read_space
+from autotune.shell.server.validation import VllmValidator, engine_identity
 from autotune.study.run.space_check import count_engines
 from tests.conftest import SPACES
 

@@ -16,17 +16,17 @@ import pytest
 from optuna.storages import InMemoryStorage
 
 from autotune.cli import main
-from autotune.core.analysis.recommend import TieSettings, recommend_each
-from autotune.core.analysis.recommend import table as recommendation_table
+from autotune.core.analysis.recommendation import TieSettings, recommend_each
+from autotune.core.analysis.recommendation import table as recommendation_table
 from autotune.core.analysis.study_data import noise_line
-from autotune.core.deployment.flags import argv_to_options, to_argv
-from autotune.core.deployment.from_flags import (
+from autotune.core.deployment.baseline import (
     VLLM_DEFAULTS,
     Command,
     baseline_of_options,
     command_words,
     defaults_baseline,
 )
+from autotune.core.deployment.flags import argv_to_options, to_argv
 from autotune.core.plan.budget import start_up
 from autotune.core.plan.request import PlanRequest
 from autotune.core.space.model_facts import parse_config
@@ -34,8 +34,8 @@ from autotune.core.space.search_space import ModelContext
 from autotune.core.space.space_yaml import parse_space
 from autotune.errors import ConfigError
 from autotune.study.output.export import Export, export_of
-from autotune.study.run.creation import dry_run_argv
-from autotune.study.run.planning import build_plan, read_given, stored_request
+from autotune.study.run.study_plan import build_plan, read_given, stored_request
+from autotune.study.run.study_setup import dry_run_argv
 from autotune.study.store.records import outcomes, study_data
 from tests.conftest import GLM_MOE_MTP_CONFIG
 from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids, run, run_in_memory
@@ -290,7 +290,7 @@ def test_the_fixed_flags_reach_every_trial_the_stored_plan_and_the_export(tmp_pa
 
 
 def test_a_run_that_resumes_with_other_fixed_flags_names_both(tmp_path):
-    from autotune.study.run.planning import store_plan
+    from autotune.study.run.study_plan import store_plan
 
     study = run_in_memory(plan_of(tmp_path, trials=1, baseline="--max-num-seqs 128",
                                   calibrate=False), StandIn())

@@ -11,7 +11,7 @@ from optuna.exceptions import StorageInternalError
 
 from autotune.errors import ConfigError
 from autotune.study.run.confirm_rounds import confirm
-from autotune.study.run.one_trial import TrialSetup
+from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmation, read_confirmed
 from autotune.study.store.storage import Heartbeat
@@ -203,8 +203,8 @@ def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continu
 
 
 def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the_budget(tmp_path):
-    from autotune.study.run.creation import prepare_study
     from autotune.study.run.runner import StudyRunner
+    from autotune.study.run.study_setup import prepare_study
 
     plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=0.01)
     plan.workdir.mkdir(parents=True)

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from optuna.storages import InMemoryStorage
 
-from autotune.core.deployment.from_flags import VLLM_DEFAULTS
+from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.metrics.summary import RequestResult
 from autotune.core.plan.budget import expected_trial_s
 from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import BALANCED, PRECISE, Balance, StopRule, recheck
 from autotune.study.run.confirm_rounds import confirm
-from autotune.study.run.creation import prepare_study
-from autotune.study.run.one_trial import TrialSetup
-from autotune.study.run.planning import build_plan
+from autotune.study.run.study_setup import prepare_study
+from autotune.study.run.trial_function import TrialSetup
+from autotune.study.run.study_plan import build_plan
 from autotune.study.run.runner import StudyRunner
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmed, start_clock
@@ -75,7 +75,7 @@ def test_the_run_stops_at_the_balanced_length_where_it_is_the_shorter():
 def test_a_first_trial_with_unknown_spread_runs_the_short_length(tmp_path, monkeypatch):
     """On a GPU, before anything is measured, the first trial's runs stop by the prior (1%
     between deployments) and the precision length, not at the ceiling."""
-    import autotune.study.run.planning as planning
+    import autotune.study.run.study_plan as planning
 
     monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")
     seen = []

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.deployment.from_flags import VLLM_DEFAULTS
+from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.plan.request import PlanRequest
 from autotune.core.space.exploration import REFERENCE_STUDY, Candidate, exploration_order, objective_uses
 from autotune.core.space.model_facts import parse_config
@@ -19,8 +19,8 @@ from autotune.core.space.search_space import ModelContext, fixed
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.precision import RunStop
 from autotune.errors import ConfigError
-from autotune.shell.files import read_space
-from autotune.study.run.planning import build_plan
+from autotune.shell.bench.files import read_space
+from autotune.study.run.study_plan import build_plan
 from autotune.study.store.records import outcomes
 from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES
 from tests.helpers import ids, run_in_memory
@@ -145,7 +145,7 @@ def test_a_study_created_before_yarn_was_fixed_goes_on_drawing_it(tmp_path):
     # [false, true] cannot be offered [true] alone; it resumes as it was created.
     import optuna
 
-    from autotune.study.run.creation import trial_flags
+    from autotune.study.run.study_setup import trial_flags
 
     model = tmp_path / "model"
     model.mkdir()

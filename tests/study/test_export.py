@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.core.deployment.baseline import command_words
 from autotune.core.deployment.flags import argv_to_options
-from autotune.core.deployment.from_flags import command_words
 from autotune.core.plan.request import PlanRequest
-from autotune.shell.server import exported_environment
+from autotune.shell.server.server import exported_environment
 from autotune.study.output.export import EXPORT_SCHEMA, Export, export_of
-from autotune.study.run.one_trial import TrialSetup, launch_of
-from autotune.study.run.planning import build_plan
+from autotune.study.run.study_plan import build_plan
+from autotune.study.run.trial_function import TrialSetup, launch_of
 from autotune.study.store.records import outcomes
 from tests.conftest import REPO, cpu_slot, vllm_processes
 from tests.helpers import StandIn, ids, run

@@ -13,7 +13,7 @@ import pytest
 from autotune.core.plan.request import VERSION, PlanRequest
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError
-from autotune.study.run.planning import build_plan, set_budget, store_plan, stored_request
+from autotune.study.run.study_plan import build_plan, set_budget, store_plan, stored_request
 from autotune.study.store.state import read_plan, start_clock, time_budget
 from tests.helpers import ONE_PARAMETER_SPACE, request_in
 
@@ -127,9 +127,9 @@ def read_plan_of(data: dict) -> PlanRequest:
 @pytest.mark.parametrize("installed, platform", [("cpu", "cpu"), ("cuda", "gpu")])
 def test_the_plans_model_context_carries_the_platform_the_shell_detects(tmp_path, monkeypatch,
                                                                         installed, platform):
-    import autotune.shell.install
+    import autotune.shell.server.install
 
-    monkeypatch.setattr(autotune.shell.install, "detect_platform", lambda: installed)
+    monkeypatch.setattr(autotune.shell.server.install, "detect_platform", lambda: installed)
     plan = build_plan(request_in(tmp_path))
     assert plan.ctx.platform == platform
 
@@ -176,8 +176,8 @@ def test_a_run_that_joins_a_study_whose_data_file_changed_is_refused(tmp_path):
 
 def test_the_model_run_generates_fits_the_reference_space_without_yarn_and_has_its_own_folder(tmp_path):
     from autotune.core.space.search_space import inapplicable
-    from autotune.shell.files import read_space
-    from autotune.study.run.planning import GENERATED_MODEL, model_context, model_info
+    from autotune.shell.bench.files import read_space
+    from autotune.study.run.study_plan import GENERATED_MODEL, model_context, model_info
     from tests.conftest import SPACES
 
     info = model_info(None, tmp_path, describe_only=True)  # what `run` would generate (CPU build)

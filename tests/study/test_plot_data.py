@@ -96,7 +96,7 @@ def test_the_dashboard_gets_each_figure_once_as_the_studys_artifact_replaced_whe
     import optuna
     from optuna.artifacts import get_all_artifact_meta
 
-    from autotune.core.analysis.recommend import TieSettings
+    from autotune.core.analysis.recommendation import TieSettings
     from autotune.study.output.notes import upload_figures
     from autotune.study.store.storage import Heartbeat, open_storage
 

@@ -20,11 +20,11 @@ from autotune.core.space.search_space import params_key, resolve_references
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.errors import ConfigError
 from autotune.study.dev.replay import Replay
-from autotune.study.run.creation import prepare_study
-from autotune.study.run.one_trial import TrialSetup
-from autotune.study.run.planning import build_plan
 from autotune.study.run.runner import StudyRunner
 from autotune.study.run.samplers import make_sampler
+from autotune.study.run.study_plan import build_plan
+from autotune.study.run.study_setup import prepare_study
+from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.storage import Heartbeat
 from tests.conftest import SPACES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune.core.analysis.recommend import USES, TieSettings, recommend
+from autotune.core.analysis.recommendation import USES, TieSettings, recommend
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.trial.capacity_search import Boundary, CapacitySearch
 from autotune.core.trial.objectives import Objective, default_objectives

@@ -25,10 +25,10 @@ from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError, ValidationError
 from autotune.study.run.confirm_rounds import confirm
-from autotune.study.run.creation import prepare_study
-from autotune.study.run.one_trial import TrialSetup, run_trial
-from autotune.study.run.planning import build_plan
 from autotune.study.run.runner import SilentProgress, StudyRunner
+from autotune.study.run.study_plan import build_plan
+from autotune.study.run.study_setup import prepare_study
+from autotune.study.run.trial_function import TrialSetup, run_trial
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import outcomes, read_outcome, study_data, with_confirmed
 from autotune.study.store.state import read_confirmed
@@ -154,7 +154,7 @@ def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(
 
 
 class CountingVllm:
-    """A stand-in for vLLM's resolution (shell.validation.VllmValidator, tested in
+    """A stand-in for vLLM's resolution (shell.server.validation.VllmValidator, tested in
     test_validation.py): each flag set resolves to an engine of its own, expert parallel is
     rejected; it counts how often it is asked, by the runner (``resolve``) or by a trial
     (``check``)."""
@@ -386,7 +386,7 @@ class CapacityStandIn(StandIn):
 
     def __call__(self, argv, bench, setup, on_phase) -> Measurement:
         from autotune.core.trial.capacity_search import Probe, search
-        from autotune.study.run.one_trial import incumbent_for
+        from autotune.study.run.trial_function import incumbent_for
 
         fixed = dataclasses.replace(bench, profiles=tuple(p for p in bench.profiles if not p.capacity))
         m = super().__call__(argv, fixed, setup, on_phase)
@@ -548,7 +548,7 @@ parameters:
 
 
 def test_a_one_engine_space_costs_one_deployment_and_shows_one_trial(tmp_path):
-    from autotune.core.analysis.recommend import USES, recommend
+    from autotune.core.analysis.recommendation import USES, recommend
 
     stand_in, said = StandIn(), Said()
     study = run_in_memory(o2_o3_plan(tmp_path, trials=10, space=OPT_LEVEL_SPACE), stand_in,

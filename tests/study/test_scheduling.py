@@ -25,7 +25,7 @@ from autotune.core.plan.scheduling import (
     worker_seed,
 )
 from autotune.errors import ConfigError, StudyError
-from autotune.shell.worker_pool import worker_argv
+from autotune.shell.server.worker_pool import worker_argv
 from autotune.study.store import optuna_internals
 from autotune.study.store.storage import (
     Heartbeat,
@@ -163,7 +163,7 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
     taking them along (what PR_SET_PDEATHSIG normally prevents); the marker is real."""
     import subprocess
 
-    from autotune.study.run.reaping import reap_dead_workers
+    from autotune.study.run.worker_upkeep import reap_dead_workers
     from autotune.study.store.records import TRIAL_ENV
     from autotune.study.store.state import make_uid, uid
 
@@ -192,7 +192,7 @@ def test_leftover_server_processes_of_a_finished_trial_are_killed_and_running_on
 
 
 def test_a_trial_without_heartbeats_past_the_grace_period_is_failed_and_re_enqueued(tmp_path):
-    from autotune.study.run.reaping import reap_dead_workers
+    from autotune.study.run.worker_upkeep import reap_dead_workers
 
     storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", Heartbeat(interval_s=1, grace_s=2))
     study = optuna.create_study(storage=storage)
@@ -215,7 +215,7 @@ def test_a_storage_outage_is_retried_and_then_names_what_was_lost():
     restarting database."""
     from sqlalchemy.exc import OperationalError
 
-    from autotune.study.run.reaping import riding_out_outages
+    from autotune.study.run.worker_upkeep import riding_out_outages
 
     def flaky(failures: int):
         calls = []
@@ -236,7 +236,7 @@ def test_a_storage_outage_is_retried_and_then_names_what_was_lost():
 
 
 def test_counting_a_study_sees_finished_and_running_trials(tmp_path):
-    from autotune.study.run.reaping import count_trials
+    from autotune.study.run.worker_upkeep import count_trials
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'c.db'}", Heartbeat()))
     study.tell(study.ask(), 1.0)
@@ -302,7 +302,7 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
 
     from sqlalchemy.engine import make_url
 
-    from autotune.study.run.reaping import count_trials, riding_out_outages
+    from autotune.study.run.worker_upkeep import count_trials, riding_out_outages
 
     real = make_url(postgres_url)
     relay = DroppingRelay(real.port or 5432)

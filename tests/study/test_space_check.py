@@ -8,7 +8,7 @@ import pytest
 
 from autotune.core.space.search_space import ModelContext, resolve_references
 from autotune.errors import ValidationError
-from autotune.shell.files import read_references, read_space
+from autotune.shell.bench.files import read_references, read_space
 from autotune.study.run.space_check import (
     EngineCount,
     ReferenceCheck,
@@ -66,7 +66,7 @@ def test_random_samples_are_counted_by_vllms_message_and_reproducible_from_the_s
 
 
 def o3_is_o2_and_no_yarn_is_rejected(argv):
-    """Stand-in for vLLM's resolution (shell.validation.engine_identity, tested in
+    """Stand-in for vLLM's resolution (shell.server.validation.engine_identity, tested in
     test_validation.py): -O3 is the -O2 engine; without YaRN 81920 tokens are rejected."""
     if "--hf-overrides" not in argv:
         raise ValidationError("max_model_len too long")

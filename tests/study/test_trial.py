@@ -18,7 +18,7 @@ from autotune.core.deployment import failures
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
-from autotune.study.run.one_trial import BenchPlan, TrialSetup, Validated, run_trial
+from autotune.study.run.trial_function import BenchPlan, TrialSetup, Validated, run_trial
 from tests.helpers import StandInBench, StandInDeployment
 
 PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))
@@ -51,7 +51,7 @@ def test_a_configuration_vllm_rejects_is_config_rejected_and_nothing_is_deployed
 
 @dataclass
 class Counting:
-    """A stand-in for shell.validation.VllmValidator that rejects what it is told to and counts
+    """A stand-in for shell.server.validation.VllmValidator that rejects what it is told to and counts
     how often it is asked."""
 
     rejects: str = ""
@@ -266,14 +266,14 @@ def test_a_launch_that_fails_after_the_process_started_tears_it_down(tmp_path):
     written (its path is a folder): the process is killed and the trial is the machine's fault."""
     import sys
 
-    from autotune.shell.install import Entrypoint
-    from autotune.shell.processes import session_pids
+    from autotune.shell.server.install import Entrypoint
+    from autotune.shell.server.processes import session_pids
 
     (tmp_path / "trial" / "server.log").mkdir(parents=True)
     started = []
 
     def deploy(spec, on_phase):
-        from autotune.shell.server import ServerProcess
+        from autotune.shell.server.server import ServerProcess
 
         started.append(ServerProcess(dataclasses.replace(spec, grace_s=2.0), on_phase))
         return started[-1]

@@ -38,7 +38,7 @@ HEARTBEAT = ["--heartbeat-interval", "2", "--grace-period", "10"]
 
 @pytest.fixture(scope="module")
 def scale_env(tmp_path_factory, postgres_url):
-    from autotune.shell.modelgen import make_model
+    from autotune.modelgen.checkpoints import make_model
 
     root = tmp_path_factory.mktemp("scale")
     (root / "space.yaml").write_text(SPACE)

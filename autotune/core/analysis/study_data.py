@@ -1,6 +1,6 @@
 """A study's trials as analysis sees them (``StudyData``): the front, estimates with intervals,
 changes against the baseline, the pooled noise, finalists and failures. Pure: built by the
-study layer, read by ``core.analysis.recommend`` and ``core.analysis.effects``; rendering
+study layer, read by ``core.analysis.recommendation`` and ``core.analysis.effects``; rendering
 happens elsewhere.
 """
 

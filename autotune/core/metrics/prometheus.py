@@ -1,5 +1,5 @@
 """A server's /metrics page (Prometheus text format) as counters, gauges and histograms. Pure:
-text in, one record out; fetching the page is the shell's (``shell.server_metrics``).
+text in, one record out; fetching the page is the shell's (``shell.bench.server_metrics``).
 
 Families are typed by their ``# TYPE`` lines, as vLLM's prometheus_client writes them; a page
 without them is read by the naming convention (``*_total`` a counter, ``*_bucket`` with an

@@ -26,7 +26,7 @@ class Source(StrEnum):
     SERVER = "server /metrics"  # the server under test's /metrics: read before and after a run,
     # its gauges sampled during it (ServerRead)
     SEARCH = "capacity search"  # the load a capacity search found (core.trial.capacity_search)
-    CLIENT = "benchmark client"  # the client's own process during the run (shell.client)
+    CLIENT = "benchmark client"  # the client's own process during the run (shell.bench.client)
 
 
 class Scale(StrEnum):
@@ -198,7 +198,7 @@ _register(Metric("client_cpu_s", "s", False, "benchmark client CPU time (its pro
 
 SUMMARY_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.summary)
 TABLE_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.table)
-# The gauges sampled during each run (at least once a second: shell.server_metrics).
+# The gauges sampled during each run (at least once a second: shell.bench.server_metrics).
 SAMPLED_GAUGES: tuple[str, ...] = tuple(dict.fromkeys(
     m.server_read.family for m in METRICS.values()
     if m.server_read and m.server_read.reading in (Reading.GAUGE_PEAK, Reading.GAUGE_MEAN)))

@@ -141,7 +141,7 @@ def open_pairs(data: StudyData) -> list[OpenPair]:
     """Every undecided comparison behind the uses' answers: each pick against its undecided
     rivals and, where undecided, against the baseline (``recommend``'s verdicts)."""
     # Imported here: recommend may price ties with this module's ``deployment_cost_s``.
-    from autotune.core.analysis.recommend import USES, NoFeasibleTrial, recommend, use_objectives
+    from autotune.core.analysis.recommendation import USES, NoFeasibleTrial, recommend, use_objectives
 
     found: dict[tuple[int, int], OpenPair] = {}
     for use in USES:

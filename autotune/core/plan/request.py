@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.core.analysis.recommend import SMALLEST_DIFFERENCE
+from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.space.search_space import Value
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.objectives import Objective, parse_objective

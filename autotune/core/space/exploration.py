@@ -3,7 +3,7 @@ why. Pure: values in, records out.
 
 After the baseline the study measures, in this order, each single change from the baseline that
 a prior expects to help (largest expected gain first), then, per use, the changes expected to
-help it together; the sampler goes on from there (``study.run.creation`` enqueues the order,
+help it together; the sampler goes on from there (``study.run.study_setup`` enqueues the order,
 `run` and `run --dry-run` print it). The order was chosen over sampling from the start by
 replaying whole studies with GPU costs (`benchmarks/answer_quality.py`, docs/answers.md).
 

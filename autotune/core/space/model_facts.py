@@ -1,7 +1,7 @@
 """What autotune needs to know about a model, from its parsed config.json. Pure.
 
 Finding and reading that file (a local folder or the local Hugging Face cache) is
-``shell.files.read_model_info``.
+``shell.bench.files.read_model_info``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ redeployment) re-probes that boundary's two loads first and goes on from them on
 verdict flipped, stepping out by ``resolution`` rather than ``factor`` (on synthetic curves
 moved by up to 2x, fewer probes than larger steps: each new load near the limit costs repeats).
 The first run at a load (not one at the incumbent's load, whose throughput decides) may stop
-as soon as its fail is settled (``core.trial.settle``); a repeat always runs to the end.
+as soon as its fail is settled (``core.trial.early_fail``); a repeat always runs to the end.
 
 A probe's verdict compares each limit's log margin, log(value / limit), averaged over the
 repeats at that load, with its noise (one probe's percentile varies; ``noise`` is the assumed
@@ -39,7 +39,7 @@ from enum import Enum
 
 from autotune.core.metrics.registry import METRICS
 from autotune.core.metrics.summary import SloLimits
-from autotune.core.trial.settle import SettleRule, fail_rule
+from autotune.core.trial.early_fail import SettleRule, fail_rule
 from autotune.core.workload.capacity_spec import CapacitySpec
 from autotune.errors import ConfigError
 

@@ -140,7 +140,7 @@ class TrialOutcome(Measurement):
     trial_wall_s: float | None = None  # the whole trial's, from sampling to storing
     worker: Mapping[str, Any] = field(default_factory=dict)
     duplicate_of: int | None = None  # same flags as this trial; a failure copied, not relaunched
-    engine: str = ""  # the resolved engine's identity (shell.validation.engine_identity)
+    engine: str = ""  # the resolved engine's identity (shell.server.validation.engine_identity)
     same_engine_as: int | None = None  # a copy: that trial's engine and values, not deployed
     retry_of: int | None = None  # a dead worker's trial, run again
     skipped: str = ""  # given back before deploying (a duplicate, or over budget)

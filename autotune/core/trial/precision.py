@@ -35,7 +35,7 @@ A metric the requests cannot pin (a server metric, goodput) is left out of the r
 The rule is asked only when a request completes and the requests sent so far are a whole
 number of waves (the profile's concurrency) and at least ``StopRule.floor`` (``Pinned.stop``,
 the one check the client and ``recheck`` share); once it says stop, nothing more is sent and
-the requests in flight are awaited (``shell.client``). ``recheck`` replays a stored run's
+the requests in flight are awaited (``shell.bench.client``). ``recheck`` replays a stored run's
 per-request records through the same function and recomputes its stop.
 """
 

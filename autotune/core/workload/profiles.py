@@ -6,7 +6,7 @@ with ``--profile-file``, by the same parser. The built-in ``low-concurrency`` an
 random text of 512 prompt tokens that the server tokenizes (``token_ids: true`` sends the ids
 instead, as tables recorded that way did), 256 output tokens with EOS ignored, temperature 0,
 100 requests, at max concurrency 2 (interactive use) or 100 (a shared service); at concurrency
-100 autotune sends 200 (two waves: `benchmarks/wave_spread.py`), `--num-prompts 100` gives the
+100 autotune sends 200 (two waves: `benchmarks/experiments/wave_spread.py`), `--num-prompts 100` gives the
 study's own. ``capacity`` searches the highest concurrency at which every SLO holds
 (``core.trial.capacity_search``); its SLOs come from ``--slo``.
 """

@@ -34,7 +34,7 @@ from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError
-from autotune.study.run.one_trial import BenchPlan, TrialSetup
+from autotune.study.run.trial_function import BenchPlan, TrialSetup
 
 VALIDATION_S = 1.0  # a configuration vLLM's parser rejects: validation only (measured < 1 s)
 TEARDOWN_S = 5.0  # killing the process group and checking it is gone (measured 2-6 s on CPU)

@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from autotune.core.analysis.recommend import Recommendation, Searched, TieCost, searched, use_objectives
+from autotune.core.analysis.recommendation import Recommendation, Searched, TieCost, searched, use_objectives
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment import failures
 from autotune.core.maths.numbers import number_text

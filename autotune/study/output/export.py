@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import optuna
 import yaml
 
-from autotune.core.analysis.recommend import NoFeasibleTrial, recommend
+from autotune.core.analysis.recommendation import NoFeasibleTrial, recommend
 from autotune.core.deployment.failures import first_line
 from autotune.core.deployment.flags import argv_to_options, options_to_config
 from autotune.core.trial.outcome import TrialOutcome

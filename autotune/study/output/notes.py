@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from autotune.core.analysis.recommend import (
+from autotune.core.analysis.recommendation import (
     SMALLEST_DIFFERENCE,
     USES,
     TieSettings,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from autotune.core.analysis.recommend import counted
+from autotune.core.analysis.recommendation import counted
 from autotune.core.metrics.registry import label_of, unit_of
 from autotune.core.metrics.slo import Slo, parse_limit
 from autotune.core.trial.capacity_search import CapacitySearch, boundary_text, by_load

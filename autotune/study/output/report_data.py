@@ -12,13 +12,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis.effects import Effect, SignFlip, effects, sign_flips
-from autotune.core.analysis.recommend import (
+from autotune.core.analysis.recommendation import (
     SMALLEST_DIFFERENCE,
     USES,
     TieSettings,
     recommend_each,
 )
-from autotune.core.analysis.recommend import table as recommendation_table
+from autotune.core.analysis.recommendation import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.metrics.registry import (
     LATENCY_METRIC,

@@ -8,7 +8,7 @@ import html
 import math
 from dataclasses import dataclass, field
 
-from autotune.core.analysis.recommend import counted, legend, searched
+from autotune.core.analysis.recommendation import counted, legend, searched
 from autotune.core.analysis.study_data import StudyData, failures_by_class, format_params
 from autotune.core.metrics.registry import METRICS, THROUGHPUT_METRIC
 from autotune.core.trial.capacity_search import boundary_text

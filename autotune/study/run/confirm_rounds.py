@@ -34,8 +34,8 @@ from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.precision import within_budget
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
-from autotune.study.run.one_trial import TrialFunction, TrialSetup, run_trial
-from autotune.study.run.planning import StudyPlan
+from autotune.study.run.study_plan import StudyPlan
+from autotune.study.run.trial_function import TrialFunction, TrialSetup, run_trial
 from autotune.study.store.records import OthersNoise, store_noise, study_data
 from autotune.study.store.state import add_confirmed, read_confirmation, write_confirmation
 

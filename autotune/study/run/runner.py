@@ -1,13 +1,13 @@
 """The study runner: an Optuna multi-objective study whose trials are real deployments.
 
-``study.run.creation.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
-worker: an ask/tell loop over a trial function (``study.run.one_trial.run_trial``, or a stand-in in
+``study.run.study_setup.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
+worker: an ask/tell loop over a trial function (``study.run.trial_function.run_trial``, or a stand-in in
 tests) on one slot; any number of workers may share a study (slots of one node, nodes sharing
 PostgreSQL). The budget is study-wide (``core.plan.scheduling``); every running trial sends
 heartbeats, and a worker that looks for work first fails the trials of dead workers (Optuna
 re-enqueues them) and kills what is left of their servers on its own host.
 
-What the sampler is told of a measured trial is ``core.trial.told``'s; a trial that fails for
+What the sampler is told of a measured trial is ``core.trial.sampler_feedback``'s; a trial that fails for
 a reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's
 or ours) is run once more, and a second such failure stops the study (``StudyError``); a
 configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
@@ -43,7 +43,7 @@ from optuna_dashboard import save_note
 
 from autotune.core.analysis.study_data import StudyData, finalists, incumbents, noise_line
 from autotune.core.deployment import failures
-from autotune.core.deployment.from_flags import Baseline
+from autotune.core.deployment.baseline import Baseline
 from autotune.core.maths.durations import duration_text
 from autotune.core.plan.budget import TimeLeft, expected_trial_s, start_up, trial_cost
 from autotune.core.plan.confirmation import failed_deployment_cost_s, in_question
@@ -62,23 +62,16 @@ from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.core.trial.precision import within_budget
 from autotune.core.trial.racing import Member, Race
-from autotune.core.trial.told import finite_values, what_to_tell
+from autotune.core.trial.sampler_feedback import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
-from autotune.shell.validation import engine_identity
+from autotune.shell.server.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
 from autotune.study.run.confirm_rounds import deploy_once
-from autotune.study.run.creation import trial_flags
-from autotune.study.run.one_trial import (
-    BenchPlan,
-    TrialFunction,
-    TrialSetup,
-    Validated,
-    run_trial,
-    validated,
-)
-from autotune.study.run.planning import StudyPlan
-from autotune.study.run.reaping import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.run.samplers import make_sampler
+from autotune.study.run.study_plan import StudyPlan
+from autotune.study.run.study_setup import trial_flags
+from autotune.study.run.trial_function import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
+from autotune.study.run.worker_upkeep import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import (
     TRIAL_ENV,

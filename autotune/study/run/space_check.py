@@ -25,7 +25,7 @@ from autotune.core.space.search_space import (
     space_size,
 )
 from autotune.errors import AutotuneError, ValidationError
-from autotune.shell.validation import VllmValidator
+from autotune.shell.server.validation import VllmValidator
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def count_engines(space: SearchSpace, ctx: ModelContext,
                   engine: Callable[[Sequence[str]], str], *,
                   limit: int = RESOLVE_LIMIT) -> EngineCount:
     """The space's combinations, drawable configurations, and the distinct engines that
-    ``engine`` (argv -> identity, ValidationError where rejected: ``shell.validation.
+    ``engine`` (argv -> identity, ValidationError where rejected: ``shell.server.validation.
     engine_identity``) resolves the drawable ones to."""
     combinations = math.prod(p.size() for p in space.parameters
                              if not (p.unsupported or ctx.why_not(p.applies_to)))
@@ -181,14 +181,14 @@ def dry_run_verdicts(checks: Sequence[PlannedCheck], trials: int | None) -> str:
 def checkable_model(model: str) -> Iterator[str]:
     """The model to check flags against: ``model`` itself, or, where it is the generated
     model not written yet (a dry run in a fresh folder), its config.json and tokenizer in a
-    temporary folder removed afterwards (``shell.modelgen.write_config``; no weights)."""
-    from autotune.study.run.planning import GENERATED_MODEL
+    temporary folder removed afterwards (``modelgen.checkpoints.write_config``; no weights)."""
+    from autotune.study.run.study_plan import GENERATED_MODEL
 
     if (Path(model) / "config.json").exists() or not model.endswith(GENERATED_MODEL):
         yield model
         return
-    from autotune.shell import modelgen
+    from autotune.modelgen import checkpoints
 
     with tempfile.TemporaryDirectory(prefix="autotune-dry-run-") as folder:
-        yield str(modelgen.write_config(Path(folder) / Path(model).name, kind="moe", mtp=True,
-                                        shape=modelgen.RUN_SHAPE))
+        yield str(checkpoints.write_config(Path(folder) / Path(model).name, kind="moe", mtp=True,
+                                           shape=checkpoints.RUN_SHAPE))

@@ -39,7 +39,7 @@ from autotune.core.space.search_space import (
 )
 from autotune.core.trial.objectives import Objective, objective_values
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.core.trial.told import FEASIBLE
+from autotune.core.trial.sampler_feedback import FEASIBLE
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError
 from autotune.study.store.records import write_outcome

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import optuna
 
-from autotune.core.deployment.from_flags import Baseline
+from autotune.core.deployment.baseline import Baseline
 from autotune.core.plan.confirmation import ConfirmationState
 from autotune.core.plan.request import LAYOUT1_TIME_BUDGET, PlanRequest
 from autotune.core.trial.outcome import ProfileResult
@@ -23,7 +23,7 @@ _CLOCK = "time_budget_started_at"  # epoch seconds at which this `run`'s time bu
 _UID = "uid"  # random id of the study, in the trial marker of every server it starts
 _REFERENCES = "references_enqueued"
 _BASELINE = "baseline"  # the name (a trial's ``reference``) of the trial verdicts compare with
-_BASELINE_CONFIG = "baseline_config"  # the measured baseline's record (from_flags.Baseline)
+_BASELINE_CONFIG = "baseline_config"  # the measured baseline's record (deployment.baseline.Baseline)
 _NOISE = "measured_noise"  # this study's own spread between deployments, and under what
 _CONFIRMED = "confirmed"  # trial number -> profile -> one list of runs per deployment, oldest first
 _CONFIRMED_STOPS = "confirmed_stops"  # the same layout: how each of those runs ended (RunStop)

@@ -1,0 +1,2 @@
+"""Tiny local checkpoints for the CPU build, tests and benchmarks: random, trained or
+constructed weights (torch and transformers imported lazily)."""

@@ -1,0 +1,1 @@
+"""Benchmark I/O: the streaming client, server metrics, workloads and input files."""

@@ -1,0 +1,1 @@
+"""Starting, checking and stopping vLLM deployments: processes, keys, installs, GPUs."""
