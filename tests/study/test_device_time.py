@@ -20,10 +20,10 @@ from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import BALANCED, PRECISE, Balance, StopRule, recheck
 from autotune.study.run.confirm_rounds import confirm
+from autotune.study.run.runner import StudyRunner
+from autotune.study.run.study_plan import build_plan
 from autotune.study.run.study_setup import prepare_study
 from autotune.study.run.trial_function import TrialSetup
-from autotune.study.run.study_plan import build_plan
-from autotune.study.run.runner import StudyRunner
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmed, start_clock
 from autotune.study.store.storage import Heartbeat
