@@ -320,7 +320,7 @@ def as_gpu() -> Iterator[None]:
     import autotune.shell.server.install as install
 
     real = install.detect_platform
-    install.detect_platform = lambda: "cuda"
+    install.detect_platform = lambda: "gpu"
     try:
         yield
     finally:

@@ -5,7 +5,7 @@ profile: concurrency 2, floor 10, ceiling 100) it prints the requests and benchm
 one run before (the 1.25% target: (t x sigma_w / 0.0125)^2 requests) and after (the balanced
 n* = sigma_w / sigma_b x sqrt(C_d / c_r)), both rounded up to whole waves and held between the
 floor and the ceiling, at sigma_b 0.6%, 1%, 3% and the platform's assumed spread
-(``stats.REDEPLOYMENT_LOG_SD``), with the standard deviation of one deployment's mean,
+(``platforms.Platform.between_log_sd``), with the standard deviation of one deployment's mean,
 sqrt(sigma_b^2 + sigma_w^2 / n), that each length leaves.
 
 sigma_w (per-request E2EL spread) and c_r (seconds per request at concurrency 2) of the GPU
@@ -31,8 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autotune.core.maths.stats import REDEPLOYMENT_LOG_SD, t_quantile  # noqa: E402
-from autotune.core.trial.precision import DEPLOYMENT_S_PRIOR, Balance, StopRule  # noqa: E402
+from autotune.core.maths.platforms import PLATFORMS  # noqa: E402
+from autotune.core.maths.stats import t_quantile  # noqa: E402
+from autotune.core.trial.precision import Balance, StopRule  # noqa: E402
 
 STORED = ROOT / "benchmarks" / "data" / "h200-mtp" / "autotune.db"
 PROFILE = "low-concurrency"
@@ -107,15 +108,15 @@ def deployment_sd(between: float, within: float, n: int) -> float:
 
 def table() -> list[str]:
     lines = [f"concurrency {CONCURRENCY}, floor {FLOOR}, ceiling {CEILING}; C_d "
-             f"{DEPLOYMENT_S_PRIOR['gpu']:.0f} s (GPU), {DEPLOYMENT_S_PRIOR['cpu']:.0f} s (CPU)", "",
+             f"{PLATFORMS['gpu'].redeploy_s:.0f} s (GPU), {PLATFORMS['cpu'].redeploy_s:.0f} s (CPU)", "",
              "| case | sigma_w | c_r | before (1.25%) | sigma_b | n* | after "
              "| sd of a deployment's mean, before -> after |",
              "|---|---|---|---|---|---|---|---|"]
     for case in cases():
         before = old_requests(case.within_sd)
-        prior = REDEPLOYMENT_LOG_SD[case.platform]
+        prior = PLATFORMS[case.platform].between_log_sd
         for between in dict.fromkeys((*SPREADS, prior)):
-            balance = Balance(between, DEPLOYMENT_S_PRIOR[case.platform])
+            balance = Balance(between, PLATFORMS[case.platform].redeploy_s)
             n_star = balance.requests(case.within_sd, case.request_s)
             after = whole(n_star)
             mark = " (prior)" if between == prior else ""

@@ -98,7 +98,7 @@ def main() -> None:
     tokenizer = load_tokenizer(model)
     ours_source = source_of(validate_dataset_spec(DatasetSpec("random"), "agreement"), None, tokenizer, "random")
     entry = resolve_entrypoint(shlex.split(args.entrypoint) if args.entrypoint else None)
-    slot = Slot("cpu", (0,), 1) if args.gpus == "cpu" else Slot("cuda", tuple(int(g) for g in args.gpus.split(",")), 1)
+    slot = Slot("cpu", (0,), 1) if args.gpus == "cpu" else Slot("gpu", tuple(int(g) for g in args.gpus.split(",")), 1)
     spec = DeploymentSpec(model=model, options=("--tensor-parallel-size", "1", "--max-model-len",
                                                 args.max_model_len, "--no-enable-prefix-caching"),
                           slot=slot, entrypoint=entry, log_path=root / "server.log",

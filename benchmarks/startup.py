@@ -159,7 +159,7 @@ def main() -> None:
     ap.add_argument("--gpus", help="GPU ids, e.g. 0 (default: the CPU build on cores 0..tp-1)")
     ap.add_argument("--model", help="model folder (default: the generated dense model)")
     args = ap.parse_args()
-    slot = (Slot("cuda", tuple(int(g) for g in args.gpus.split(",")), args.tp) if args.gpus
+    slot = (Slot("gpu", tuple(int(g) for g in args.gpus.split(",")), args.tp) if args.gpus
             else Slot("cpu", tuple(range(args.tp)), args.tp))
     if args.imports:
         imports(args.imports)

@@ -61,7 +61,7 @@ def main() -> None:
     model = args.model or make_model(root / "dense", kind="dense", seed=0).name
     source = source_of(validate_dataset_spec(DatasetSpec("random"), "variant"), None,
                        load_tokenizer(model), "random")
-    slot = (Slot("cuda", tuple(int(g) for g in args.gpus.split(",")), args.tp) if args.gpus
+    slot = (Slot("gpu", tuple(int(g) for g in args.gpus.split(",")), args.tp) if args.gpus
             else Slot("cpu", tuple(range(args.tp)), args.tp))
     env_b = tuple(tuple(e.split("=", 1)) for e in args.env_b)
     loads = [tuple(int(x) for x in load.split(":")) for load in args.loads.split(",")]

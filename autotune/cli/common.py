@@ -20,6 +20,7 @@ from rich.table import Table
 
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
+from autotune.core.maths.platforms import GPU
 from autotune.core.metrics.registry import label_of
 from autotune.core.space.search_space import SearchSpace
 from autotune.core.trial.capacity_search import CapacitySearch
@@ -374,10 +375,10 @@ def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
     """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
     first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
     gpus, cores = getattr(args, "gpus", None), getattr(args, "cores", None)
-    if platform == "cuda":
+    if platform == GPU:
         if cores:
             raise ConfigError("--cores is for vLLM's CPU build; on GPUs use --gpus 0,1,...")
-        return make_slots("cuda", parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
+        return make_slots(GPU, parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
     if gpus:
         raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
     if not cores:

@@ -33,7 +33,7 @@ def main() -> None:
     pynvml.nvmlInit()
     count = pynvml.nvmlDeviceGetCount()
     pynvml.nvmlShutdown()
-    slot = make_slots("cuda", list(range(count)), 1)[0]
+    slot = make_slots("gpu", list(range(count)), 1)[0]
     gpus = list(slot.devices)
     baseline = nvml_used_mib(gpus)
     env = {**os.environ, **slot.env()}

@@ -75,10 +75,10 @@ def test_engine_death_is_recognised():
 
 
 def test_gpu_pairs_from_eight_gpus_and_odd_counts():
-    slots = make_slots("cuda", list(range(8)), 2)
+    slots = make_slots("gpu", list(range(8)), 2)
     assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0,1", "2,3", "4,5", "6,7"]
-    assert [s.devices for s in make_slots("cuda", [0, 1, 2], 2)] == [(0, 1)]
-    assert [s.devices for s in make_slots("cuda", list(range(8)), 4)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert [s.devices for s in make_slots("gpu", [0, 1, 2], 2)] == [(0, 1)]
+    assert [s.devices for s in make_slots("gpu", list(range(8)), 4)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
 
 
 def test_cpu_slots_bind_one_core_range_per_rank():
@@ -89,7 +89,7 @@ def test_cpu_slots_bind_one_core_range_per_rank():
 
 def test_too_few_devices_and_bad_lists_are_config_errors():
     with pytest.raises(ConfigError, match="tensor parallel 2 needs 2 devices per deployment, got 1"):
-        make_slots("cuda", [0], 2)
+        make_slots("gpu", [0], 2)
     assert parse_device_list("0-3,6", "--gpus") == [0, 1, 2, 3, 6]
     with pytest.raises(ConfigError, match="--gpus 'a,b'"):
         parse_device_list("a,b", "--gpus")

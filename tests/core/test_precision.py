@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.core.maths.stats import REDEPLOYMENT_LOG_SD, compare, estimate, pooled_noise
+from autotune.core.maths.platforms import PLATFORMS
+from autotune.core.maths.stats import compare, estimate, pooled_noise
 from autotune.core.metrics.summary import RequestResult, summarize
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.core.trial.precision import (
@@ -437,7 +438,7 @@ def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_t
 
     monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")
     request = PlanRequest(profiles=(WorkloadProfile(name="low"),))
-    assert planning.stop_rule(request) == StopRule(balance=Balance(REDEPLOYMENT_LOG_SD["gpu"], 100.0),
+    assert planning.stop_rule(request) == StopRule(balance=Balance(PLATFORMS["gpu"].between_log_sd, 100.0),
                                                    enough_rel=0.025)  # half of 5%
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.02)) == StopRule(0.02)
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.0)) is None

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from autotune.core.maths.platforms import PLATFORMS
 from autotune.core.maths.stats import Change, Difference
 
 
@@ -33,7 +34,6 @@ import numpy as np  # noqa: E402
 
 from autotune.core.analysis.study_data import noise_of  # noqa: E402
 from autotune.core.maths.stats import (  # noqa: E402
-    REDEPLOYMENT_LOG_SD,
     Noise,
     deployment_noise,
     estimate,
@@ -93,14 +93,14 @@ def test_before_any_redeployment_the_platform_prior_is_assumed_and_said():
     within = [[100.0, 100.5], [200.0, 201.0]]  # quiet repeats: below every platform's spread
     for platform in ("cpu", "gpu"):
         noise = deployment_noise(within, [], redeployment_prior(KEY, platform))
-        assert noise.log_sd == REDEPLOYMENT_LOG_SD[platform] and noise.assumed
+        assert noise.log_sd == PLATFORMS[platform].between_log_sd and noise.assumed
         assert noise.source.startswith("assumed") and "between deployments" in noise.source
-    assert REDEPLOYMENT_LOG_SD["cpu"] > REDEPLOYMENT_LOG_SD["gpu"]
+    assert PLATFORMS["cpu"].between_log_sd > PLATFORMS["gpu"].between_log_sd
     # A noisier metric (TTFT) gets the prior scaled as the registry assumes it noisier.
-    assert redeployment_prior("low-concurrency:mean_ttft_ms", "gpu").log_sd > REDEPLOYMENT_LOG_SD["gpu"]
+    assert redeployment_prior("low-concurrency:mean_ttft_ms", "gpu").log_sd > PLATFORMS["gpu"].between_log_sd
     # Loud repeats above the prior: their floor wins, measured, not assumed.
     loud = deployment_noise([[100.0, 150.0], [150.0, 100.0]], [], redeployment_prior(KEY, "gpu"))
-    assert not loud.assumed and loud.log_sd > REDEPLOYMENT_LOG_SD["gpu"]
+    assert not loud.assumed and loud.log_sd > PLATFORMS["gpu"].between_log_sd
 
 
 def test_a_trial_searched_once_and_confirmed_twice_reads_intervals_that_overlap():

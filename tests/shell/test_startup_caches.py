@@ -43,7 +43,7 @@ def test_two_trials_on_one_slot_differ_in_no_variable_of_vllms_compile_key():
 
 
 def test_gpu_slots_differ_only_outside_the_key_but_cpu_slots_in_their_core_binding():
-    gpu = make_slots("cuda", [0, 1], 1)
+    gpu = make_slots("gpu", [0, 1], 1)
     assert vllm_differences(environment(gpu[0], 1), environment(gpu[1], 1)) == set()
     cpu = make_slots("cpu", [0, 1, 2, 3], 2)
     differ = vllm_differences(environment(cpu[0], 1), environment(cpu[1], 1))

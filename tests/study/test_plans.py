@@ -124,7 +124,7 @@ def read_plan_of(data: dict) -> PlanRequest:
     return read_plan(study)
 
 
-@pytest.mark.parametrize("installed, platform", [("cpu", "cpu"), ("cuda", "gpu")])
+@pytest.mark.parametrize("installed, platform", [("cpu", "cpu"), ("gpu", "gpu")])
 def test_the_plans_model_context_carries_the_platform_the_shell_detects(tmp_path, monkeypatch,
                                                                         installed, platform):
     import autotune.shell.server.install

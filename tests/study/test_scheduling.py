@@ -91,11 +91,11 @@ def _args(**kw) -> argparse.Namespace:
 
 
 def test_eight_gpus_with_tensor_parallel_2_are_four_slots_each_pinned_to_its_pair():
-    slots = slots_of(_args(gpus="0-7"), 2, "cuda")
+    slots = slots_of(_args(gpus="0-7"), 2, "gpu")
     assert [s.env() for s in slots] == [{"CUDA_VISIBLE_DEVICES": p} for p in ("0,1", "2,3", "4,5", "6,7")]
-    assert len(slots_of(_args(gpus="0,1,2"), 2, "cuda")) == 1  # the odd GPU stays idle
-    assert [s.devices for s in slots_of(_args(gpus="0-7"), 4, "cuda")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
-    assert slots_of(_args(), 2, "cuda")[0].devices == (0, 1)
+    assert len(slots_of(_args(gpus="0,1,2"), 2, "gpu")) == 1  # the odd GPU stays idle
+    assert [s.devices for s in slots_of(_args(gpus="0-7"), 4, "gpu")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert slots_of(_args(), 2, "gpu")[0].devices == (0, 1)
 
 
 def test_cores_make_cpu_slots_and_the_wrong_device_flag_is_a_one_line_error():
@@ -104,13 +104,13 @@ def test_cores_make_cpu_slots_and_the_wrong_device_flag_is_a_one_line_error():
     with pytest.raises(ConfigError, match="--gpus 0,1: this is vLLM's CPU build"):
         slots_of(_args(gpus="0,1"), 2, "cpu")
     with pytest.raises(ConfigError, match="--cores is for vLLM's CPU build"):
-        slots_of(_args(cores="0"), 1, "cuda")
+        slots_of(_args(cores="0"), 1, "gpu")
     with pytest.raises(ConfigError, match="--cores 0,4096: this process may use cores"):
         slots_of(_args(cores="0,4096"), 1, "cpu")
 
 
 def test_a_slot_worker_gets_its_devices_in_argv_and_never_the_storage_url(tmp_path):
-    argv = worker_argv(tmp_path, "s", Slot("cuda", (2, 3), 2), "slot1", ["--model", "m"])
+    argv = worker_argv(tmp_path, "s", Slot("gpu", (2, 3), 2), "slot1", ["--model", "m"])
     assert argv[argv.index("--gpus") + 1] == "2,3" and argv[argv.index("--worker-label") + 1] == "slot1"
     assert not any("postgresql" in a or "sqlite" in a for a in argv)
     cpu = worker_argv(tmp_path, "s", Slot("cpu", (0, 1), 1), "slot0", [])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.core.maths.platforms import CPU, GPU
 from autotune.errors import ConfigError
 
 
@@ -17,14 +18,14 @@ from autotune.errors import ConfigError
 class Slot:
     """The devices of one deployment: GPU ids, or CPU cores split over TP ranks."""
 
-    kind: str  # "cuda" or "cpu"
+    kind: str  # a platform: "gpu" or "cpu" (``platforms.PLATFORMS``)
     devices: tuple[int, ...]
     tensor_parallel_size: int = 1
     kv_cache_gib: float = 1.0  # CPU only: VLLM_CPU_KVCACHE_SPACE
 
     def env(self) -> dict[str, str]:
         """Environment variables that pin a vLLM server to this slot."""
-        if self.kind == "cuda":
+        if self.kind == GPU:
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, self.devices))}
         per_rank = len(self.devices) // self.tensor_parallel_size
         ranks = [
@@ -38,7 +39,7 @@ class Slot:
         }
 
     def devices_text(self) -> str:
-        label = "GPUs" if self.kind == "cuda" else "cores"
+        label = "GPUs" if self.kind == GPU else "cores"
         return f"{label} {','.join(map(str, self.devices))}"
 
 
@@ -60,9 +61,9 @@ def make_slots(
         raise ConfigError(f"--tp must be >= 1, got {tensor_parallel_size}")
     if len(set(devices)) != len(devices):
         raise ConfigError(f"device list {list(devices)} names a device twice")
-    width = tensor_parallel_size * (per_rank if kind == "cpu" else 1)
+    width = tensor_parallel_size * (per_rank if kind == CPU else 1)
     if len(devices) < width:
-        label = "--gpus" if kind == "cuda" else "--cores"
+        label = "--gpus" if kind == GPU else "--cores"
         raise ConfigError(
             f"{label} {','.join(map(str, devices))}: tensor parallel {tensor_parallel_size} "
             f"needs {width} devices per deployment, got {len(devices)}"

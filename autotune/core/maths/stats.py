@@ -6,7 +6,7 @@ deployments, and a metric's noise is that of one deployment's mean (``deployment
 standard deviation of log(deployment mean) between deployments of one configuration, pooled over
 the study's trials deployed more than once, never below what the repeats within a deployment
 allow (their pooled standard deviation over the square root of the runs per deployment); before
-any redeployment, the platform's measured spread between deployments (``REDEPLOYMENT_LOG_SD``,
+any redeployment, the platform's measured spread between deployments (``platforms.PLATFORMS``,
 docs/noise.md), said to be "assumed". How the parts combine: docs/noise.md, "How a trial's
 interval is formed".
 
@@ -27,6 +27,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri, stdtrit  # scipy.stats costs a second to import
 
 from autotune.core.maths.numbers import number_text
+from autotune.core.maths.platforms import PLATFORMS
 from autotune.core.metrics.registry import ASSUMED_LOG_SD, METRICS
 
 LEVEL = 0.95
@@ -59,26 +60,16 @@ class Noise:
         return math.isinf(self.df)
 
 
-# The spread (log-sd) of one configuration's deployment means from one deployment to the next,
-# as measured per platform (docs/noise.md, "How a trial's interval is formed"): on vLLM's CPU
-# build on 2 cores 6% to about 30% between deployments of the README's main job; on a GPU with
-# the 25 GB model log-sd 0.6% and 0.8% (two pairs of deployments, H100 and H200), taken as 1%
-# (issue #40: 3% made every GPU interval +/-6%). A study measures its own as soon as it
-# redeploys (its calibration redeployment of the baseline) or inherits one (docs/noise.md,
-# "Noise inherited between studies"). A study of unknown platform (imported numbers) keeps the
-# registry's assumed noise of the metric (8%).
-REDEPLOYMENT_LOG_SD = {"cpu": 0.20, "gpu": 0.01}
-
-
 def redeployment_prior(key: str, platform: str = "") -> Noise:
     """The assumed noise of one deployment's mean of ``key`` ('profile:metric' or a metric)
-    before any redeployment: the platform's measured spread between deployments, scaled up for
+    before any redeployment: the platform's measured spread between deployments (its
+    ``Platform.between_log_sd``; a study measures its own once it redeploys, docs/noise.md), scaled up for
     a metric that the registry assumes noisier than latencies and throughputs (TTFT); on an
     unknown platform the registry's assumed noise of the metric."""
     metric = key.rsplit(":", 1)[-1]
-    if platform not in REDEPLOYMENT_LOG_SD:
+    if platform not in PLATFORMS:
         return Noise(assumed_log_sd(metric), math.inf, "assumed")  # platform unknown
-    base = REDEPLOYMENT_LOG_SD[platform]
+    base = PLATFORMS[platform].between_log_sd
     scale = max(1.0, assumed_log_sd(metric) / ASSUMED_LOG_SD)
     return Noise(base * scale, math.inf,
                  f"assumed: {base:.0%} between deployments on {platform.upper()}, docs/noise.md"

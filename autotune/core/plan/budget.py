@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.maths.durations import duration_text
+from autotune.core.maths.platforms import platform as platform_prior
 from autotune.core.trial.outcome import TrialOutcome
 
 # Start-up phases that fill caches every later deployment of the machine shares (kernels compiled
@@ -124,9 +125,6 @@ class TimeLeft:
         return self.used_s + cost_s + self.reserve_s <= self.budget_s
 
 
-# What a trial costs before a study has measured one (issue #40: about 2 minutes on one H100
-# with the 25 GB model; 94 s on 2 CPU cores for the main job, docs/startup.md).
-ASSUMED_TRIAL_S = {"cpu": 90.0, "gpu": 120.0}
 STARTUP_SHARE = 4  # a quarter of the expected trials are the sampler's random start ...
 STARTUP_RANGE = (2, 5)  # ... within these bounds (docs/samplers.md, "A start that fits")
 
@@ -157,7 +155,7 @@ def start_up(trials: int, *, budget_s: float | None, trial_s: float | None,
     platform's assumed cost)."""
     expected, source = trials, f"--trials {trials}"
     if budget_s is not None:
-        each = trial_s or ASSUMED_TRIAL_S.get(platform, ASSUMED_TRIAL_S["gpu"])
+        each = trial_s or platform_prior(platform).trial_s  # nothing measured: the prior
         by_time = max(int(budget_s // each), 1)
         if by_time < trials:
             how = "measured" if trial_s else f"assumed on {(platform or 'gpu').upper()}"

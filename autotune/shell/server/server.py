@@ -43,6 +43,7 @@ from autotune.core.deployment.failures import (
 )
 from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import LogLine, StartupPhases, startup_phases
+from autotune.core.maths.platforms import CPU, GPU
 from autotune.errors import ConfigError, DeploymentError
 from autotune.shell.server.install import Entrypoint, resolve_entrypoint
 from autotune.shell.server.key_config import remove_key_config, write_key_config
@@ -176,7 +177,7 @@ class ServerProcess:
         self.key_config, options = write_key_config(self.api_key, options)
         self.argv = entry.command(spec.model, options)
         spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if spec.slot is not None and spec.slot.kind == "cuda":
+        if spec.slot is not None and spec.slot.kind == GPU:
             from autotune.shell.server.gpu import nvml_available, nvml_used_mib
 
             if nvml_available():
@@ -248,7 +249,7 @@ class ServerProcess:
         self._log.stamping = False
         self._remove_key_config()  # read: vLLM parses its arguments before it serves
         slot = self.spec.slot
-        if slot is not None and slot.kind == "cpu" and slot.tensor_parallel_size > 1:
+        if slot is not None and slot.kind == CPU and slot.tensor_parallel_size > 1:
             # TP workers wait for each step by spinning on a shared-memory queue; on a CPU slot
             # they spin on the very cores the API server and the client need. At the lowest
             # priority they still get every core the others leave idle: on 2 cores this doubled

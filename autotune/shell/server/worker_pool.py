@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from autotune.core.deployment.slots import Slot
+from autotune.core.maths.platforms import CPU, GPU
 from autotune.shell.server.processes import die_with_parent
 
 STOP_GRACE_S = 30.0  # a worker told to stop tears its server down (SIGTERM grace 20 s)
@@ -25,10 +26,10 @@ STOP_GRACE_S = 30.0  # a worker told to stop tears its server down (SIGTERM grac
 
 def worker_argv(workdir: Path, study: str, slot: Slot, label: str,
                 options: Sequence[str]) -> list[str]:
-    flag = "--gpus" if slot.kind == "cuda" else "--cores"
+    flag = "--gpus" if slot.kind == GPU else "--cores"
     argv = [sys.executable, "-m", "autotune", "--workdir", str(workdir), "worker", "--study",
             study, flag, ",".join(map(str, slot.devices)), "--worker-label", label]
-    if slot.kind == "cpu":
+    if slot.kind == CPU:
         argv += ["--cores-per-rank", str(len(slot.devices) // slot.tensor_parallel_size),
                  "--kv-cache-gib", f"{slot.kv_cache_gib:g}"]
     return [*argv, *options]

