@@ -65,7 +65,9 @@ _JIT = r"Compile and warming up model for size"
 _GRAPHS = r"Capturing CUDA graphs"
 _GRAPHS_DONE = Mark(r"Graph capturing finished", last=True)
 _ENGINE_READY = Mark(r"init engine \(profile, create kv cache, warmup model\) took", last=True)
-_LISTENING = r"Application startup complete"
+# The API server listens: uvicorn's line after the application's start-up (the one matcher of it:
+# the server's readiness poll and the phases both read this). Older uvicorns said only the second.
+LISTENING = r"Application startup complete|Uvicorn running on"
 # FlashInfer builds its kernels on a machine's first use (ninja and nvcc in the worker, into
 # FLASHINFER_WORKSPACE_BASE, shared by every deployment): it logs "Loading JIT ops: NAME" and
 # "Finished loading JIT ops: NAME", or only ninja's output, which the next log record ends.
@@ -100,8 +102,8 @@ PHASES: tuple[StartupPhase, ...] = (
     # compiled on a machine's first start), until the monitor of later JIT compiles is on.
     StartupPhase("after_graphs_s", "sampler JIT", (_GRAPHS_DONE,),
           (Mark(r"Kernel JIT monitor activated", last=True),)),
-    StartupPhase("api_server_s", "API server", (_ENGINE_READY,), (Mark(_LISTENING),)),
-    StartupPhase("first_completion_s", "first completion", (Mark(_LISTENING),), (Mark(READY),)),
+    StartupPhase("api_server_s", "API server", (_ENGINE_READY,), (Mark(LISTENING),)),
+    StartupPhase("first_completion_s", "first completion", (Mark(LISTENING),), (Mark(READY),)),
 )
 
 _CACHE_HIT = ("Directly load AOT compilation", "Directly load the compiled graph")

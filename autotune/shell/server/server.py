@@ -42,7 +42,7 @@ from autotune.core.deployment.failures import (
     vllm_message,
 )
 from autotune.core.deployment.slots import Slot
-from autotune.core.deployment.startup import LogLine, StartupPhases, startup_phases
+from autotune.core.deployment.startup import LISTENING, LogLine, StartupPhases, startup_phases
 from autotune.core.maths.platforms import CPU, GPU
 from autotune.errors import ConfigError, DeploymentError
 from autotune.shell.server.install import Entrypoint, resolve_entrypoint
@@ -496,6 +496,9 @@ def folder_bytes(path: Path) -> int:
     return total
 
 
+_LISTENING = re.compile(LISTENING.encode())
+
+
 class LogPipe:
     """Copies a server's output to its log file as it arrives (a reader thread), ``secret``
     replaced by ``***`` (vLLM 0.26 logs its non-default arguments, the API key among them),
@@ -504,7 +507,6 @@ class LogPipe:
     once it ends, so the secret cannot straddle two writes. ``listening`` is set when the API
     server says it has started, so the readiness poll need not sleep past it."""
 
-    LISTENING = re.compile(rb"Application startup complete|Uvicorn running on")
 
     def __init__(self, source, path: Path, t0: float, *, secret: str = "") -> None:
         self.lines: list[LogLine] = []
@@ -537,7 +539,7 @@ class LogPipe:
             text = text.replace(self._secret, b"***")
         self._file.write(text)
         self._file.flush()
-        if self.LISTENING.search(text):
+        if _LISTENING.search(text):
             self.listening.set()
         if self.stamping:
             self.lines += [LogLine(now, raw.decode(errors="replace"))
