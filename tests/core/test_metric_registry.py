@@ -85,3 +85,30 @@ def test_the_lists_elsewhere_are_derived_from_the_registry():
     assert (THROUGHPUT_METRIC, LATENCY_METRIC) == ("output_throughput", "mean_e2el_ms")
     assert assumed_log_sd("p99_ttft_ms") == METRICS["p99_ttft_ms"].assumed_log_sd > assumed_log_sd(
         "mean_e2el_ms")
+
+
+def test_a_metrics_kind_is_a_field_of_its_record_never_parsed_from_its_key():
+    p99_itl, median, mean = METRICS["p99_itl_ms"], METRICS["median_ttft_ms"], METRICS["mean_e2el_ms"]
+    assert (p99_itl.latency, p99_itl.statistic, p99_itl.quantile) == ("itl", "p99", 0.99)
+    assert median.quantile == METRICS["p50_ttft_ms"].quantile == 0.5
+    assert (mean.latency, mean.statistic, mean.quantile) == ("e2el", "mean", None)
+    # TTFT by prompt length is a median over a subset of the requests: no statistic of them all
+    bucket = METRICS["median_ttft_ms_prompt_0_256"]
+    assert (bucket.latency, bucket.statistic, bucket.quantile) == ("ttft", "", None)
+    assert METRICS["server_mean_ttft_ms"].latency == ""  # the server's histogram, not the requests
+    for m in METRICS.values():
+        if m.statistic:
+            assert m.key == f"{m.statistic}_{m.latency}_ms"
+
+
+def test_the_rules_that_read_a_metrics_kind_agree_with_its_record():
+    from autotune.core.metrics.slo import parse_limit
+    from autotune.core.trial.early_fail import fail_rule
+    from autotune.core.trial.precision import pinnable
+
+    # a run's requests pin ITL's percentiles (over every token gap) and its mean ...
+    assert pinnable("p99_itl_ms") and pinnable("mean_itl_ms") and pinnable("median_tpot_ms")
+    assert not pinnable("std_ttft_ms") and not pinnable("median_ttft_ms_prompt_0_256")
+    # ... but a count of requests past a bar settles only a per-request latency's percentile
+    bars = fail_rule([parse_limit(t, "test") for t in ("p99_itl_ms<=50", "p90_ttft_ms<=900")], 0.0)
+    assert [(b.latency, b.quantile) for b in bars.bars] == [("ttft", 0.9)]

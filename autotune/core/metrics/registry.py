@@ -108,6 +108,20 @@ class Metric:
     role: Role | None = None
     server_read: ServerRead | None = None  # read from /metrics by its record (Source.SERVER)
     counter_ratio: CounterRatio | None = None  # or made of two of its counters (Source.SERVER)
+    # Its kind, for the rules that compute it from the requests (core.trial.precision,
+    # core.trial.early_fail, the capacity search's goodput): the per-request latency it
+    # summarises (one of LATENCIES; "" none), the statistic over every request's values (mean,
+    # std, median, p50, p90, p99; "" for one over a subset: TTFT by prompt length) and, for a
+    # percentile, its quantile.
+    latency: str = ""
+    statistic: str = ""
+
+    @property
+    def quantile(self) -> float | None:
+        """The quantile of a percentile (median: 0.5, p99: 0.99); None for any other metric."""
+        if self.statistic == "median":
+            return 0.5
+        return float(self.statistic[1:]) / 100.0 if self.statistic[:1] == "p" else None
 
     @property
     def direction(self) -> str:
@@ -136,9 +150,12 @@ for _key, _label, _unit in (("output_throughput", "output throughput", "tok/s"),
                      effect_scale=Scale.DIFFERENCE if _key == "request_goodput" else Scale.RATIO))
 _register(Metric("capacity_load", "load", True, "load carried", grows_with_load=True,
                  source=Source.SEARCH))
-for _m, _name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+# What each request measures (``core.metrics.summary``): ITL's values are every token gap of
+# every request, the others one value per request.
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+for _m, _name in zip(LATENCIES, ("TTFT", "TPOT", "ITL", "E2EL"), strict=True):
     for _stat in ("mean", "median", "std", "p50", "p90", "p99"):
-        _register(Metric(f"{_stat}_{_m}_ms", "ms", False, f"{_stat} {_name}",
+        _register(Metric(f"{_stat}_{_m}_ms", "ms", False, f"{_stat} {_name}", latency=_m, statistic=_stat,
                          assumed_log_sd=ASSUMED_LOG_SD_TTFT if _m == "ttft" else ASSUMED_LOG_SD,
                          summary=_stat == "mean" and _m != "itl",
                          detail=_stat not in ("mean", "p99"),
@@ -155,7 +172,7 @@ def bucket_key(low: int, high: int | None) -> str:
 for _low, _high in PROMPT_BUCKETS:
     _register(Metric(bucket_key(_low, _high), "ms", False,
                      f"median TTFT of prompts of {_low}-{_high or ''} tokens",
-                     assumed_log_sd=ASSUMED_LOG_SD_TTFT, detail=True))
+                     assumed_log_sd=ASSUMED_LOG_SD_TTFT, detail=True, latency="ttft"))
 # Speculative decoding over the run, from the server's counters (as vLLM's benchmark reads them).
 _DRAFTS = Count("spec_decode_num_drafts", "vllm:spec_decode_num_drafts_total")
 _DRAFT_TOKENS = Count("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total")

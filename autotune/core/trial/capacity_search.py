@@ -317,7 +317,7 @@ def goodput_limits(spec: CapacitySpec) -> SloLimits:
     meets the tightest limit on each latency (TTFT, TPOT, E2EL) an SLO names."""
     out: dict[str, float] = {}
     for lim in spec.limits:
-        kind = lim.metric.split("_")[1] if lim.metric.count("_") >= 2 else ""
+        kind = METRICS[lim.metric].latency
         if lim.op == "<=" and kind in ("ttft", "tpot", "e2el"):
             out[kind] = min(out.get(kind, math.inf), lim.limit)
     return SloLimits(ttft_ms=out.get("ttft"), tpot_ms=out.get("tpot"), e2el_ms=out.get("e2el"))

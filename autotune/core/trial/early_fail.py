@@ -14,14 +14,16 @@ a request still to come may fail, and one failed request fails the load.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.core.metrics.registry import METRICS
 from autotune.core.metrics.slo import Slo
 from autotune.core.metrics.summary import RequestResult, tpot_s
 
-_PERCENTILE = re.compile(r"^(?:p(\d+(?:\.\d+)?)|median)_(ttft|tpot|e2el)_ms$")
+# The latencies a count of requests settles: one value per request. ITL's percentiles are over
+# every token gap, which no count of requests past a bar decides.
+_PER_REQUEST = ("ttft", "tpot", "e2el")
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,7 @@ def fail_rule(limits: Sequence[Slo], band: float) -> SettleRule:
     more than ``band`` (a log margin)."""
     bars = []
     for lim in limits:
-        m = _PERCENTILE.match(lim.metric)
-        if m and lim.op == "<=":
-            q = float(m.group(1)) / 100.0 if m.group(1) else 0.5
-            bars.append(FailBar(lim.text, m.group(2), q, lim.limit * math.exp(band)))
+        m = METRICS[lim.metric]
+        if m.quantile is not None and m.latency in _PER_REQUEST and lim.op == "<=":
+            bars.append(FailBar(lim.text, m.latency, m.quantile, lim.limit * math.exp(band)))
     return SettleRule(tuple(bars))

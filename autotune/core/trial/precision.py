@@ -44,7 +44,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +51,7 @@ import numpy as np
 
 from autotune.core.maths.platforms import platform
 from autotune.core.maths.stats import NoiseModel, t_quantile
+from autotune.core.metrics.registry import METRICS
 from autotune.core.metrics.summary import RequestResult, max_concurrency, tpot_s
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RequestSource
@@ -67,8 +67,6 @@ STOP_REASONS = (PRECISE, BALANCED, CEILING, TIME_LIMIT, BUDGET)
 PRECISION_SHARE = 0.5
 TIME_LIMIT_ERROR = "run time limit"  # how the client words a request cut by the profile's timeout_s
 
-_MEAN = re.compile(r"^mean_(ttft|tpot|e2el)_ms$")
-_PERCENTILE = re.compile(r"^(?:p(\d+(?:\.\d+)?)|median)_(ttft|tpot|itl|e2el)_ms$")
 _THROUGHPUT = ("output_throughput", "total_token_throughput", "request_throughput")
 
 
@@ -238,9 +236,10 @@ class RunStop:
 
 
 def pinnable(metric: str) -> bool:
-    """Whether the requests of a run can pin ``metric`` (the rule ignores the others)."""
-    return bool(_MEAN.match(metric) or _PERCENTILE.match(metric)) or metric in (
-        *_THROUGHPUT, "mean_itl_ms")
+    """Whether the requests of a run can pin ``metric`` (the rule ignores the others): a mean or
+    a percentile of a per-request latency (``Metric.latency``, ``statistic``), a throughput."""
+    m = METRICS.get(metric)
+    return m is not None and (m.statistic == "mean" or m.quantile is not None) or metric in _THROUGHPUT
 
 
 def _mean_half(values: np.ndarray) -> float:
@@ -294,15 +293,15 @@ def _latencies(ok: Sequence[RequestResult], which: str) -> np.ndarray:
 def half_width(ok: Sequence[RequestResult], metric: str) -> float:
     """``metric``'s 95% interval half-width relative to its value, from the successful
     requests ``ok`` (inf where they cannot tell yet); ValueError for a metric not ``pinnable``."""
-    if (m := _MEAN.match(metric)) is not None:
-        return _mean_half(_latencies(ok, m.group(1)))
-    if (m := _PERCENTILE.match(metric)) is not None:
-        q = float(m.group(1)) / 100.0 if m.group(1) else 0.5
-        return _percentile_half(_latencies(ok, m.group(2)), q)
-    if metric == "mean_itl_ms":
+    m = METRICS.get(metric)
+    if m is not None and m.statistic == "mean" and m.latency == "itl":
         many = [r for r in ok if r.itl_s]
         return _ratio_half(np.asarray([sum(r.itl_s) for r in many], dtype=float),
                            np.asarray([len(r.itl_s) for r in many], dtype=float))
+    if m is not None and m.statistic == "mean":
+        return _mean_half(_latencies(ok, m.latency))
+    if m is not None and m.quantile is not None:
+        return _percentile_half(_latencies(ok, m.latency), m.quantile)
     if metric in _THROUGHPUT:
         tokens = np.asarray([1.0 if metric == "request_throughput" else
                              r.output_tokens + (r.prompt_len if metric.startswith("total") else 0)
