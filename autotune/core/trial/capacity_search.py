@@ -23,9 +23,10 @@ as soon as its fail is settled (``core.trial.early_fail``); a repeat always runs
 
 A probe's verdict compares each limit's log margin, log(value / limit), averaged over the
 repeats at that load, with its noise (one probe's percentile varies; ``noise`` is the assumed
-log-sd until repeats measure it): past or within the limit beyond z x sd / sqrt(n), or else
-unsure, and an unsure load is measured again, up to ``max_repeats``; then its mean decides and
-the verdict is marked "near the limit". The boundary is reported as the bracket [highest load
+log-sd until repeats measure it), by the one verdict rule (``stats.judge``: a two-sided 95%
+t interval): past or within the limit beyond the noise, or else unsure, and an unsure load is
+measured again, up to ``max_repeats``; then its mean decides and the verdict is marked "near
+the limit". The boundary is reported as the bracket [highest load
 that met every SLO, lowest load above it that did not], with the crossing interpolated in it.
 """
 
@@ -37,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from autotune.core.maths.stats import Estimate, Noise, Verdict, judge, t_quantile
 from autotune.core.metrics.registry import METRICS
 from autotune.core.metrics.summary import SloLimits
 from autotune.core.trial.early_fail import SettleRule, fail_rule
@@ -45,7 +47,9 @@ from autotune.errors import ConfigError
 
 # Objectives a capacity search may stop early for: they grow with the load carried.
 MONOTONE_IN_LOAD = tuple(k for k, m in METRICS.items() if m.grows_with_load)
-Z = 1.645  # one-sided 95%: a verdict the noise could have produced is not a verdict
+# One run's verdict beyond the noise, as the judge reads it (two-sided 95%, assumed noise): how
+# far past a limit a run's value must be before an early stop settles its fail.
+Z = t_quantile(math.inf)
 
 
 class LoadOutcome(Enum):
@@ -82,12 +86,10 @@ def judge_load(spec: CapacitySpec, load: float, runs: Sequence[Mapping[str, floa
                           for r in runs] for lim in spec.limits}
     n = len(runs)
     means = {k: statistics.fmean(v) for k, v in margins.items()}
-    sds = {k: max(spec.noise, statistics.stdev(v) if n >= 2 and all(map(math.isfinite, v))
-                  else 0.0) for k, v in margins.items()}
-    half = {k: Z * sds[k] / math.sqrt(n) for k in margins}
-    if any(means[k] - half[k] > 0 for k in margins):
+    said = {k: _limit_verdict(v, spec.noise) for k, v in margins.items()}
+    if any(v is Verdict.WORSE for v in said.values()):
         verdict, sure = LoadOutcome.FAIL, True
-    elif all(means[k] + half[k] < 0 for k in margins):
+    elif all(v is Verdict.BETTER for v in said.values()):
         verdict, sure = LoadOutcome.PASS, True
     elif n >= spec.max_repeats:
         verdict = LoadOutcome.FAIL if any(m > 0 for m in means.values()) else LoadOutcome.PASS
@@ -95,6 +97,22 @@ def judge_load(spec: CapacitySpec, load: float, runs: Sequence[Mapping[str, floa
     else:
         verdict, sure = LoadOutcome.UNSURE, False
     return LoadVerdict(load, n, verdict, sure, means)
+
+
+def _limit_verdict(margins: Sequence[float], noise: float) -> Verdict:
+    """The one verdict rule (``stats.judge``) on the runs' log margins against the limit (a
+    margin of 0, known exactly): worse is past it, better within it, beyond the noise of one
+    run, the larger of ``noise`` (assumed) and the runs' own spread (measured, n - 1 df); a
+    run with failed requests is past every limit."""
+    if any(math.isinf(m) for m in margins):
+        return Verdict.WORSE
+    n = len(margins)
+    spread = statistics.stdev(margins) if n >= 2 else 0.0
+    run = Noise(spread, n - 1.0, "the runs at this load") if spread > noise else \
+        Noise(noise, math.inf, "assumed")
+    runs = Estimate(math.exp(min(statistics.fmean(margins), 700.0)), n, run)  # exp(709) overflows
+    limit = Estimate(1.0, 1, Noise(0.0, math.inf, "the limit"))
+    return judge(runs, limit, margin=0.0, minimize=True).verdict
 
 
 def by_load(probes: Sequence[Probe]) -> dict[float, list[Mapping[str, float]]]:
