@@ -61,7 +61,7 @@ def test_a_load_clearly_past_its_limit_is_settled_after_a_few_of_its_requests(ov
     for _ in range(200):
         results = [request(rng, tpot_ms=100 * over, ttft_ms=10, sd=0.2) for _ in range(100)]
         fractions.append(stopped_at(rule, results, 100) / 100)
-    # p99 of 100: two requests past limit x exp(1.645 x 0.15) = 128 ms settle it.
+    # p99 of 100: two requests past limit x exp(1.96 x 0.15) = 134 ms settle it.
     assert 0 < np.median(fractions) <= 0.05
 
 

@@ -189,7 +189,8 @@ def test_a_capacity_probe_clearly_past_its_limit_stops_once_its_fail_is_settled(
     found = run_trial(["--max-num-seqs", "8"], plan, setup).capacity["cap"]
     first = found.probes[0]  # at 4 concurrent, 8 requests: the p99 of 8 is past once 2 are
     assert (first.load, first.measured_requests, first.planned_requests) == (4, 2, 8)
-    assert first.settled == "p99_ttft_ms<=100: 2 of 8 requests past 128 ms after 2"
+    # the bar: 100 ms x exp(1.96 x 15%), one run past the limit beyond the judge's noise band
+    assert first.settled == "p99_ttft_ms<=100: 2 of 8 requests past 134.2 ms after 2"
     stored = json.loads((tmp_path / "trial" / "bench-cap-probe-1.json").read_text())
     assert (stored["completed"], stored["planned_requests"]) == (2, 8)
     assert not found.boundary.found  # the same verdict as the whole run: no load meets 100 ms
