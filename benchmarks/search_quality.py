@@ -269,7 +269,7 @@ def _one(code: str, strategy: str, calibrate: bool | None, seed: int, budget_s: 
             got = BASELINE_ROW if is_base else truth[aq.key(rec.trial.params)]
             uses[use] = {"pick": "baseline" if is_base else aq.key(rec.trial.params),
                          **score(use, got, best[use]), "vs_baseline": aq.vs_baseline(rec)}
-    return {"code": code, "strategy": strategy, "calibrate": plan.calibrate, "seed": seed,
+    return {"code": code, "strategy": strategy, "calibrate": plan.request.calibrate, "seed": seed,
             "budget_s": budget_s, "proposals": len(found), "rejected": trial_fn.rejected,
             "served": len(trial_fn.deployed), "deployments": trial_fn.deployments,
             "new_s": round(trial_fn.new_s, 1), "again_s": round(trial_fn.again_s, 1),
