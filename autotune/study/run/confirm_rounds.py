@@ -30,8 +30,8 @@ from autotune.core.plan.confirmation import (
     next_deployment,
     plan_confirmation,
 )
+from autotune.core.plan.trial_context import TrialValues, trial_context
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.core.trial.precision import within_budget
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
 from autotune.study.run.live_data import LiveData
@@ -113,13 +113,11 @@ def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: Tria
     folder = plan.workdir / "trials" / plan.study_name
     while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
         count += 1
-    here = dataclasses.replace(setup, model=plan.model.name,
-                               workdir=folder / f"confirm-{t.number:04d}-{count}")
     live = LiveData.open(study) if live is None else live
-    bench = plan.bench.measured(live.data()) if plan.bench.balanced else plan.bench
-    bench = dataclasses.replace(bench, around={
-        p: s.boundary for p, s in t.capacity.items() if s.boundary.found},
-        pinned=within_budget(bench.pinned, run_s, len(bench.pinned) * bench.repeats))
+    here, bench = trial_context(setup, plan.bench, TrialValues(
+        model=plan.model.name, workdir=folder / f"confirm-{t.number:04d}-{count}",
+        data=live.data(), run_s=run_s,
+        around={p: s.boundary for p, s in t.capacity.items() if s.boundary.found}))
     m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
     if m.failure is not None:
         say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -41,7 +40,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis.study_data import StudyData, finalists, incumbents, noise_line
+from autotune.core.analysis.study_data import StudyData, finalists, noise_line
 from autotune.core.deployment import failures
 from autotune.core.deployment.baseline import Baseline
 from autotune.core.maths.durations import duration_text
@@ -58,10 +57,9 @@ from autotune.core.plan.scheduling import (
     stop_text,
     worker_seed,
 )
+from autotune.core.plan.trial_context import TrialValues, trial_context
 from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
-from autotune.core.trial.precision import within_budget
-from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.sampler_feedback import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.server.validation import engine_identity
@@ -336,27 +334,17 @@ class StudyRunner:
             self.live.finished(optuna_internals.stored_trial(study, trial))
             self._report(study, number, trial)
             return
-        setup = dataclasses.replace(
-            self.setup, model=plan.model.name,
-            workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
-            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
-            validated=verdict,  # the trial does not ask vLLM again
-        )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
         # Balanced runs: the spread between deployments and their cost as measured so far.
-        bench = (plan.bench.measured(self.live.data()) if plan.bench.balanced else plan.bench)
-        capacity = [p.name for p in bench.profiles if p.capacity is not None]
-        if capacity or plan.race:
-            data = self.live.data(confirmed=False)
-            bench = dataclasses.replace(bench, run_seconds=run_seconds(data))
-        if capacity:
-            bench = dataclasses.replace(bench, incumbents={p: incumbents(data, p) for p in capacity})
-        elif plan.race and data.front():
-            bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
-                Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
-                for t in data.front()), data.noise))
-        bench = self._within_budget(study, bench)
+        search = self.live.data(confirmed=False)
+        setup, bench = trial_context(self.setup, plan.bench, TrialValues(
+            model=plan.model.name,
+            workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
+            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
+            validated=verdict,  # the trial does not ask vLLM again
+            data=self.live.data() if plan.bench.balanced else None, search=search,
+            race=plan.race, run_s=self._run_s(study, search)))
         measured = self._measure(claim.argv, bench, setup, number, trial.number)
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
@@ -372,19 +360,17 @@ class StudyRunner:
         if self._baseline is not None and claim.reference == self._baseline.name:
             self._calibrate(study)
 
-    def _within_budget(self, study: optuna.Study, bench: BenchPlan) -> BenchPlan:
-        """``bench`` with its fixed runs allowed what the time budget leaves them (none without
-        a budget): the time left, less the confirmation's reserve and the expected start,
-        shared among the trial's fixed runs. A configuration far slower than those measured
-        (-O0 where the others compile) then stops its runs at their floor instead of
-        outlasting the budget: its cost was not predictable from the others'."""
+    def _run_s(self, study: optuna.Study, search: StudyData) -> float | None:
+        """The seconds the time budget leaves a trial's fixed runs (None: no budget, or no
+        fixed run stops early): the time left, less the confirmation's reserve and the
+        expected start. A configuration far slower than those measured (-O0 where the others
+        compile) then stops its runs at their floor instead of outlasting the budget: its cost
+        was not predictable from the others'."""
         left = time_left(study, self.plan, now=self.clock(), live=self.live)
-        if left is None or not bench.pinned:
-            return bench
-        cost = trial_cost(self.live.data(confirmed=False).outcomes)
-        run_s = left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
-        return dataclasses.replace(bench, pinned=within_budget(
-            bench.pinned, run_s, len(bench.pinned) * bench.repeats))
+        if left is None or not self.plan.bench.pinned:
+            return None
+        cost = trial_cost(search.outcomes)
+        return left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
 
     def _calibrate(self, study: optuna.Study) -> None:
         """With `run --calibrate`, right after the baseline is served, deploy it once more
@@ -519,15 +505,6 @@ def _stop_message(trial_number: int, outcome: TrialOutcome) -> str:
     return (f"trial #{trial_number} failed twice for a reason that is not its configuration's "
             f"({failure.name}: {failures.first_line(outcome.failure_message, 200)}); the study stops: "
             f"{failure.remedy}")
-
-
-def run_seconds(data: StudyData) -> dict[str, float]:
-    """The median duration of one run per profile over the study's measured trials."""
-    found: dict[str, list[float]] = {}
-    for t in data.feasible:
-        for profile, result in t.results.items():
-            found.setdefault(profile, []).extend(result.values("duration"))
-    return {p: statistics.median(v) for p, v in found.items() if v}
 
 
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
