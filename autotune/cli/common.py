@@ -21,7 +21,6 @@ from rich.table import Table
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
 from autotune.core.metrics.registry import label_of
-from autotune.core.space.search_space import SearchSpace
 from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
@@ -30,7 +29,7 @@ from autotune.shell.bench.files import read_profiles
 from autotune.study.store.storage import storage_url
 
 if TYPE_CHECKING:
-    from autotune.shell.server.validation import VllmValidator
+    pass
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
@@ -363,13 +362,6 @@ def entrypoint_of(args: argparse.Namespace):
     return resolve_entrypoint(args.entrypoint.split() if args.entrypoint else None)
 
 
-def cpu_slot(tp: int, kv_cache_gib: float) -> Slot:
-    """One slot over every core this process may use, split evenly between the TP ranks."""
-    cores = sorted(os.sched_getaffinity(0))
-    return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp),
-                      kv_cache_gib=kv_cache_gib)[0]
-
-
 def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
     """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
     first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
@@ -381,33 +373,14 @@ def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
     if gpus:
         raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
     if not cores:
+        from autotune.study.run.session import cpu_slot
+
         return [cpu_slot(tp, args.kv_cache_gib)]
     ids = parse_device_list(cores, "--cores")
     allowed = sorted(os.sched_getaffinity(0))
     if not set(ids) <= set(allowed):
         raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
     return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
-
-
-def vllm_validator(space: SearchSpace, say: Callable[[str], None]) -> tuple[VllmValidator | None, SearchSpace]:
-    """vLLM's own parser as the validator of ``space``'s flags, and the space as the installed
-    vLLM takes it (what it lacks is said once and left out); no validator where vLLM cannot be
-    imported or asked (said)."""
-    from autotune.errors import ValidationUnavailable
-    from autotune.shell.server.install import vllm_version
-    from autotune.shell.server.validation import shared_validator
-
-    validator = shared_validator()  # the one a --baseline was read with: its parser built once
-    if validator is None:
-        return None, space
-    try:
-        space, notes = validator.restrict(space, vllm_version())
-    except ValidationUnavailable as exc:
-        say(f"flags are not checked by vLLM's parser here: {exc}")
-        return None, space
-    for note in notes:
-        say(note)
-    return validator, space
 
 
 def print_wrapped(text: str) -> None:

@@ -25,7 +25,6 @@ from autotune.cli.common import (
     print_table,
     profiles_of,
     slots_of,
-    vllm_validator,
 )
 from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import RUN_METRICS
@@ -199,10 +198,12 @@ def space_table(space: SearchSpace, skip: Mapping[str, str], width: int | None) 
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.study.run.session import vllm_validator
+    from autotune.study.run.study_plan import model_context
+
     space = read_space(args.space)
     model = read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-    from autotune.study.run.study_plan import model_context
 
     ctx = model_context(space, model, args.max_model_len)
     skip = inapplicable(space, ctx)

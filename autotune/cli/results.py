@@ -17,7 +17,6 @@ from autotune.cli.common import (
     breakable,
     capacity_cell,
     console,
-    cpu_slot,
     fits,
     metric_header,
     out,
@@ -362,25 +361,10 @@ def writable_file(text: str, flag: str) -> Path:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.shell.bench.workloads import load_tokenizer, sources_for
-    from autotune.shell.server.install import detect_platform
-    from autotune.study.run.trial_function import BenchPlan, TrialSetup, run_trial
-    from autotune.study.store.state import read_plan
+    from autotune.study.run.session import relaunch
 
-    stored = read_plan(study)
-    if stored is None or not stored.profiles:
-        raise ConfigError(f"study {study.study_name!r} does not record its profiles; cannot verify")
-    if detect_platform() != "cpu":
-        raise ConfigError("--verify runs on the CPU build here; on GPUs use `autotune confirm`")
-    tp = int(export.flags[export.flags.index("--tensor-parallel-size") + 1])
-    setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
-                       slot=cpu_slot(tp, 1.0),  # entrypoint None: resolved as for any deployment
-                       startup_timeout_s=stored.startup_timeout_s)  # the study's, as its trials had
-    profiles, sources = sources_for(stored.profiles, vocab_size=read_model_info(export.model).vocab_size,
-                                    tokenizer=load_tokenizer(export.model),
-                                    max_model_len=stored.max_model_len or 1 << 30)
-    measured = run_trial(export.flags, BenchPlan(profiles=profiles, sources=sources, seed=10_000),
-                         setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
+    measured = relaunch(study, trial, export.flags, export.model, workdir=Path(args.workdir),
+                        say=console.print)
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.failure_message}")
         return 1

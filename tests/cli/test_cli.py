@@ -275,7 +275,7 @@ def test_a_dry_run_without_the_model_passes_good_data_and_says_what_waits_for_th
 @pytest.mark.vllm
 def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_a_few_samples(
         autotune_in, tmp_path):
-    from autotune.cli.study import DRY_RUN_SAMPLES
+    from autotune.study.run.session import DRY_RUN_SAMPLES
 
     result = autotune_in(tmp_path, *DRY, "--time-budget", "10m")
     assert result.returncode == 0, result.stderr

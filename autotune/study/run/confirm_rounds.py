@@ -137,7 +137,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             say: Callable[[str], None] = lambda text: None,
             budget_end: float | None = None,
             clock: Callable[[], float] = time.time,
-            only_open: bool = False) -> dict[int, dict[str, ProfileResult]]:
+            only_open: bool = False,
+            live: LiveData | None = None) -> dict[int, dict[str, ProfileResult]]:
     """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
     at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
     every use is decided or equivalent or the deployments ``rounds`` rounds would take are
@@ -147,9 +148,12 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     study is continued instead of starting a new one. ``only_open`` (the confirmation that ends
     `run`): of the finalists, only those whose verdict is in question are deployed (none: the
     confirmation is skipped, said in one line). Returns the runs this call added; a trial
-    that fails a redeployment keeps the runs it served, and the failure is said."""
+    that fails a redeployment keeps the runs it served, and the failure is said. ``live``:
+    the study's data in memory, where the caller holds it."""
     check_rounds(rounds)
-    live = LiveData.open(study)  # once: other workers have stopped; what it stores is written through
+    # The study's data: the caller's (a session that ran the search), else read once here;
+    # what the confirmation stores is written through.
+    live = LiveData.open(study) if live is None else live
     data = live.data(confirmed=False)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     left = None if budget_end is None else max(budget_end - clock(), 0.0)
