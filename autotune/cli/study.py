@@ -107,15 +107,16 @@ def trial_result_line(t: TrialOutcome) -> str:
 
 
 def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
-    """The plan on this node, as the flags say where and how it deploys."""
+    """The plan on this node, as the flags say where and how it deploys (`confirm` has no
+    worker flags: it runs no worker)."""
     from autotune.study.run.session import Node, StudySession
     from autotune.study.store.storage import Heartbeat
 
+    workers = hasattr(args, "max_retry")
     node = Node(tuple(slots), entrypoint_of(args), preimport=not args.no_preimport,
                 heartbeat=Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-                if hasattr(args, "max_retry") else Heartbeat(),
-                worker_options=tuple(_worker_options(args, plan.model.name))
-                if hasattr(args, "max_retry") else ())
+                if workers else Heartbeat(),
+                worker_options=tuple(_worker_options(args, plan.model.name)) if workers else ())
     return StudySession.on_this_node(plan, node, say=console.print,
                                      dry_run=getattr(args, "dry_run", False))
 
