@@ -20,8 +20,6 @@ from rich.table import Table
 
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
-from autotune.core.metrics.registry import label_of
-from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
@@ -36,17 +34,6 @@ out = Console(highlight=False, soft_wrap=True)  # results
 
 DEFAULT_WORKDIR = "studies"
 RATE_RANGE = {"low": 0.25, "high": 64.0}
-
-
-def capacity_cell(search: CapacitySearch) -> str:
-    """For a table: '48 of 57' (met at 48, not at 57), '64+' (met at the top of the range),
-    'below #3', or 'none'."""
-    b = search.boundary
-    if b.below_incumbent is not None:
-        return f"below #{b.below_incumbent}"
-    if not b.found:
-        return "none"
-    return f"{b.load:g}+" if b.fail_load is None else f"{b.load:g} of {b.fail_load:g}"
 
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
@@ -67,32 +54,6 @@ def parse_duration(text: str, flag: str) -> float:
 # The longest line a name may keep in a table cell, tried in turn until the table fits the
 # terminal (None: names whole).
 NAME_WIDTHS: tuple[int | None, ...] = (None, 16, 12, 8)
-
-
-def breakable(text: str, width: int | None) -> str:
-    """``text`` in lines of at most ``width`` characters, broken only at a space or after a
-    ``-`` or ``_`` (a piece longer than ``width`` stays whole, never cut); whole for None."""
-    if width is None:
-        return text
-    lines = []
-    for line in text.split("\n"):
-        current = ""
-        for word in line.split(" "):
-            for i, piece in enumerate(re.findall(r"[^-_]*[-_]+|[^-_]+", word) or [""]):
-                glue = " " if i == 0 and current else ""
-                if current and len(current) + len(glue) + len(piece) > width:
-                    lines.append(current)
-                    current = piece
-                else:
-                    current += glue + piece
-        lines.append(current)
-    return "\n".join(lines)
-
-
-def metric_header(profile: str, metric: str, width: int | None) -> str:
-    """A column of one profile's metric: the profile over the metric's label (the registry's:
-    'output throughput' for output_throughput), each broken as ``breakable`` does."""
-    return f"{breakable(profile, width)}\n{breakable(label_of(metric), width)}"
 
 
 def _lows_highs(table: Table) -> tuple[list[int], list[int], int]:
