@@ -60,3 +60,22 @@ def test_nothing_is_read_again_where_no_other_worker_wrote(tmp_path):
     assert live.data() == study_data(study)
     assert not study.get_trials(states=(TrialState.RUNNING,))
 
+
+
+def test_a_session_runs_searches_and_confirms_on_one_read_and_ends_with_the_stored_data(tmp_path):
+    from autotune.core.deployment.slots import Slot
+    from autotune.study.run.session import Node, StudySession
+    from autotune.study.run.trial_function import TrialSetup
+    from autotune.study.store.storage import load_existing
+
+    plan = make_plan(tmp_path, trials=6, confirm=2)
+    deployed = StandIn(seed=3)
+    session = StudySession(plan, Node((Slot("cpu", (0,), 1),)),
+                           TrialSetup(model="", workdir=plan.workdir), say=lambda text: None,
+                           trial_fn=deployed)
+    session.create(started=0.0)
+    assert session.work() == 0
+    confirmed = session.confirm(k=2)
+    assert confirmed and len(deployed.calls) > 6  # the search's six, then the confirmation's
+    # what `run` prints at the end, from memory, is what the storage holds
+    assert session.data() == study_data(load_existing(plan.study_name, plan.storage))

@@ -32,7 +32,7 @@ from autotune.study.run.live_data import LiveData
 from autotune.study.run.runner import Progress, SilentProgress, StudyRunner
 from autotune.study.run.study_plan import StudyPlan
 from autotune.study.run.study_setup import prepare_study
-from autotune.study.run.trial_function import TrialSetup, run_trial
+from autotune.study.run.trial_function import TrialFunction, TrialSetup, run_trial
 from autotune.study.run.worker_upkeep import count_trials
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_plan, start_clock, time_budget
@@ -84,13 +84,15 @@ class Node:
 class StudySession:
     """A plan on this node: ``setup`` is where its trials deploy (the first slot, the
     validator, the launcher), ``plan`` the plan as the installed vLLM's parser takes it.
-    ``live``: the study's data in memory once a worker or a confirmation has opened it."""
+    ``live``: the study's data in memory once a worker or a confirmation has opened it;
+    ``trial_fn``: what deploys and measures a configuration (``run_trial``)."""
 
     plan: StudyPlan
     node: Node
     setup: TrialSetup
     say: Say
     live: LiveData | None = None
+    trial_fn: TrialFunction = run_trial  # the seam: a stand-in or a replay in tests
 
     @classmethod
     @contextlib.contextmanager
@@ -141,7 +143,8 @@ class StudySession:
             return run_workers(self.node.slots, workdir=plan.workdir, study=plan.study_name,
                                env={STORAGE_ENV: plan.storage}, label=label,
                                options=self.node.worker_options, message=self.say)
-        runner = StudyRunner(plan, self.setup, progress=progress or SilentProgress(),
+        runner = StudyRunner(plan, self.setup, trial_fn=self.trial_fn,
+                             progress=progress or SilentProgress(),
                              heartbeat=self.node.heartbeat, label=label)
         runner.work()
         self.live = runner.live
@@ -161,6 +164,7 @@ class StudySession:
             end = None if seconds is None else started + seconds
         live = self._synced() or LiveData.open(study)
         confirmed = confirm(study, plan, self.setup, k=k, trials=trials, rounds=rounds,
+                            trial_fn=self.trial_fn,
                             say=self.say, budget_end=end, only_open=study_budget, live=live)
         self.live = live
         return sorted(confirmed)
