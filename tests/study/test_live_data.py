@@ -79,3 +79,15 @@ def test_a_session_runs_searches_and_confirms_on_one_read_and_ends_with_the_stor
     assert confirmed and len(deployed.calls) > 6  # the search's six, then the confirmation's
     # what `run` prints at the end, from memory, is what the storage holds
     assert session.data() == study_data(load_existing(plan.study_name, plan.storage))
+
+
+def test_another_workers_trial_that_ends_as_a_failure_is_read_once_it_ends(tmp_path):
+    storage = optuna.storages.InMemoryStorage()
+    study = run(make_plan(tmp_path, trials=3), StandIn(seed=3), storage=storage)
+    live = LiveData.open(study)
+    theirs = study.ask()  # another worker's trial, running
+    live.sync(count_trials(study))
+    study.tell(theirs, state=TrialState.FAIL)  # it dies: a failure, not counted as finished
+    live.sync(count_trials(study))
+    assert theirs.number in [t.number for t in live.data().outcomes]
+    assert live.data() == study_data(study)

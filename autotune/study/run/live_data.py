@@ -27,6 +27,7 @@ class LiveData:
     _search: dict[int, TrialOutcome] = field(default_factory=dict)
     _attrs: Mapping = field(default_factory=dict)
     _copies: set[int] = field(default_factory=set)  # finished copies: known, but not data
+    _others_ran: bool = False  # the last sync saw another worker's trial running
 
     @classmethod
     def open(cls, study: optuna.Study, others: OthersNoise | None = None) -> LiveData:
@@ -56,11 +57,13 @@ class LiveData:
 
     def sync(self, now: Counts) -> None:
         """Read again where another worker may have written: a trial runs that is not this
-        worker's (between trials it has none), or the storage holds finished trials that this
+        worker's (between trials it has none) or ran at the last sync (it may have ended as a
+        failure, which ``now`` does not count), or the storage holds complete trials that this
         worker does not know of."""
         complete = sum(1 for t in self._search.values() if t.state == "complete")
-        if now.running or now.finished + now.rejected != complete:
+        if now.running or self._others_ran or now.finished + now.rejected != complete:
             self.reload()
+        self._others_ran = bool(now.running)
 
     def data(self, *, confirmed: bool = True, others: OthersNoise | None = None) -> StudyData:
         """``records.study_data``'s record from memory: reads nothing."""
