@@ -21,9 +21,6 @@ from rich.table import Table
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
 from autotune.core.maths.platforms import GPU
-from autotune.core.metrics.registry import label_of
-from autotune.core.space.search_space import SearchSpace
-from autotune.core.trial.capacity_search import CapacitySearch
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
@@ -31,24 +28,13 @@ from autotune.shell.bench.files import read_profiles
 from autotune.study.store.storage import storage_url
 
 if TYPE_CHECKING:
-    from autotune.shell.server.validation import VllmValidator
+    pass
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
 
 DEFAULT_WORKDIR = "studies"
 RATE_RANGE = {"low": 0.25, "high": 64.0}
-
-
-def capacity_cell(search: CapacitySearch) -> str:
-    """For a table: '48 of 57' (met at 48, not at 57), '64+' (met at the top of the range),
-    'below #3', or 'none'."""
-    b = search.boundary
-    if b.below_incumbent is not None:
-        return f"below #{b.below_incumbent}"
-    if not b.found:
-        return "none"
-    return f"{b.load:g}+" if b.fail_load is None else f"{b.load:g} of {b.fail_load:g}"
 
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
@@ -69,32 +55,6 @@ def parse_duration(text: str, flag: str) -> float:
 # The longest line a name may keep in a table cell, tried in turn until the table fits the
 # terminal (None: names whole).
 NAME_WIDTHS: tuple[int | None, ...] = (None, 16, 12, 8)
-
-
-def breakable(text: str, width: int | None) -> str:
-    """``text`` in lines of at most ``width`` characters, broken only at a space or after a
-    ``-`` or ``_`` (a piece longer than ``width`` stays whole, never cut); whole for None."""
-    if width is None:
-        return text
-    lines = []
-    for line in text.split("\n"):
-        current = ""
-        for word in line.split(" "):
-            for i, piece in enumerate(re.findall(r"[^-_]*[-_]+|[^-_]+", word) or [""]):
-                glue = " " if i == 0 and current else ""
-                if current and len(current) + len(glue) + len(piece) > width:
-                    lines.append(current)
-                    current = piece
-                else:
-                    current += glue + piece
-        lines.append(current)
-    return "\n".join(lines)
-
-
-def metric_header(profile: str, metric: str, width: int | None) -> str:
-    """A column of one profile's metric: the profile over the metric's label (the registry's:
-    'output throughput' for output_throughput), each broken as ``breakable`` does."""
-    return f"{breakable(profile, width)}\n{breakable(label_of(metric), width)}"
 
 
 def _lows_highs(table: Table) -> tuple[list[int], list[int], int]:
@@ -364,13 +324,6 @@ def entrypoint_of(args: argparse.Namespace):
     return resolve_entrypoint(args.entrypoint.split() if args.entrypoint else None)
 
 
-def cpu_slot(tp: int, kv_cache_gib: float) -> Slot:
-    """One slot over every core this process may use, split evenly between the TP ranks."""
-    cores = sorted(os.sched_getaffinity(0))
-    return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp),
-                      kv_cache_gib=kv_cache_gib)[0]
-
-
 def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
     """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
     first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
@@ -382,33 +335,14 @@ def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
     if gpus:
         raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
     if not cores:
+        from autotune.study.run.session import cpu_slot
+
         return [cpu_slot(tp, args.kv_cache_gib)]
     ids = parse_device_list(cores, "--cores")
     allowed = sorted(os.sched_getaffinity(0))
     if not set(ids) <= set(allowed):
         raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
     return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
-
-
-def vllm_validator(space: SearchSpace, say: Callable[[str], None]) -> tuple[VllmValidator | None, SearchSpace]:
-    """vLLM's own parser as the validator of ``space``'s flags, and the space as the installed
-    vLLM takes it (what it lacks is said once and left out); no validator where vLLM cannot be
-    imported or asked (said)."""
-    from autotune.errors import ValidationUnavailable
-    from autotune.shell.server.install import vllm_version
-    from autotune.shell.server.validation import shared_validator
-
-    validator = shared_validator()  # the one a --baseline was read with: its parser built once
-    if validator is None:
-        return None, space
-    try:
-        space, notes = validator.restrict(space, vllm_version())
-    except ValidationUnavailable as exc:
-        say(f"flags are not checked by vLLM's parser here: {exc}")
-        return None, space
-    for note in notes:
-        say(note)
-    return validator, space
 
 
 def print_wrapped(text: str) -> None:

@@ -7,33 +7,27 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
-
-from rich.markup import escape
-from rich.table import Table
 
 from autotune.cli.common import (
     add_deploy_args,
     add_profile_args,
     add_profile_overrides,
-    breakable,
     console,
     entrypoint_of,
     out,
     print_table,
     profiles_of,
     slots_of,
-    vllm_validator,
 )
-from autotune.core.maths.numbers import number_text
-from autotune.core.metrics.registry import RUN_METRICS
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
-from autotune.core.space.search_space import SearchSpace, inapplicable, space_size
+from autotune.core.space.search_space import inapplicable, space_size
 from autotune.errors import ConfigError
 from autotune.modelgen.constructed import SHAPES
 from autotune.shell.bench.files import read_model_info, read_references, read_space
+from autotune.study.output.tables import space_table, summary_table
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
@@ -101,21 +95,6 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
     return 0 if report.clean else 1
 
 
-def _summary_table(title: str, rows: dict[str, dict], width: int | None = None) -> Table:
-    """vllm bench serve's keys per profile; names broken into lines of ``width`` at most."""
-    table = Table(title=title)
-    table.add_column("metric", overflow="fold")
-    for name in rows:
-        table.add_column(breakable(name, width), justify="right", overflow="fold")
-    keys = ["completed", "failed", "duration", *RUN_METRICS, "max_concurrent_requests",
-            "delivery_bursts"]
-    for key in keys:
-        if any(key in r for r in rows.values()):
-            table.add_row(breakable(key, width), *[number_text(float(r[key])) if isinstance(r.get(key), int | float)
-                                 else "-" for r in rows.values()])
-    return table
-
-
 def checked_url(text: str) -> str:
     """A server URL of the form http(s)://host[:port]; a one-line error naming --url otherwise
     (a path such as /v1 too: the endpoints' paths are added to it)."""
@@ -173,7 +152,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             console.print(f"[red]{name}: invalid run: {run.summary.invalid_reason}[/red]")
     measured = {name: r for name, r in rows.items() if r["completed"]}
     if measured:  # a run where nothing succeeded has no metrics to show
-        print_table(lambda width: _summary_table("benchmark", measured, width))
+        print_table(lambda width: summary_table("benchmark", measured, width))
     if args.output:
         Path(args.output).write_text(json.dumps(rows if len(rows) > 1 else
                                                 next(iter(rows.values())), indent=2) + "\n")
@@ -181,28 +160,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(r["valid"] for r in rows.values()) else 1
 
 
-def space_table(space: SearchSpace, skip: Mapping[str, str], width: int | None) -> Table:
-    """A space's parameters: domain, default, vLLM's flag, and why one does not apply; names
-    and flags broken into lines of ``width`` at most (``breakable``), brackets as typed (a
-    domain of [false, true] is no markup)."""
-    table = Table(title=f"{space.name}: {space.path}")
-    for col in ("parameter", "domain", "default", "vLLM", "applies"):
-        table.add_column(col, overflow="fold")
-    for p in space.parameters:
-        domain = (str(list(p.choices)) if p.type == "categorical" else
-                  "[false, true]" if p.type == "bool" else
-                  f"{p.type} {p.low:g}..{p.high:g}{' log' if p.log else ''}")
-        where = p.flag or f"{p.json.flag} JSON" if p.json else p.flag
-        cells = (p.name, domain, str(p.default), where or "")
-        table.add_row(*(escape(breakable(c, width)) for c in cells), escape(skip.get(p.name, "yes")))
-    return table
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.study.run.session import vllm_validator
+    from autotune.study.run.study_plan import model_context
+
     space = read_space(args.space)
     model = read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-    from autotune.study.run.study_plan import model_context
 
     ctx = model_context(space, model, args.max_model_len)
     skip = inapplicable(space, ctx)

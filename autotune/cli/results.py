@@ -14,12 +14,8 @@ from rich.table import Table
 from autotune.cli.common import (
     add_smallest_difference,
     add_study_args,
-    breakable,
-    capacity_cell,
     console,
-    cpu_slot,
     fits,
-    metric_header,
     out,
     parse_smallest_difference,
     print_fitting,
@@ -43,6 +39,7 @@ from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS
+from autotune.study.output.tables import front_table, studies_table, trials_table
 from autotune.study.run.study_plan import DEFAULT_REFERENCES
 
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -53,43 +50,6 @@ def _data(args: argparse.Namespace):
     from autotune.study.store.storage import load_existing
 
     return study_data(load_existing(args.study, storage_of_args(args)))
-
-
-def front_table(data: StudyData, title: str, *, changes_column: bool = True,
-                width: int | None = None) -> Table:
-    """The front as `pareto --format json` has it (``FrontRecord``): each objective's interval
-    and, under it with a baseline, the change against it with its verdict; intervals never
-    broken across lines, names broken into lines of ``width`` at most (``breakable``)."""
-    from autotune.study.output.documents import front_records
-
-    records = front_records(data)
-    table = Table(title=f"the front ({title}): " + " against ".join(
-        o.label for o in data.objectives) + "; mean [95% interval]")
-    table.add_column("trial", overflow="fold")
-    versus = "\nvs baseline" if data.baseline is not None else ""
-    for o in data.objectives:
-        table.add_column(metric_header(o.profile, o.metric, width) + versus, justify="right",
-                         no_wrap=True)
-    capacity = list(dict.fromkeys(p for r in records for p in r.capacity))
-    for p in capacity:
-        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
-                         overflow="fold")
-    if changes_column:
-        table.add_column(f"differs from {data.reference_point}")
-    by_number = {t.number: t for t in data.front()}
-    for r in records:
-        t = by_number[r.number]
-        cells = [breakable(t.label + (" (confirmed)" if r.confirmed else ""), width)]
-        for o in data.objectives:
-            reached = t.reached(o.profile)
-            change = r.vs_baseline[o.name]
-            cells.append(r.objectives[o.name].text + (f"\n({reached})" if reached else "")
-                         + ("" if change is None else f"\n{change.change_text}\n{change.verdict}"))
-        cells += [capacity_cell(r.capacity[p]) if p in r.capacity else "-" for p in capacity]
-        if changes_column:
-            cells.append(format_params(r.changes) or f"({data.reference_point})")
-        table.add_row(*cells)
-    return table
 
 
 def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
@@ -142,52 +102,6 @@ def print_trials(data: StudyData) -> None:
     print_fitting(lambda column, width: trials_table(data, changes_column=column, width=width),
                   [(t.label, format_params(data.differences(t)) or "-") for t in shown],
                   f"what each trial changes from {data.reference_point}")
-
-
-def trials_table(data: StudyData, *, changes_column: bool = True,
-                 width: int | None = None) -> Table:
-    """One row per finished trial as `trials --format json` has it (``TrialRecord``): each
-    objective's mean [95% interval] (confirmation deployments included, marked), and what
-    differs from the baseline (or from vLLM's defaults without one); intervals never broken
-    across lines, names broken into lines of ``width`` at most (``breakable``)."""
-    from autotune.study.output.documents import trial_record
-
-    trials = data.outcomes
-    table = Table(title="trials; mean [95% interval]")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("result", overflow="fold")
-    table.add_column("start-up")
-    for o in data.objectives:
-        table.add_column(metric_header(o.profile, o.metric, width), justify="right", no_wrap=True)
-    capacity = list(dict.fromkeys(p for t in trials for p in t.capacity))
-    for p in capacity:
-        table.add_column(f"{breakable(p, width)}\nload met of missed", justify="right",
-                         overflow="fold")
-    counted = any(r.stops for t in trials for r in t.results.values())
-    if counted:  # older studies recorded no request counts
-        table.add_column("requests", overflow="fold")
-    if changes_column:
-        table.add_column(f"differs from {data.reference_point}")
-    retried_as = {t.retry_of: t.number for t in trials if t.retry_of is not None}
-    for t in trials:
-        if t.skipped:
-            continue  # a duplicate or over-budget claim, given back before deploying
-        r = trial_record(data, t)
-        result = (f"worker lost, retried as #{retried_as[t.number]}"
-                  if t.number in retried_as and t.status == t.state else r.outcome)
-        result += ", confirmed" if r.confirmed else ""
-        values = []
-        for o in data.objectives:
-            interval = r.metric(o.profile, o.metric)
-            reached = t.reached(o.profile)
-            values.append(interval.text + (f"\n{reached}" if reached else "")
-                          if r.feasible and interval is not None else "-")
-        values += [capacity_cell(r.capacity[p]) if p in r.capacity else "-" for p in capacity]
-        values += [t.requests_cell] if counted else []
-        changes = [format_params(r.changes) or "-"] if changes_column else []
-        table.add_row(breakable(t.label.removeprefix("#"), width), breakable(result, width),
-                      t.startup_text, *values, *changes)
-    return table
 
 
 def _print_document(command: str, document: dict, rows: list, fmt: str) -> None:
@@ -296,24 +210,6 @@ def cmd_studies(args: argparse.Namespace) -> int:
     return 0
 
 
-STUDY_COLUMNS = ("trials", "served", "rejected", "failed", "front", "created")
-
-
-def studies_table(rows: list, *, boxed: bool, date_only: bool) -> Table:
-    """The studies, names whole (never wrapped); ``date_only`` drops the creation time."""
-    from rich import box
-
-    table = Table(box=box.HEAVY_HEAD if boxed else None, pad_edge=boxed)
-    table.add_column("study", no_wrap=True)
-    for col in STUDY_COLUMNS:
-        table.add_column(col, justify="left" if col == "created" else "right", no_wrap=True)
-    for r in rows:
-        created = r.created[:10] if date_only else r.created
-        table.add_row(r.study, *(f"{v:,}" for v in (r.trials, r.served, r.rejected, r.failed)),
-                      "-" if r.front is None else f"{r.front:,}", created or "-")
-    return table
-
-
 def print_studies(rows: list) -> None:
     """The studies in the first layout that fits the terminal with every name whole: boxed,
     then with dates only, then without borders; else one study per paragraph."""
@@ -362,25 +258,10 @@ def writable_file(text: str, flag: str) -> Path:
 
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
-    from autotune.shell.bench.workloads import load_tokenizer, sources_for
-    from autotune.shell.server.install import detect_platform
-    from autotune.study.run.trial_function import BenchPlan, TrialSetup, run_trial
-    from autotune.study.store.state import read_plan
+    from autotune.study.run.session import relaunch
 
-    stored = read_plan(study)
-    if stored is None or not stored.profiles:
-        raise ConfigError(f"study {study.study_name!r} does not record its profiles; cannot verify")
-    if detect_platform() != "cpu":
-        raise ConfigError("--verify runs on the CPU build here; on GPUs use `autotune confirm`")
-    tp = int(export.flags[export.flags.index("--tensor-parallel-size") + 1])
-    setup = TrialSetup(model=export.model, workdir=Path(args.workdir) / "verify" / f"trial-{trial.number}",
-                       slot=cpu_slot(tp, 1.0),  # entrypoint None: resolved as for any deployment
-                       startup_timeout_s=stored.startup_timeout_s)  # the study's, as its trials had
-    profiles, sources = sources_for(stored.profiles, vocab_size=read_model_info(export.model).vocab_size,
-                                    tokenizer=load_tokenizer(export.model),
-                                    max_model_len=stored.max_model_len or 1 << 30)
-    measured = run_trial(export.flags, BenchPlan(profiles=profiles, sources=sources, seed=10_000),
-                         setup, on_phase=lambda ph: console.print(f"verify: {ph}"))
+    measured = relaunch(study, trial, export.flags, export.model, workdir=Path(args.workdir),
+                        say=console.print)
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.failure_message}")
         return 1

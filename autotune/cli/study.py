@@ -6,10 +6,7 @@ stored in it (another node, same storage); `confirm` redeploys a study's finalis
 from __future__ import annotations
 
 import argparse
-import contextlib
-import shlex
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from rich.markup import escape
@@ -31,7 +28,6 @@ from autotune.cli.common import (
     profiles_of,
     slots_of,
     storage_of_args,
-    vllm_validator,
 )
 from autotune.cli.results import print_trials
 from autotune.core.analysis.recommendation import TieSettings
@@ -41,6 +37,7 @@ from autotune.core.maths.durations import duration_text
 from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.plan.budget import TimeLeft
+from autotune.core.plan.estimate import UNBOUNDED_TRIALS
 from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
 from autotune.core.space.exploration import EXPLORATIONS
 from autotune.core.trial.capacity_search import boundary_text
@@ -49,11 +46,8 @@ from autotune.errors import ConfigError
 from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
 from autotune.study.run.samplers import SAMPLERS
 from autotune.study.run.study_plan import DEFAULT_REFERENCES, StudyPlan
-from autotune.study.run.trial_function import TrialSetup
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
-UNBOUNDED_TRIALS = 10_000  # with --time-budget and no --trials: the time decides
-DRY_RUN_SAMPLES = 5  # sampled trials a dry run shows when the time budget decides the count
 
 
 def _budget_text(plan: StudyPlan) -> str:
@@ -112,41 +106,19 @@ def trial_result_line(t: TrialOutcome) -> str:
     return f"ready in {t.startup_detail}; " + "; ".join(parts)
 
 
-def _heartbeat(args: argparse.Namespace):
+def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
+    """The plan on this node, as the flags say where and how it deploys (`confirm` has no
+    worker flags: it runs no worker)."""
+    from autotune.study.run.session import Node, StudySession
     from autotune.study.store.storage import Heartbeat
 
-    return Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-
-
-@contextlib.contextmanager
-def _for_this_vllm(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]
-                   ) -> Iterator[tuple[StudyPlan, TrialSetup]]:
-    """The plan as the installed vLLM's parser takes it, and where this node's trials deploy
-    (the first slot), with that parser as the validator and (unless --no-preimport) the
-    launcher that imports vLLM once for all of them: started here where this process deploys
-    (one slot, not a dry run), so that its imports run while the parser loads and the study is
-    prepared; with several slots each worker process has its own, and this one starts only if
-    it deploys (a confirmation). Ended when the command ends."""
-    import dataclasses
-
-    from autotune.shell.server.server import preimported_launcher
-
-    entrypoint = entrypoint_of(args)
-    launcher = None if args.no_preimport else preimported_launcher(
-        entrypoint, on_failure=lambda why: console.print(
-            f"the pre-imported launcher cannot be used ({why}): deployments start as new processes"),
-        on_skipped=lambda names: console.print(
-            f"the pre-imported launcher skips {', '.join(names)}: not in this vLLM"))
-    try:
-        if launcher is not None and len(slots) == 1 and not getattr(args, "dry_run", False):
-            launcher.start()
-        validator, space = vllm_validator(plan.space, console.print)
-        plan = dataclasses.replace(plan, space=space)
-        setup = plan.trial_setup(slot=slots[0], entrypoint=entrypoint, validator=validator)
-        yield plan, dataclasses.replace(setup, launcher=launcher)
-    finally:
-        if launcher is not None:
-            launcher.close()
+    workers = hasattr(args, "max_retry")
+    node = Node(tuple(slots), entrypoint_of(args), preimport=not args.no_preimport,
+                heartbeat=Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
+                if workers else Heartbeat(),
+                worker_options=tuple(_worker_options(args, plan.model.name)) if workers else ())
+    return StudySession.on_this_node(plan, node, say=console.print,
+                                     dry_run=getattr(args, "dry_run", False))
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
@@ -180,137 +152,40 @@ def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
     return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
 
 
-def _work(plan: StudyPlan, setup: TrialSetup, slots: list[Slot], args: argparse.Namespace,
-          label: str, started: float | None = None) -> int:
-    """Run the study's trials: in this process for one slot, one worker process per slot
-    otherwise (each restricts the plan to its own vLLM). Returns the exit code."""
-    from autotune.shell.server.worker_pool import run_workers
-    from autotune.study.run.runner import StudyRunner
-    from autotune.study.store.storage import STORAGE_ENV
-
-    if len(slots) > 1:
-        return run_workers(slots, workdir=plan.workdir, study=plan.study_name,
-                           env={STORAGE_ENV: plan.storage}, label=label,
-                           options=_worker_options(args, plan.model.name), message=console.print)
-    StudyRunner(plan, setup, progress=ConsoleProgress(label, started), heartbeat=_heartbeat(args),
-                label=label).work()
-    return 0
-
-
-def _confirm(plan: StudyPlan, setup: TrialSetup, *, k: int, trials: list[int] | None = None,
-             rounds: int = CONFIRM_ROUNDS, budget_s: float | None = None,
-             study_budget: bool = False, started: float | None = None) -> None:
-    """Confirm the finalists (or ``trials``) inside ``budget_s`` seconds from now (`confirm
-    --time-budget`), or with ``study_budget`` (`run`) inside what is left of the study's time
-    budget, if it has one."""
-    from autotune.study.run.confirm_rounds import confirm
-    from autotune.study.store.state import time_budget
-    from autotune.study.store.storage import load_existing
-
-    study = load_existing(plan.study_name, plan.storage, writable=True)
-    progress = ConsoleProgress(started=started)  # `run`'s clock runs on
-    end: float | None = None if budget_s is None else time.time() + budget_s
-    if study_budget:
-        seconds, started = time_budget(study)
-        end = None if seconds is None else started + seconds
-    confirmed = confirm(study, plan, setup, k=k, trials=trials, rounds=rounds,
-                        say=progress.message, budget_end=end, only_open=study_budget)
-    progress.message(f"confirmed {len(confirmed)} trial(s): "
-                     f"{', '.join(f'#{n}' for n in confirmed) or 'none'}")
-
-
-def _finish(plan: StudyPlan, code: int) -> int:
+def _finish(session, code: int) -> int:
     from autotune.cli.results import print_front_and_recommendations
-    from autotune.study.store.records import study_data
-    from autotune.study.store.storage import load_existing
 
-    study = load_existing(plan.study_name, plan.storage)
-    data = study_data(study)  # the numbers `trials` and `pareto` show: confirmations included
+    data = session.data()  # the numbers `trials` and `pareto` show: confirmations included
+    plan = session.plan
     print_trials(data)
     print_front_and_recommendations(data, plan.study_name,
                                     TieSettings(plan.study_name, plan.request.smallest_difference))
     return code
 
 
-def resume_and_length(plan: StudyPlan, slots: int) -> list[str]:
-    """A dry run's last lines: whether `run` would create the study or resume it ('resumes
-    study X: N trials done'), and how long it would take, at the cost of a deployment this
-    study measured, else another study of the same model in the storage, else the platform's
-    prior (``core.plan.estimate``). Reads the storage only; a storage not there is a new one."""
-    from autotune.core.plan.estimate import RunEstimate, assumed_cost, measured_cost
-    from autotune.study.run.worker_upkeep import count_trials
-    from autotune.study.store.records import outcomes, study_data
-    from autotune.study.store.storage import load_existing, redact, sqlite_path, study_names
-
-    path = sqlite_path(plan.storage)
-    names = [] if path is not None and not path.exists() else study_names(plan.storage)
-    where, name = redact(plan.storage), plan.study_name
-    done, calibrated, cost = 0, False, None
-    if name in names:
-        study = load_existing(name, plan.storage)
-        counts = count_trials(study)
-        done, data = counts.finished, study_data(study)
-        calibrated = data.baseline is not None and data.baseline.number in data.confirmed
-        rejected = f", {counts.rejected} rejected by vLLM (not counted)" if counts.rejected else ""
-        running = f", {len(counts.running)} running" if counts.running else ""
-        first = (f"resumes study {name!r} in {where}: {done} trial{'s' * (done != 1)} done"
-                 f"{rejected}{running}")
-        cost = measured_cost(data.outcomes, "of this study")
-    else:
-        first = f"creates study {name!r} in {where}"
-    if cost is None:
-        same = [t for other in names if other != name
-                for t in outcomes(load_existing(other, plan.storage)) if t.model == plan.model.name]
-        cost = measured_cost(same, f"of other studies of {plan.model.name} in this storage")
-    unbounded = plan.trials >= UNBOUNDED_TRIALS
-    finalists = plan.confirm + (plan.baseline is not None) if plan.confirm else 0
-    estimate = RunEstimate(
-        trials=None if unbounded else max(plan.trials - done, 0), slots=slots,
-        calibration=int(plan.request.calibrate and plan.baseline is not None and not calibrated),
-        confirmation=finalists * CONFIRM_ROUNDS, budget_s=plan.time_budget_s,
-        cost=cost or assumed_cost(plan.ctx.platform))
-    return [first, estimate.text]
+def _confirmed(session, started: float | None = None, **asked) -> None:
+    confirmed = session.confirm(**asked)
+    ConsoleProgress(started=started).message(
+        f"confirmed {len(confirmed)} trial(s): {', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.study.run.space_check import check_planned, checkable_model, dry_run_verdicts
     from autotune.study.run.study_plan import build_plan
-    from autotune.study.run.study_setup import dry_run_argv, prepare_study
-    from autotune.study.store.state import start_clock
     from autotune.study.store.storage import hostname, redact
 
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
-    with _for_this_vllm(plan, args, slots) as (plan, setup):
+    with _session(plan, args, slots) as session:
+        plan = session.plan
         if plan.precision_text:
             console.print(plan.precision_text)
         if args.dry_run:
-            refs = ((len(plan.references.configs) if plan.references else 0)
-                    + (plan.baseline is not None) + len(plan.exploration))
-            out.print(plan.exploration_text, soft_wrap=True, markup=False)
-            # A time budget without --trials decides the count as it goes: show the references and
-            # the first sampled trials, not the unbounded budget's ten thousand.
-            shown = plan.trials if plan.trials < UNBOUNDED_TRIALS else refs + DRY_RUN_SAMPLES
-            with checkable_model(plan.model.name) as model:
-                checks = check_planned(setup.validator, model, dry_run_argv(plan, shown))
-            for c in checks:
-                out.print(f"{c.label}: {shlex.join(['vllm', 'serve', plan.model.name, *c.argv])}",
-                          soft_wrap=True, markup=False)
-                if c.rejected:
-                    out.print(f"  rejected by vLLM: {c.rejected}", soft_wrap=True, markup=False)
-            out.print(dry_run_verdicts(checks, plan.trials if plan.trials < UNBOUNDED_TRIALS else None),
-                      soft_wrap=True, markup=False)
-            if shown < plan.trials:
-                out.print(f"... then sampled trials until the time budget ends ({shown} shown)")
-            for line in resume_and_length(plan, len(slots)):
+            for line in session.dry_run():
                 out.print(line, soft_wrap=True, markup=False, highlight=False)
-            out.print("dry run: nothing launched, nothing written")
             return 0
-        Path(args.workdir).mkdir(parents=True, exist_ok=True)
-        study, notes, created = prepare_study(plan, _heartbeat(args))
-        start_clock(study, started)
+        notes, created = session.create(started)
         console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                       f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
                       f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
@@ -320,12 +195,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         for note in notes:
             console.print(note)
         # The `run` that created the study samples with --seed itself; one that joins varies it.
-        code = _work(plan, setup, slots, args, "" if created else hostname(), started)
+        label = "" if created else hostname()
+        code = session.work(label=label, progress=ConsoleProgress(label, started))
         if code == 0 and plan.confirm:
-            _confirm(plan, setup, k=plan.confirm, study_budget=True, started=started)
+            _confirmed(session, started, k=plan.confirm, study_budget=True)
         if plan.time_budget_s is not None:
             console.print(TimeLeft(time.time() - started, plan.time_budget_s, None, 0.0).kept_text)
-        return _finish(plan, code)
+        return _finish(session, code)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -343,13 +219,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.trials is not None:
         set_budget(study, args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
-    with _for_this_vllm(plan, args, slots) as (plan, setup):
+    with _session(plan, args, slots) as session:
         label = args.worker_label or hostname()
         console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
                       f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
-        workdir.mkdir(parents=True, exist_ok=True)
-        code = _work(plan, setup, slots, args, label)
-        return code if args.no_table else _finish(plan, code)
+        code = session.work(label=label, progress=ConsoleProgress(label))
+        return code if args.no_table else _finish(session, code)
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
@@ -368,9 +243,9 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
                                      model=args.model, trials=None))
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[:1]
-    with _for_this_vllm(plan, args, slots) as (plan, setup):
-        _confirm(plan, setup, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
-        return _finish(plan, 0)
+    with _session(plan, args, slots) as session:
+        _confirmed(session, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
+        return _finish(session, 0)
 
 
 def trial_numbers(text: str) -> list[int]:

@@ -210,8 +210,8 @@ def test_a_bad_duration_names_the_flag(text, message):
 @pytest.mark.parametrize("boundary, cell", [((16, 32), "16 of 32"), ((64, None), "64+"),
                                             ((None, 1), "none")], ids=["bracketed", "top", "none"])
 def test_a_capacity_cell_shows_the_load_met_and_the_one_missed(boundary, cell):
-    from autotune.cli.common import capacity_cell
     from autotune.core.trial.capacity_search import Boundary, CapacitySearch
+    from autotune.study.output.tables import capacity_cell
 
     load, fail = boundary
     found = CapacitySearch("cap", "concurrency", ("p99_ttft_ms<=2000",), Boundary(load, fail, load, "", 3))
@@ -275,7 +275,7 @@ def test_a_dry_run_without_the_model_passes_good_data_and_says_what_waits_for_th
 @pytest.mark.vllm
 def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_a_few_samples(
         autotune_in, tmp_path):
-    from autotune.cli.study import DRY_RUN_SAMPLES
+    from autotune.study.run.session import DRY_RUN_SAMPLES
 
     result = autotune_in(tmp_path, *DRY, "--time-budget", "10m")
     assert result.returncode == 0, result.stderr

@@ -13,11 +13,11 @@ import pytest
 from rich.console import Console
 
 import autotune.cli.common as common
-from autotune.cli.common import breakable
 from autotune.core.analysis.study_data import StudyData, noise_of
 from autotune.core.deployment.failures import ENGINE_DIED
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
+from autotune.study.output.tables import breakable
 from tests.conftest import GLM_MOE_MTP_CONFIG, REPO
 
 LONG = "long-profile-name-of-a-chat-workload"  # 36 characters

@@ -257,8 +257,8 @@ def test_the_dashboard_of_a_missing_study_is_one_line(cli, one_study):
 # ---------------------------------------------------------------- the dry run's last lines
 
 def test_a_dry_run_of_a_new_study_says_it_creates_it_at_the_platforms_prior(tmp_path):
-    from autotune.cli.study import resume_and_length
     from autotune.core.plan.estimate import assumed_cost
+    from autotune.study.run.session import resume_and_length
 
     plan = make_plan(tmp_path, trials=6, baseline="vllm-defaults")
     first, length = resume_and_length(plan, 1)
@@ -272,7 +272,7 @@ def test_a_dry_run_of_a_new_study_says_it_creates_it_at_the_platforms_prior(tmp_
 
 
 def test_a_dry_run_of_a_stored_study_says_it_resumes_it_at_its_measured_cost(tmp_path):
-    from autotune.cli.study import resume_and_length
+    from autotune.study.run.session import resume_and_length
 
     plan = make_plan(tmp_path, trials=6, baseline="vllm-defaults")
     walls = [dataclasses.replace(t, trial_wall_s=w) for t, w in zip(TRIALS, (100.0, 120.0),
@@ -293,7 +293,7 @@ def test_a_dry_run_of_a_stored_study_says_it_resumes_it_at_its_measured_cost(tmp
 
 
 def test_a_dry_run_of_a_new_study_takes_the_cost_of_another_study_of_the_same_model(tmp_path):
-    from autotune.cli.study import resume_and_length
+    from autotune.study.run.session import resume_and_length
 
     plan = make_plan(tmp_path, trials=6, name="new")
     same = [dataclasses.replace(t, trial_wall_s=100.0, model=plan.model.name) for t in TRIALS]
@@ -306,7 +306,7 @@ def test_a_dry_run_of_a_new_study_takes_the_cost_of_another_study_of_the_same_mo
 
 
 def test_a_dry_run_counts_one_trial_in_the_singular(tmp_path):
-    from autotune.cli.study import resume_and_length
+    from autotune.study.run.session import resume_and_length
 
     plan = make_plan(tmp_path, trials=6, baseline="vllm-defaults")
     store(tmp_path / "studies", TRIALS[:1], baseline="default")

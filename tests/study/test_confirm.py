@@ -245,11 +245,12 @@ def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path, searched
     """`run` ends by confirming in the same storage: the study is opened for writing there,
     while the reading commands open it read-only (a read-only open here failed the main job
     with 'attempt to write a readonly database')."""
-    from autotune.cli.study import _confirm
+    from autotune.study.run.session import Node, StudySession
     from autotune.study.store.storage import load_existing
 
     plan, study, _ = served_study(tmp_path, searched)
-    _confirm(plan, TrialSetup(model="", workdir=plan.workdir), k=1, budget_s=0.0)
+    StudySession(plan, Node(()), TrialSetup(model="", workdir=plan.workdir),
+                 say=lambda text: None).confirm(k=1, budget_s=0.0)
     assert read_confirmation(load_existing(plan.study_name, plan.storage)) is not None
     reader = load_existing(plan.study_name, plan.storage)
     with pytest.raises(StorageInternalError):  # SQLite's "attempt to write a readonly database"

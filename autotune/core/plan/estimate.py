@@ -18,6 +18,8 @@ from autotune.core.maths.platforms import CPU, platform
 from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.trial.outcome import TrialOutcome
 
+UNBOUNDED_TRIALS = 10_000  # with a time budget and no trial count: the time decides
+
 
 @dataclass(frozen=True)
 class DeploymentCost:

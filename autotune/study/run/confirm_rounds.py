@@ -30,13 +30,14 @@ from autotune.core.plan.confirmation import (
     next_deployment,
     plan_confirmation,
 )
+from autotune.core.plan.trial_context import TrialValues, trial_context
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
-from autotune.core.trial.precision import within_budget
 from autotune.errors import ConfigError, StudyError
 from autotune.study.output.notes import write_notes
+from autotune.study.run.live_data import LiveData
 from autotune.study.run.study_plan import StudyPlan
 from autotune.study.run.trial_function import TrialFunction, TrialSetup, run_trial
-from autotune.study.store.records import OthersNoise, store_noise, study_data
+from autotune.study.store.records import OthersNoise, store_noise
 from autotune.study.store.state import add_confirmed, read_confirmation, write_confirmation
 
 CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
@@ -102,30 +103,31 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
 
 def deploy_once(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, t: TrialOutcome,
                 count: int, *, trial_fn: TrialFunction, say: Callable[[str], None],
-                tag: str, others: OthersNoise | None = None,
+                tag: str, live: LiveData | None = None,
                 run_s: float | None = None) -> dict[str, ProfileResult]:
     """Deploy trial ``t`` once more (its ``count``-th confirmation deployment) with the study's
     benchmark, a capacity profile re-probing the boundary its search found; its runs are stored
-    the moment it is torn down. Returns them ({} when it failed, which is said). ``others``:
-    the spreads other studies stored, as the caller read them (``study_data``'s); ``run_s``:
+    the moment it is torn down. Returns them ({} when it failed, which is said). ``live``:
+    the study's data in memory, as the caller holds it (None: read here); ``run_s``:
     the seconds a time budget leaves its fixed runs, shared among them (None: no budget)."""
     folder = plan.workdir / "trials" / plan.study_name
     while (folder / f"confirm-{t.number:04d}-{count}").exists():  # an older autotune's
         count += 1
-    here = dataclasses.replace(setup, model=plan.model.name,
-                               workdir=folder / f"confirm-{t.number:04d}-{count}")
-    bench = (plan.bench.measured(study_data(study, others=others)) if plan.bench.balanced
-             else plan.bench)
-    bench = dataclasses.replace(bench, around={
-        p: s.boundary for p, s in t.capacity.items() if s.boundary.found},
-        pinned=within_budget(bench.pinned, run_s, len(bench.pinned) * bench.repeats))
+    live = LiveData.open(study) if live is None else live
+    here, bench = trial_context(setup, plan.bench, TrialValues(
+        model=plan.model.name, workdir=folder / f"confirm-{t.number:04d}-{count}",
+        data=live.data(), run_s=run_s,
+        around={p: s.boundary for p, s in t.capacity.items() if s.boundary.found}))
     m = trial_fn(t.argv, bench, here, lambda ph: say(f"{tag}: {ph}"))
     if m.failure is not None:
         say(f"{tag}: failed again, {m.failure.name}: {m.failure_message[:200]}")
         return {}
     if m.results:
         add_confirmed(study, {t.number: dict(m.results)})
-        store_noise(study)  # the spread between deployments, for later studies to inherit
+        live.attrs_changed()
+        # the spread between deployments, for later studies to inherit (none inherited here)
+        store_noise(study, live.data(others=OthersNoise()).outcomes)
+        live.attrs_changed()
     return dict(m.results)
 
 
@@ -135,7 +137,8 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             say: Callable[[str], None] = lambda text: None,
             budget_end: float | None = None,
             clock: Callable[[], float] = time.time,
-            only_open: bool = False) -> dict[int, dict[str, ProfileResult]]:
+            only_open: bool = False,
+            live: LiveData | None = None) -> dict[int, dict[str, ProfileResult]]:
     """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
     at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
     every use is decided or equivalent or the deployments ``rounds`` rounds would take are
@@ -145,14 +148,17 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     study is continued instead of starting a new one. ``only_open`` (the confirmation that ends
     `run`): of the finalists, only those whose verdict is in question are deployed (none: the
     confirmation is skipped, said in one line). Returns the runs this call added; a trial
-    that fails a redeployment keeps the runs it served, and the failure is said."""
+    that fails a redeployment keeps the runs it served, and the failure is said. ``live``:
+    the study's data in memory, where the caller holds it."""
     check_rounds(rounds)
-    others = OthersNoise.read(study)  # once: it reads every study of the storage
-    data = study_data(study, confirmed=False, others=others)
+    # The study's data: the caller's (a session that ran the search), else read once here;
+    # what the confirmation stores is written through.
+    live = LiveData.open(study) if live is None else live
+    data = live.data(confirmed=False)
     served = {t.number: t for t in data.outcomes if t.feasible and t.argv}
     left = None if budget_end is None else max(budget_end - clock(), 0.0)
     state = plan_or_resume(study, data, k=k, trials=trials, rounds=rounds, left_s=left, say=say,
-                           judged=study_data(study, others=others) if only_open else None)
+                           judged=live.data() if only_open else None)
     chosen = [served[n] for n in state.trials if n in served]
     if not chosen:
         _write_notes(study, plan, say)  # a skipped confirmation still leaves the notes confirmed
@@ -167,7 +173,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
         else:
             members = [t.number for t in chosen]
             if r > 0:
-                decision = next_deployment(study_data(study, others=others), members)
+                decision = next_deployment(live.data(), members)
                 if not decision.open:
                     stop = decision.reason
                     break
@@ -195,7 +201,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
                    f"trial {t.label}")
             start = redeployment_start_s(data.outcomes) or 0.0
             got = deploy_once(study, plan, setup, t, count, trial_fn=trial_fn, say=say, tag=tag,
-                              others=others,
+                              live=live,
                               run_s=None if budget_end is None else budget_end - now - start)
             walls.append(clock() - now)
             for profile, result in got.items():

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -41,7 +40,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note
 
-from autotune.core.analysis.study_data import StudyData, finalists, incumbents, noise_line
+from autotune.core.analysis.study_data import StudyData, finalists, noise_line
 from autotune.core.deployment import failures
 from autotune.core.deployment.baseline import Baseline
 from autotune.core.maths.durations import duration_text
@@ -58,15 +57,15 @@ from autotune.core.plan.scheduling import (
     stop_text,
     worker_seed,
 )
+from autotune.core.plan.trial_context import TrialValues, trial_context
 from autotune.core.space.search_space import drawable_points, params_key
 from autotune.core.trial.outcome import Measurement, TrialOutcome
-from autotune.core.trial.precision import within_budget
-from autotune.core.trial.racing import Member, Race
 from autotune.core.trial.sampler_feedback import finite_values, what_to_tell
 from autotune.errors import SpaceError, StudyError
 from autotune.shell.server.validation import engine_identity
 from autotune.study.output.notes import study_note, trial_note
 from autotune.study.run.confirm_rounds import deploy_once
+from autotune.study.run.live_data import LiveData
 from autotune.study.run.samplers import make_sampler
 from autotune.study.run.study_plan import StudyPlan
 from autotune.study.run.study_setup import trial_flags
@@ -75,9 +74,7 @@ from autotune.study.run.worker_upkeep import count_trials, reap_dead_workers, ri
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import (
     TRIAL_ENV,
-    OthersNoise,
     read_outcome,
-    study_data,
     write_outcome,
 )
 from autotune.study.store.state import baseline_config, time_budget, uid
@@ -158,9 +155,13 @@ class StudyRunner:
     _drawable: frozenset[str] | None = None  # params keys the space can draw (None: not listable)
     _drawable_known: bool = False
     _baseline: Baseline | None = None  # the study's measured baseline (its first trial)
-    # The spreads other studies of the storage stored, read once per run: reading them reads
-    # every study of the storage, and the runner reads the study's data several times a trial.
-    _others: OthersNoise = field(default_factory=OthersNoise)
+    # The study's data in memory: read at open, updated after each tell (study.run.live_data)
+    _live: LiveData | None = None
+
+    @property
+    def live(self) -> LiveData:
+        assert self._live is not None, "work() opens the study's data"
+        return self._live
 
     def work(self) -> optuna.Study:
         plan = self.plan
@@ -171,7 +172,7 @@ class StudyRunner:
         except KeyError:
             raise StudyError(f"no study {plan.study_name!r} in this storage; create it with "
                              "`autotune run --storage ... --study NAME`") from None
-        self._others = OthersNoise.read(study)
+        self._live = LiveData.open(study)
         study.sampler = self._sampler(study, seed)
         self._baseline = baseline_config(study)
         refuse_shared_sqlite(plan.storage, {
@@ -188,6 +189,7 @@ class StudyRunner:
         while True:
             riding_out_outages(lambda: reap_dead_workers(study, say), say, **retry)
             now = riding_out_outages(lambda: count_trials(study), say, **retry)
+            self._live.sync(now)  # where another worker may have written
             step = next_step(now, plan.trials)
             if step is Step.STOP:
                 who = f"worker {self.label}" if self.label else "search"
@@ -207,7 +209,7 @@ class StudyRunner:
             if done:
                 self.progress.message(f"search stops: {done}")
                 return study
-            left = time_left(study, plan, now=self.clock(), others=self._others)
+            left = time_left(study, plan, now=self.clock(), live=self._live)
             if left is not None and not left.fits:
                 self.progress.message(f"time budget: no new trial starts ({left.text})")
                 return study
@@ -222,7 +224,7 @@ class StudyRunner:
         plan = self.plan
         if self.sampler_fn is not None:
             return self.sampler_fn(seed, plan.sampler)
-        data = study_data(study, confirmed=False, others=self._others)
+        data = self.live.data(confirmed=False)
         start = start_up(plan.trials, budget_s=plan.time_budget_s,
                          trial_s=expected_trial_s(data.outcomes), platform=plan.ctx.platform)
         if plan.sampler in ("tpe", "gp"):
@@ -286,6 +288,7 @@ class StudyRunner:
         """Give a claimed trial back without deploying: FAIL, which samplers ignore."""
         write_outcome(trial, TrialOutcome(trial.number, skipped=reason))
         study.tell(trial, state=TrialState.FAIL)
+        self.live.finished(optuna_internals.stored_trial(study, trial))
 
     def _run_and_tell(self, study: optuna.Study, trial: optuna.Trial,
                       store: FileSystemArtifactStore, t0: float) -> None:
@@ -328,30 +331,20 @@ class StudyRunner:
         write_outcome(trial, claim)
         if same is not None and same.failed:
             self._copy_failure(study, trial, claim, study.get_trials(deepcopy=False)[same.number])
-            self._report(study, number, trial.number)
+            self.live.finished(optuna_internals.stored_trial(study, trial))
+            self._report(study, number, trial)
             return
-        setup = dataclasses.replace(
-            self.setup, model=plan.model.name,
-            workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
-            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
-            validated=verdict,  # the trial does not ask vLLM again
-        )
         # Every trial gets the same prompts (a new server has an empty prefix cache), so
         # configurations are compared on identical work; repeats within a trial differ.
         # Balanced runs: the spread between deployments and their cost as measured so far.
-        bench = (plan.bench.measured(study_data(study, others=self._others)) if plan.bench.balanced
-                 else plan.bench)
-        capacity = [p.name for p in bench.profiles if p.capacity is not None]
-        if capacity or plan.race:
-            data = study_data(study, confirmed=False, others=self._others)
-            bench = dataclasses.replace(bench, run_seconds=run_seconds(data))
-        if capacity:
-            bench = dataclasses.replace(bench, incumbents={p: incumbents(data, p) for p in capacity})
-        elif plan.race and data.front():
-            bench = dataclasses.replace(bench, race=Race(plan.objectives, tuple(
-                Member(t.label, tuple(data.objective_estimate(t, o) for o in plan.objectives))
-                for t in data.front()), data.noise))
-        bench = self._within_budget(study, bench)
+        search = self.live.data(confirmed=False)
+        setup, bench = trial_context(self.setup, plan.bench, TrialValues(
+            model=plan.model.name,
+            workdir=plan.workdir / "trials" / plan.study_name / f"trial-{trial.number:04d}",
+            extra_env=((TRIAL_ENV, f"{uid(study)}:{trial.number}"),),
+            validated=verdict,  # the trial does not ask vLLM again
+            data=self.live.data() if plan.bench.balanced else None, search=search,
+            race=plan.race, run_s=self._run_s(study, search)))
         measured = self._measure(claim.argv, bench, setup, number, trial.number)
         for path in measured.files:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial)
@@ -362,23 +355,22 @@ class StudyRunner:
             study.tell(trial, state=TrialState.FAIL)
             raise StudyError(_stop_message(trial.number, outcome))
         study.tell(trial, values)
-        self._report(study, number, trial.number)
+        self.live.finished(optuna_internals.stored_trial(study, trial))
+        self._report(study, number, trial)
         if self._baseline is not None and claim.reference == self._baseline.name:
             self._calibrate(study)
 
-    def _within_budget(self, study: optuna.Study, bench: BenchPlan) -> BenchPlan:
-        """``bench`` with its fixed runs allowed what the time budget leaves them (none without
-        a budget): the time left, less the confirmation's reserve and the expected start,
-        shared among the trial's fixed runs. A configuration far slower than those measured
-        (-O0 where the others compile) then stops its runs at their floor instead of
-        outlasting the budget: its cost was not predictable from the others'."""
-        left = time_left(study, self.plan, now=self.clock(), others=self._others)
-        if left is None or not bench.pinned:
-            return bench
-        cost = trial_cost(study_data(study, confirmed=False, others=self._others).outcomes)
-        run_s = left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
-        return dataclasses.replace(bench, pinned=within_budget(
-            bench.pinned, run_s, len(bench.pinned) * bench.repeats))
+    def _run_s(self, study: optuna.Study, search: StudyData) -> float | None:
+        """The seconds the time budget leaves a trial's fixed runs (None: no budget, or no
+        fixed run stops early): the time left, less the confirmation's reserve and the
+        expected start. A configuration far slower than those measured (-O0 where the others
+        compile) then stops its runs at their floor instead of outlasting the budget: its cost
+        was not predictable from the others'."""
+        left = time_left(study, self.plan, now=self.clock(), live=self.live)
+        if left is None or not self.plan.bench.pinned:
+            return None
+        cost = trial_cost(search.outcomes)
+        return left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
 
     def _calibrate(self, study: optuna.Study) -> None:
         """With `run --calibrate`, right after the baseline is served, deploy it once more
@@ -389,7 +381,7 @@ class StudyRunner:
         is already measured or inherited for every objective, or where the time budget cannot
         afford it beside the confirmation's reserve."""
         plan = self.plan
-        data = study_data(study, others=self._others)
+        data = self.live.data()
         baseline = data.baseline
         if not plan.request.calibrate or baseline is None or not baseline.feasible:
             return
@@ -399,7 +391,7 @@ class StudyRunner:
             self.progress.message("calibration: not needed, the spread between deployments is "
                                   f"already measured ({noise_line(data)})")
             return
-        left = time_left(study, plan, now=self.clock(), others=self._others)
+        left = time_left(study, plan, now=self.clock(), live=self.live)
         cost = data.deployment_s or baseline.trial_wall_s or 0.0
         if left is not None and not left.affords(cost):
             self.progress.message(f"calibration skipped: redeploying the baseline "
@@ -407,9 +399,9 @@ class StudyRunner:
             return
         tag = f"calibration: trial {baseline.label} deployed again"
         got = deploy_once(study, plan, self.setup, baseline, 1, trial_fn=self.trial_fn,
-                          say=self.progress.message, tag=tag, others=self._others)
+                          say=self.progress.message, tag=tag, live=self.live)
         if got:
-            self.progress.message(f"{tag}: {noise_line(study_data(study, others=self._others))}")
+            self.progress.message(f"{tag}: {noise_line(self.live.data())}")
 
     def _measure(self, argv: tuple[str, ...], bench: BenchPlan, setup: TrialSetup,
                  number: int, trial_number: int) -> Measurement:
@@ -443,11 +435,12 @@ class StudyRunner:
                 if t.values and all(c <= 0 for c in t.constraints.values())]
         return finite_values(verdict.values, plan.objectives, told)  # never +inf: see verdict
 
-    def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
+    def _report(self, study: optuna.Study, number: int, trial: optuna.Trial) -> None:
         # The numbers `pareto` shows: an earlier confirmation's included, where a resumed study has one.
-        data = study_data(study, others=self._others)
-        frozen = study.get_trials(deepcopy=False)[trial_number]
+        data = self.live.data()
+        frozen = optuna_internals.stored_trial(study, trial)
         outcome = read_outcome(frozen)
+        trial_number = trial.number
         try:
             with storage_errors("dashboard note not updated"):
                 save_note(optuna_internals.live_trial(study, frozen),
@@ -491,6 +484,7 @@ class StudyRunner:
         write_outcome(trial, TrialOutcome(trial.number, params=params, argv=argv, engine=engine,
                                           same_engine_as=number))
         _tell_as(study, trial, study.get_trials(deepcopy=False)[number])
+        self.live.finished(optuna_internals.stored_trial(study, trial))
         self.progress.message(f"trial #{trial.number}: same engine as #{number}; not deployed, "
                               f"#{number}'s values told to the sampler")
 
@@ -513,17 +507,8 @@ def _stop_message(trial_number: int, outcome: TrialOutcome) -> str:
             f"{failure.remedy}")
 
 
-def run_seconds(data: StudyData) -> dict[str, float]:
-    """The median duration of one run per profile over the study's measured trials."""
-    found: dict[str, list[float]] = {}
-    for t in data.feasible:
-        for profile, result in t.results.items():
-            found.setdefault(profile, []).extend(result.values("duration"))
-    return {p: statistics.median(v) for p, v in found.items() if v}
-
-
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
-              others: OthersNoise | None = None) -> TimeLeft | None:
+              live: LiveData) -> TimeLeft | None:
     """Where the study stands against its time budget (None without one): the expected cost
     of a trial on the warm machine, phase by phase (``budget.expected_trial_s``: the first
     deployment's cold start does not price the rest; before the first served trial, what the
@@ -533,17 +518,16 @@ def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
     engine, whose compiled graphs are cached: later rounds go only where a tie is still open,
     and are planned inside whatever the search leaves (``core.plan.confirmation``). Keeping
     every round in reserve cut a 5-minute CPU study to one served trial, whose confirmation
-    then shrank to one round anyway. ``others``: the
-    spreads other studies stored, as the caller read them (``study_data``'s)."""
+    then shrank to one round anyway. ``live``: the study's data in memory."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None
-    data = study_data(study, confirmed=False, others=others)
+    data = live.data(confirmed=False)
     cost = expected_trial_s(data.outcomes) or failed_deployment_cost_s(data.outcomes)
     again = data.deployment_s  # a redeployment's cost: the confirmation's
     reserve = 0.0
     if plan.confirm and again:  # as study.run.confirm_rounds picks them: those in question
-        judged = study_data(study, others=others)
+        judged = live.data()
         chosen = [t.number for t in finalists(judged, plan.confirm)]
         reserve = len(in_question(judged, chosen)[0]) * again
     return TimeLeft(used_s=now - started, budget_s=seconds, trial_s=cost, reserve_s=reserve)

@@ -79,6 +79,7 @@ from autotune.shell.bench.files import (
 )
 from autotune.shell.bench.workloads import WAITS_FOR_THE_MODEL, check_unchanged, load_tokenizer, sources_for
 from autotune.shell.server.install import Entrypoint
+from autotune.shell.server.preimported import Preimported
 from autotune.shell.server.validation import VllmValidator, shared_validator
 from autotune.study.run.samplers import SAMPLERS
 from autotune.study.run.trial_function import BenchPlan, TrialSetup
@@ -194,11 +195,14 @@ class StudyPlan:
         return ModelContext(self.model, self.max_model_len, platform_fact())
 
     def trial_setup(self, *, slot: Slot, entrypoint: Entrypoint | None,
-                    validator: VllmValidator | None) -> TrialSetup:
+                    validator: VllmValidator | None, launcher: Preimported | None = None
+                    ) -> TrialSetup:
         """How this node deploys the plan's trials: on ``slot``, under the plan's start-up
-        timeout (each trial and confirmation gets its own folder and model from it)."""
+        timeout (each trial and confirmation gets its own folder and model from it:
+        ``core.plan.trial_context``)."""
         return TrialSetup(model="", workdir=self.workdir, slot=slot, entrypoint=entrypoint,
-                          startup_timeout_s=self.request.startup_timeout_s, validator=validator)
+                          startup_timeout_s=self.request.startup_timeout_s, validator=validator,
+                          launcher=launcher)
 
 
 def _deployment_of(request: PlanRequest, given: GivenDeployment | None, space: SearchSpace

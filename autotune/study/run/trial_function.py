@@ -13,23 +13,21 @@ branches pass stand-ins. Knows nothing of Optuna.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment import failures
 from autotune.core.deployment.failures import FailureClass
 from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import StartupPhases
 from autotune.core.metrics.summary import RequestResult, flat_metrics, to_vllm_json
+from autotune.core.plan.trial_context import BenchPlan
 from autotune.core.trial.capacity_search import (
     MONOTONE_IN_LOAD,
-    Boundary,
     CapacitySearch,
     Incumbent,
     Probe,
@@ -38,18 +36,14 @@ from autotune.core.trial.capacity_search import (
     search,
 )
 from autotune.core.trial.early_fail import SettleRule
-from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.precision import (
-    Pinned,
     RunStop,
-    balanced_pins,
     request_from_line,
     request_line,
 )
-from autotune.core.trial.racing import Race, beaten, run_order
+from autotune.core.trial.racing import beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
-from autotune.core.workload.requests import RequestSource
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
 from autotune.shell.bench.client import BenchmarkRun, Target, run_profile
 from autotune.shell.server.hardware import hardware_description
@@ -57,40 +51,6 @@ from autotune.shell.server.install import Entrypoint, resolve_entrypoint, vllm_v
 from autotune.shell.server.preimported import Preimported
 from autotune.shell.server.server import DeploymentSpec, ServerProcess, TeardownReport, exported_environment
 from autotune.shell.server.validation import VllmValidator
-
-
-@dataclass(frozen=True)
-class BenchPlan:
-    """How each deployment is measured: each profile's requests come from its source in
-    ``sources`` (by profile name). Fixed profiles run ``repeats`` times; a capacity
-    profile searches its load (after the fixed ones), starting at an incumbent's load where one
-    of ``incumbents`` is at least as good on the study's other ``objectives``."""
-
-    profiles: tuple[WorkloadProfile, ...]
-    sources: Mapping[str, RequestSource]
-    repeats: int = 1
-    seed: int = 0
-    objectives: tuple[Objective, ...] = ()
-    incumbents: Mapping[str, tuple[Incumbent, ...]] = field(default_factory=dict)
-    race: Race | None = None  # the front to race against (None: every run is measured)
-    run_seconds: Mapping[str, float] = field(default_factory=dict)  # expected seconds per run
-    # Where an earlier search of this configuration ended, by capacity profile: a confirmation
-    # re-probes there instead of searching again.
-    around: Mapping[str, Boundary] = field(default_factory=dict)
-    # By fixed profile: the metrics its runs must pin and the rule that stops them once they
-    # are (core.trial.precision); a profile not named sends its num_prompts every run.
-    pinned: Mapping[str, Pinned] = field(default_factory=dict)
-
-    @property
-    def balanced(self) -> bool:
-        """Whether some profile's runs stop at the balanced length (``precision.Balance``)."""
-        return any(p.rule.balance is not None for p in self.pinned.values())
-
-    def measured(self, data: StudyData) -> BenchPlan:
-        """This plan with its balanced stop rules set from what the study ``data`` measured:
-        its spread between deployments and its cost of a deployment, where it has them."""
-        return dataclasses.replace(self, pinned=balanced_pins(self.pinned, data.noise,
-                                                              data.deployment_s))
 
 
 class Served(Protocol):

@@ -61,8 +61,14 @@ def study_data(study: optuna.Study, *, confirmed: bool = True,
     always rests on every deployment (a calibration's from the study's start) and on the spread
     inherited from other studies of the storage under the same conditions (``others``: what
     they stored, read once per run by the caller; None: read here)."""
-    search = outcomes(study)
-    attrs = study.user_attrs  # read once: plan, baseline and confirmed runs
+    return data_of(study, outcomes(study), study.user_attrs, confirmed=confirmed,
+                   others=OthersNoise.read(study) if others is None else others)
+
+
+def data_of(study: optuna.Study, search: Sequence[TrialOutcome], attrs: Mapping, *,
+            confirmed: bool = True, others: OthersNoise) -> StudyData:
+    """``study_data`` from what was read already: the finished trials (``outcomes``) and the
+    study's attributes (plan, baseline and confirmed runs); reads nothing."""
     stored = read_confirmed(study, attrs)
     every = [dataclasses.replace(t, results=with_confirmed(t.results, stored[t.number]))
              if t.number in stored else t for t in search]
@@ -71,7 +77,6 @@ def study_data(study: optuna.Study, *, confirmed: bool = True,
     name = baseline(study, attrs)
     base = next((t for t in found if name and t.reference == name), None)
     plan = read_plan(study, attrs)
-    others = OthersNoise.read(study) if others is None else others
     return StudyData(outcomes=tuple(found),
                      objectives=plan.parsed_objectives() if plan else (),
                      noise=noise_of(every, platform_of(every),
@@ -118,10 +123,12 @@ def noise_conditions(plan: PlanRequest | None, found: Sequence[TrialOutcome]) ->
                          for p in plan.profiles}}
 
 
-def store_noise(study: optuna.Study) -> None:
+def store_noise(study: optuna.Study, found: Sequence[TrialOutcome] | None = None) -> None:
     """Record the study's own spread between deployments (its calibration's and
-    confirmations'), with its conditions, for later studies of the storage to inherit."""
-    found = study_data(study, others=OthersNoise()).outcomes  # the trials only: none inherited
+    confirmations'), with its conditions, for later studies of the storage to inherit.
+    ``found``: the study's trials with their confirmed runs, where the caller holds them."""
+    if found is None:
+        found = study_data(study, others=OthersNoise()).outcomes  # the trials only: none inherited
     conditions = noise_conditions(read_plan(study), found)
     spreads = measured_spreads(found)
     if conditions is not None and spreads:
