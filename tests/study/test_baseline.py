@@ -26,7 +26,6 @@ from autotune.core.deployment.baseline import (
     command_words,
     defaults_baseline,
     masked,
-    with_fixed,
 )
 from autotune.core.deployment.flags import argv_to_options, to_argv
 from autotune.core.plan.budget import start_up
