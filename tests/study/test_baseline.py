@@ -467,6 +467,27 @@ def test_vllms_own_config_yaml_and_a_full_command_are_read_by_vllms_parser(tmp_p
     assert "sk-secret" not in json.dumps(plan.request.to_dict())
 
 
+@pytest.mark.vllm
+def test_on_the_default_space_vllms_parser_drops_a_token_and_refuses_mtp_it_cannot_express(
+        tmp_path):
+    folder = files(tmp_path)
+    (tmp_path / "prod.yaml").write_text("max-num-seqs: 64\nhf-token: hf_SECRETQ\n")
+
+    def plan(given: str):
+        return build_plan(PlanRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
+                                      model=str(folder), trials=1, baseline=given))
+
+    for given in ("--hf_token hf_SECRETQ --max-num-seqs 64", f"--config={tmp_path}/prod.yaml"):
+        read = plan(given)
+        assert read.request.fixed_flags == ("--max-num-seqs", "64")
+        assert "SECRETQ" not in json.dumps([read.request.to_dict(), read.baseline.to_dict()])
+    with pytest.raises(ConfigError) as err:
+        plan("--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'")
+    assert str(err.value).endswith(
+        'tunes: --speculative-config {"method":"mtp","num_speculative_tokens":3} (mtp: unset or '
+        '{"method":"mtp","num_speculative_tokens":1})')
+
+
 def test_calibrate_redeploys_the_baseline_once_and_the_noise_is_measured(tmp_path):
     stand_in = StandIn()
     said = Said()
