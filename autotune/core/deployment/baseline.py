@@ -9,7 +9,9 @@ and the options split in two: those a parameter of the space expresses set the b
 parameter values; every other one is a *fixed flag* of the study, deployed on every trial (the
 baseline included) and written into every export, so that the study compares the user's own
 deployment with the space's changes on top of it. The flags the runner sets for every
-deployment (model, host, port, API key, served name) are dropped; tensor parallel and the
+deployment (model, host, port, API key, served name) are dropped, and so is every secret
+(``is_secret``: never stored, and ``masked`` in every echo); a flag a parameter owns is never
+a fixed flag (a value the space cannot express is a ``ConfigError``); tensor parallel and the
 space's own deployment flags must agree with the space (a conflict is one line naming both
 values); ``--max-model-len`` is the context the baseline runs at. A tuned flag with a value
 outside its parameter's domain is a one-line ``ConfigError``: the baseline would otherwise be
