@@ -25,6 +25,7 @@ from autotune.core.deployment.baseline import (
     baseline_of_options,
     command_words,
     defaults_baseline,
+    masked,
 )
 from autotune.core.deployment.flags import argv_to_options, to_argv
 from autotune.core.plan.budget import start_up
@@ -65,11 +66,11 @@ def files(tmp_path: Path, model_config: dict = GLM_MOE_MTP_CONFIG, model: str = 
 
 
 def plan_of(tmp_path: Path, *, trials: int, name: str = "s", model: str = "model",
-            references: bool = False, parser=None, **settings):
+            references: bool = False, parser=None, say=lambda text: None, **settings):
     """A plan of the test space; a --baseline read by autotune's own reading (``parser``
     None), or by vLLM's parser (``parser=True``, tests marked vllm)."""
     folder = files(tmp_path, model=model)
-    return build_plan(parser=parser, request=PlanRequest(
+    return build_plan(parser=parser, say=say, request=PlanRequest(
         workdir=tmp_path / "studies", profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(folder), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None,
@@ -117,9 +118,10 @@ def test_flags_the_space_does_not_tune_become_fixed_flags_on_the_baseline():
     assert read.baseline.params == {"optimization_level": 0, "mtp": False, "expert_parallel": False}
     assert read.fixed == {"--max-num-seqs": 128, "--enable-prefix-caching": True,
                           "--kv-cache-dtype": "fp8"}  # the runner's own (--host) dropped
+    # deployed as a trial of the same parameters is: every parameter's value rendered
     assert read.baseline.argv == ("--tensor-parallel-size", "1", "--max-num-seqs", "128",
                                   "--enable-prefix-caching", "--kv-cache-dtype", "fp8",
-                                  "--optimization-level", "0")
+                                  "--optimization-level", "0", "--no-enable-expert-parallel")
 
 
 @pytest.mark.parametrize(("given", "message"), [
@@ -142,6 +144,70 @@ def test_a_conflict_with_the_spaces_own_deployment_flag_names_both_values():
     with pytest.raises(ConfigError, match=r"^x: --max-num-seqs 128 conflicts with the space's "
                                           r"--max-num-seqs 64 \(space.yaml\)$"):
         baseline_of_options(space, ctx, {"--max-num-seqs": 128}, name="x", where="x")
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ('--speculative-config \'{"method":"mtp","num_speculative_tokens":3}\'',
+     '--baseline x: outside the values the space space.yaml tunes: --speculative-config '
+     '{"method":"mtp","num_speculative_tokens":3} (mtp: unset or '
+     '{"method":"mtp","num_speculative_tokens":1})'),
+    ('--speculative-config \'{"method":"mtp","num_speculative_tokens":1,"x":2}\'',
+     '--baseline x: outside the values the space space.yaml tunes: --speculative-config '
+     '{"method":"mtp","num_speculative_tokens":1,"x":2} (mtp: unset or '
+     '{"method":"mtp","num_speculative_tokens":1})'),
+], ids=["other-token-count", "extra-key"])
+def test_a_tuned_json_flag_with_a_value_the_space_cannot_express_is_one_line(given, message):
+    """Never a fixed flag: every trial would deploy 3 tokens while the baseline is recorded as
+    mtp off, and mtp on would overwrite it to 1."""
+    space, ctx = ctx_of(SPACE, 4096)
+    with pytest.raises(ConfigError) as err:
+        baseline_of_options(space, ctx, argv_to_options(shlex.split(given)), name="x",
+                            where="--baseline x")
+    assert str(err.value) == message
+
+
+def test_another_yarn_factor_is_one_line_naming_the_flag_and_what_the_space_tunes():
+    space, ctx = ctx_of(LONG_SPACE, 81920)
+    blob = {"max_position_embeddings": 81920, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    with pytest.raises(ConfigError) as err:
+        baseline_of_options(space, ctx, {"--max-model-len": 81920, "--hf-overrides": blob},
+                            name="x", where="x")
+    assert str(err.value).startswith(
+        'x: outside the values the space space.yaml tunes: --hf-overrides {"max_position_'
+        'embeddings":81920,"rope_parameters":{"factor":4.0,') and "yarn: unset or" in str(err.value)
+    assert '"factor":2.5' in str(err.value)  # what the space deploys at 81920 on 32768
+
+
+def test_the_value_the_space_expresses_is_read_as_the_parameter_and_not_fixed():
+    space, ctx = ctx_of(SPACE, 4096)
+    read = baseline_of_options(space, ctx, {"--speculative-config": json.loads(MTP)},
+                               name="x", where="x")
+    assert read.baseline.params["mtp"] is True and read.fixed == {}
+
+
+def test_a_baseline_whose_context_needs_yarn_deploys_the_yarn_its_record_says():
+    # YaRN required wherever it applies, as in search_spaces/reference.yaml
+    space, ctx = ctx_of(LONG_SPACE.replace("applies_to: long_context", "applies_to: "
+                                           "long_context\n    required: true"), 81920)
+    read = baseline_of_options(space, ctx, {"--max-model-len": 81920, "--optimization-level": 0},
+                               name="x", where="x")
+    assert read.baseline.params["yarn"] is True  # required beyond the native 32768
+    assert "--hf-overrides" in read.baseline.argv
+    assert read.baseline.argv == tuple(to_argv(space, ctx, read.baseline.params))
+
+
+@pytest.mark.parametrize(("words", "shown"), [
+    ("VLLM_API_KEY=sk-S1 vllm serve m --max-num-seqs 8", "VLLM_API_KEY=*** vllm serve m "
+                                                        "--max-num-seqs 8"),
+    ("--api_key sk-S1 -O0", "--api_key *** -O0"),
+    ("--api-key=sk-S1 -O0", "--api-key=*** -O0"),
+    ("--hf-token hf_S1 --hf_token=hf_S1", "--hf-token *** --hf_token=***"),
+    ("--db-password pw --max-num-batched-tokens 8192 --tokenizer t",
+     "--db-password *** --max-num-batched-tokens 8192 --tokenizer t"),
+], ids=["environment", "underscore", "equals", "hf-token", "by-name"])
+def test_every_echo_masks_environment_values_and_secret_options(words, shown):
+    assert masked(shlex.split(words)) == shown
 
 
 @pytest.mark.parametrize(("line", "command"), [
@@ -219,6 +285,66 @@ def test_a_pasted_api_key_is_dropped_and_never_stored_or_echoed(tmp_path):
     with pytest.raises(ConfigError) as err:
         plan_of(tmp_path, trials=1, baseline="--api-key=sk-secret -O3")
     assert "sk-secret" not in str(err.value) and "--api-key=***" in str(err.value)
+
+
+def test_a_pasted_api_key_in_any_spelling_is_never_in_the_message(tmp_path):
+    given = read_given("--api_key sk-SECRET456 --max-num-seqs 128", None)
+    assert given is not None and "SECRET456" not in given.where and "***" in given.where
+    with pytest.raises(ConfigError) as err:
+        plan_of(tmp_path, trials=1, baseline="VLLM_API_KEY=sk-SECRET123 vllm serve "
+                                             "/nonexist/model --max-num-seqs 128", model="m2")
+    assert "SECRET123" not in str(err.value) and "VLLM_API_KEY=***" in str(err.value)
+
+
+def test_a_secret_in_the_baseline_on_the_command_line_exits_2_without_echoing_it(
+        tmp_path, capsys):
+    workdir = tmp_path / "w"
+    code = main(["--workdir", str(workdir), "run", "--dry-run", "--baseline",
+                 "VLLM_API_KEY=sk-SECRET123 vllm serve /nonexist/model --max-num-seqs 128"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "SECRET123" not in out + err and "VLLM_API_KEY=***" in err
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize("token", ["--hf-token hf_SECRET789", "--hf_token=hf_SECRET789",
+                                   "--wandb-api-key hf_SECRET789"])
+def test_a_secret_option_is_dropped_with_one_line_and_stored_nowhere(tmp_path, token):
+    said: list[str] = []
+    plan = plan_of(tmp_path, trials=2, baseline=f"-O0 {token} --max-num-seqs 8",
+                   say=said.append, calibrate=False)
+    assert plan.request.fixed_flags == ("--max-num-seqs", "8")
+    assert [line for line in said if "not stored" in line] == [
+        f"--baseline: {token.split()[0].split('=')[0].replace('_', '-')} not stored: a secret "
+        "reaches vLLM through autotune's environment (HF_TOKEN for a Hugging Face token)"]
+    stand_in = StandIn()
+    study = run_in_memory(plan, stand_in)
+    stored = json.dumps([study.user_attrs,
+                         [(t.params, t.user_attrs, t.system_attrs) for t in study.trials]],
+                        default=str)
+    shown = [*said, json.dumps(plan.request.to_dict()), json.dumps(plan.baseline.to_dict()),
+             stored, *map(" ".join, stand_in.calls),
+             *(export_of(t).render(form) for t in outcomes(study) for form in ("shell", "yaml",
+                                                                                "json"))]
+    assert not [text for text in shown if "SECRET789" in text]
+    assert "--max-num-seqs 8" in " ".join(stand_in.calls[0])
+
+
+def test_config_given_with_equals_is_read_from_its_absolute_path(tmp_path, monkeypatch):
+    files(tmp_path)
+    (tmp_path / "prod.yaml").write_text("max-num-seqs: 64\noptimization-level: 0\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    given = read_given("--config=prod.yaml --kv-cache-dtype auto", None)
+    assert given is not None
+    assert given.options == {"--max-num-seqs": 64, "--optimization-level": 0,
+                             "--kv-cache-dtype": "auto"}
+    plan = plan_of(tmp_path, trials=1, baseline="--config=prod.yaml --kv-cache-dtype auto")
+    assert plan.request.fixed_flags == ("--max-num-seqs", "64", "--kv-cache-dtype", "auto")
+    assert plan.baseline.params["optimization_level"] == 0
+    monkeypatch.chdir(elsewhere)  # a missing one is named by its absolute path
+    with pytest.raises(ConfigError, match=f"no such file: {elsewhere}/prod.yaml$"):
+        read_given("--config=prod.yaml", None)
 
 
 # --- through the runner (stand-in trial function) ----------------------------------------------
@@ -339,6 +465,27 @@ def test_vllms_own_config_yaml_and_a_full_command_are_read_by_vllms_parser(tmp_p
     assert plan.request.fixed_flags == ("--max-num-seqs", "64", "--no-enable-prefix-caching",
                                         "--kv-cache-dtype", "auto")
     assert "sk-secret" not in json.dumps(plan.request.to_dict())
+
+
+@pytest.mark.vllm
+def test_on_the_default_space_vllms_parser_drops_a_token_and_refuses_mtp_it_cannot_express(
+        tmp_path):
+    folder = files(tmp_path)
+    (tmp_path / "prod.yaml").write_text("max-num-seqs: 64\nhf-token: hf_SECRETQ\n")
+
+    def plan(given: str):
+        return build_plan(PlanRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
+                                      model=str(folder), trials=1, baseline=given))
+
+    for given in ("--hf_token hf_SECRETQ --max-num-seqs 64", f"--config={tmp_path}/prod.yaml"):
+        read = plan(given)
+        assert read.request.fixed_flags == ("--max-num-seqs", "64")
+        assert "SECRETQ" not in json.dumps([read.request.to_dict(), read.baseline.to_dict()])
+    with pytest.raises(ConfigError) as err:
+        plan("--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'")
+    assert str(err.value).endswith(
+        'tunes: --speculative-config {"method":"mtp","num_speculative_tokens":3} (mtp: unset or '
+        '{"method":"mtp","num_speculative_tokens":1})')
 
 
 def test_calibrate_redeploys_the_baseline_once_and_the_noise_is_measured(tmp_path):

@@ -9,7 +9,9 @@ and the options split in two: those a parameter of the space expresses set the b
 parameter values; every other one is a *fixed flag* of the study, deployed on every trial (the
 baseline included) and written into every export, so that the study compares the user's own
 deployment with the space's changes on top of it. The flags the runner sets for every
-deployment (model, host, port, API key, served name) are dropped; tensor parallel and the
+deployment (model, host, port, API key, served name) are dropped, and so is every secret
+(``is_secret``: never stored, and ``masked`` in every echo); a flag a parameter owns is never
+a fixed flag (a value the space cannot express is a ``ConfigError``); tensor parallel and the
 space's own deployment flags must agree with the space (a conflict is one line naming both
 values); ``--max-model-len`` is the context the baseline runs at. A tuned flag with a value
 outside its parameter's domain is a one-line ``ConfigError``: the baseline would otherwise be
@@ -21,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,13 +35,22 @@ from autotune.core.deployment.flags import (
     to_argv,
     to_options,
 )
-from autotune.core.space.search_space import ModelContext, Params, SearchSpace, complete
+from autotune.core.space.search_space import (
+    ModelContext,
+    Params,
+    SearchSpace,
+    complete,
+    inapplicable,
+)
 from autotune.errors import ConfigError
 
 VLLM_DEFAULTS = "vllm-defaults"  # the baseline's name when the user gives none
 # What the runner sets for every deployment: never part of a configuration, never stored.
 DEPLOYMENT_OWN = ("--model", "--host", "--port", "--api-key", "--served-model-name")
-SECRET_OPTIONS = ("--api-key",)  # never echoed in a message
+# Options whose value is a secret: never stored, never echoed (a token reaches vLLM through the
+# user's environment, HF_TOKEN); besides these, any option with one of SECRET_WORDS in its name.
+SECRET_OPTIONS = ("--api-key", "--hf-token")
+SECRET_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "apikey"})
 # The modules a command line may start vLLM's server with (``python -m MODULE``).
 SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 
@@ -150,15 +162,53 @@ def without_own(words: Sequence[str]) -> list[str]:
     return out
 
 
+def is_secret(flag: str) -> bool:
+    """Whether an option (any spelling: ``--hf_token``, ``--x.key``) carries a secret: one of
+    ``SECRET_OPTIONS``, or a name with a word of ``SECRET_WORDS`` (``--hf-token``, ``--api-key``,
+    ``--db-password``; not ``--max-num-batched-tokens`` nor ``--tokenizer``)."""
+    name = flag.partition("=")[0].lstrip("-").replace("_", "-").lower()
+    return f"--{name}" in SECRET_OPTIONS or bool(SECRET_WORDS & set(re.split(r"[-.]", name)))
+
+
+def secret_values(words: Sequence[str]) -> list[str]:
+    """The secrets in a command line's words: environment assignments' values (``VAR=value``
+    before the command) and secret options' values (``--opt value``, ``--opt=value``)."""
+    found, hide = [], False
+    for w in words:
+        flag, eq, value = w.partition("=")
+        if hide and not w.startswith("--"):
+            found.append(w)
+        elif w.startswith("-") and eq and is_secret(flag):
+            found.append(value)
+        elif not w.startswith("-") and _is_assignment(w):
+            found.append(value)
+        hide = w.startswith("-") and not eq and is_secret(w)
+    return [v for v in found if v]
+
+
 def masked(words: Sequence[str]) -> str:
-    """A flag string as the user gave it, with the values of secret options (``--api-key``)
-    replaced by ***: what a message may echo."""
+    """A command line as the user gave it, with every secret replaced by ***: environment
+    assignments as ``NAME=***``, secret options' values (``--api-key ***``,
+    ``--hf_token=***``): what a message may echo."""
     out, hide = [], False
     for w in words:
         flag, eq, _ = w.partition("=")
-        out.append("***" if hide else (f"{flag}=***" if eq and flag in SECRET_OPTIONS else w))
-        hide = not eq and w in SECRET_OPTIONS
+        if hide and not w.startswith("--"):
+            out.append("***")
+        elif eq and (w.startswith("-") and is_secret(flag)
+                     or not w.startswith("-") and _is_assignment(w)):
+            out.append(f"{flag}=***")
+        else:
+            out.append(w)
+        hide = w.startswith("-") and not eq and is_secret(w)
     return " ".join(out)
+
+
+def scrubbed(text: str, words: Sequence[str]) -> str:
+    """``text`` (a message, such as vLLM's parser's) with every secret of ``words`` as ***."""
+    for secret in sorted(set(secret_values(words)), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _expresses(blob: Mapping[str, Any], part: Mapping[str, Any]) -> bool:
@@ -213,7 +263,7 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
     ``space``, the other options as fixed flags; its argv has both. A ConfigError (one line)
     where an option conflicts with the space's deployment or a tuned value lies outside its
     parameter's domain."""
-    left = {k: v for k, v in options.items() if k not in DEPLOYMENT_OWN}
+    left = {k: v for k, v in options.items() if k not in DEPLOYMENT_OWN and not is_secret(k)}
     tp = left.pop("--tensor-parallel-size", space.deployment.tensor_parallel_size)
     if tp != space.deployment.tensor_parallel_size:
         raise ConfigError(f"{where}: --tensor-parallel-size {tp} conflicts with the study's "
@@ -230,6 +280,7 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
     for k in space.deployment.flags:
         left.pop(k, None)
     derived = b_ctx.derived()
+    given_options = copy.deepcopy(left)
     given: Params = {}
     for p in space.parameters:
         if p.flag and p.flag in left:
@@ -258,6 +309,7 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
             wrong.append(f"{flag} {value!r} ({p.name}: {_domain(p)})")
             continue
         given[p.name] = value
+    wrong += _owned_left(space, (ctx, b_ctx), left, given_options, derived)
     if wrong:
         raise ConfigError(f"{where}: outside the values the space {space.path} tunes: "
                           f"{'; '.join(wrong)}")
@@ -267,8 +319,35 @@ def baseline_of_options(space: SearchSpace, ctx: ModelContext, options: Options,
         raise ConfigError(f"{where}: {', '.join(dropped)} do(es) not apply to this model or "
                           f"context in {space.path}")
     fixed_space = with_fixed(space, left)
-    return GivenBaseline(Baseline(name, params, _argv(fixed_space, b_ctx, given, max_len), max_len),
-                         left)
+    # rendered from the completed parameters (YaRN where its context needs it): the baseline
+    # deploys what its record says, as every trial does
+    return GivenBaseline(Baseline(name, params, _argv(fixed_space, b_ctx, params, max_len),
+                                  max_len), left)
+
+
+def _owned_left(space: SearchSpace, contexts: Sequence[ModelContext], left: Options,
+                given: Options, derived: Mapping[str, Any]) -> list[str]:
+    """What a parameter of the space (one that applies in one of ``contexts``) owns but could
+    not read from the options left: a value the space cannot express, one entry per flag with
+    the value given and the values its parameters tune. Never a fixed flag: every trial would
+    deploy it, and the parameter's value overwrite part of it."""
+    skipped = [set(inapplicable(space, c)) for c in contexts]
+    tunes: dict[str, list[str]] = {}
+    for p in space.parameters:
+        if all(p.name in s for s in skipped):
+            continue
+        flag = p.flag or (p.json.flag if p.json else "")
+        if flag not in left:
+            continue
+        if p.flag:
+            text = _domain(p)
+        elif p.type == "bool" and p.json is not None and p.json.set:
+            text = f"unset or {_text(substitute(p.json.set, derived))}"
+        else:
+            text = f"{p.json.key if p.json else ''} {_domain(p)}"
+        tunes.setdefault(flag, []).append(f"{p.name}: {text}")
+    return [f"{flag} {_text(given.get(flag, left[flag]))} ({'; '.join(texts)})"
+            for flag, texts in tunes.items()]
 
 
 def _text(value: Any) -> str:

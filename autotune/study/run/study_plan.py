@@ -31,8 +31,10 @@ from autotune.core.deployment.baseline import (
     baseline_of_options,
     command_words,
     defaults_baseline,
+    is_secret,
     masked,
     reference_baseline,
+    scrubbed,
     with_fixed,
     without_own,
 )
@@ -397,7 +399,11 @@ def read_given(text: str, parser: VllmValidator | None, say: Any = lambda text: 
                           "shell would") from None
     if stripped.startswith("-") or _looks_like_a_command(words):
         name = "given flags" if stripped.startswith("-") else "given command"
-        return _given(command_words(words), name, f"--baseline {masked(words)!r}", parser, say)
+        try:
+            return _given(command_words(words), name, f"--baseline {masked(words)!r}", parser,
+                          say)
+        except ConfigError as exc:  # vLLM's words may quote a secret: never echoed
+            raise ConfigError(scrubbed(str(exc), words)) from None
     if Path(stripped).is_file():
         return _given(_file_command(stripped, parser), Path(stripped).name,
                       f"--baseline {stripped}", parser, say)
@@ -460,13 +466,19 @@ def _config_words(path: str, parser: VllmValidator | None, where: str) -> list[s
 
 def _given(command: Command, name: str, where: str, parser: VllmValidator | None, say: Any
            ) -> GivenDeployment:
-    words = list(command.words)
+    words = [part for w in command.words for part in (
+        ["--config", w.partition("=")[2]] if w.startswith("--config=") else [w])]
     if "--config" in words:  # vLLM's own YAML: its options in place of the flag, as vLLM reads it
         at = words.index("--config")
         if at + 1 == len(words):
             raise ConfigError(f"{where}: --config needs a file")
-        words[at:at + 2] = _config_words(words[at + 1], parser, where)
+        words[at:at + 2] = _config_words(os.path.abspath(words[at + 1]), parser, where)
     words = without_own(words)
+    secrets = ["--" + w.partition("=")[0][2:].replace("_", "-") for w in words
+               if w.startswith("--") and is_secret(w)]
+    if secrets:  # never stored nor echoed: vLLM reads a token from the environment (HF_TOKEN)
+        say(f"--baseline: {', '.join(dict.fromkeys(secrets))} not stored: a secret reaches "
+            "vLLM through autotune's environment (HF_TOKEN for a Hugging Face token)")
     if command.env:
         say(f"--baseline: {', '.join(k for k, _ in command.env)} not applied: autotune sets the "
             "servers' environment (each deployment inherits autotune's own)")
@@ -477,7 +489,7 @@ def _given(command: Command, name: str, where: str, parser: VllmValidator | None
             pass
         except ValidationError as exc:
             raise ConfigError(f"{where}: vLLM's parser: {str(exc).removeprefix('error: ')}") from None
-    options = argv_to_options(words, where)
+    options = {k: v for k, v in argv_to_options(words, where).items() if not is_secret(k)}
     model = options.pop("--model", None)
     if model is not None and command.model is not None and str(model) != command.model:
         raise ConfigError(f"{where}: names two models, {command.model} and --model {model}")
