@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @dataclass(frozen=True)

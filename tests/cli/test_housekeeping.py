@@ -21,21 +21,6 @@ from autotune.study.store.storage import Heartbeat, close_readers, open_storage
 from tests.helpers import make_plan, served, store
 
 
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """The real command line in ``tmp_path``: (exit code, stdout, stderr)."""
-    from autotune.cli import main
-
-    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-    return run
-
-
 def files(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` with the hash of its bytes."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()

@@ -652,8 +652,7 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
     from autotune.core.workload.profiles import ProfileOverrides
     from autotune.study.dev.replay import DeviceClock, Replay
     from autotune.study.store.state import start_clock
-    from tests.conftest import SPACES
-    from tests.helpers import DATA, TABLE
+    from tests.helpers import DATA, SPACES, TABLE
 
     model = tmp_path / "model"
     model.mkdir()
