@@ -24,6 +24,26 @@ from tests.helpers import (
 )
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """The heavy tier's tests (marked ``vllm``) start with vLLM imported (``vllm_parser``)."""
+    for item in items:
+        if item.get_closest_marker("vllm") and "vllm_parser" not in item.fixturenames:
+            item.fixturenames.insert(0, "vllm_parser")
+
+
+@pytest.fixture(scope="session")
+def vllm_parser() -> None:
+    """vLLM's `serve` parser, built once per test process before the first test of the heavy
+    tier: importing vLLM for it takes 7 s on 2 quiet cores (torch's inductor, vLLM's configs),
+    a fixed cost of the tier that --durations then shows as this fixture's setup, not as the
+    call of whichever test happens to run first."""
+    from autotune.shell.server.validation import shared_validator
+
+    validator = shared_validator()
+    if validator is not None:
+        validator.accepts([])
+
+
 @pytest.fixture(scope="session")
 def searched(tmp_path_factory) -> Path:
     """One 6-trial search with the stand-in trial function (``tests.helpers.StandIn``) stored

@@ -39,7 +39,6 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
-from optuna_dashboard import save_note
 
 from autotune.core.analysis.study_data import StudyData, finalists, incumbents, noise_line
 from autotune.core.deployment import failures
@@ -445,6 +444,8 @@ class StudyRunner:
         return finite_values(verdict.values, plan.objectives, told)  # never +inf: see verdict
 
     def _report(self, study: optuna.Study, number: int, trial_number: int) -> None:
+        from optuna_dashboard import save_note  # here: it imports scikit-learn (1.5 s)
+
         # The numbers `pareto` shows: an earlier confirmation's included, where a resumed study has one.
         data = study_data(study, others=self._others)
         frozen = study.get_trials(deepcopy=False)[trial_number]
