@@ -5,33 +5,43 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import optuna
 import pytest
-from aiohttp import web
 
 from autotune.core.space.model_facts import ModelInfo, parse_config
+from tests.helpers import (
+    GLM_MOE_MTP_CONFIG,
+    LLAMA_CONFIG,
+    POSTGRES_PASSWORD,
+    REAL_STUDY_REFERENCES,
+    REAL_STUDY_SPACE,
+    REPO,
+    autotune,
+    run_args,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-SPACES = REPO / "search_spaces"
 
-GLM_MOE_MTP_CONFIG = {
-    "architectures": ["Glm4MoeForCausalLM"], "n_routed_experts": 4, "num_nextn_predict_layers": 1,
-    "max_position_embeddings": 32768, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "vocab_size": 512,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-}
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 32768,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-}
+def pytest_collection_modifyitems(items) -> None:
+    """The heavy tier's tests (marked ``vllm``) start with vLLM imported (``vllm_parser``)."""
+    for item in items:
+        if item.get_closest_marker("vllm") and "vllm_parser" not in item.fixturenames:
+            item.fixturenames.insert(0, "vllm_parser")
+
+
+@pytest.fixture(scope="session")
+def vllm_parser() -> None:
+    """vLLM's `serve` parser, built once per test process before the first test of the heavy
+    tier: importing vLLM for it takes 7 s on 2 quiet cores (torch's inductor, vLLM's configs),
+    a fixed cost of the tier that --durations then shows as this fixture's setup, not as the
+    call of whichever test happens to run first."""
+    from autotune.shell.server.validation import shared_validator
+
+    validator = shared_validator()
+    if validator is not None:
+        validator.accepts([])
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +62,21 @@ def screenshots() -> Path:
     path = REPO / "test-artifacts" / "screenshots"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """The real command line, in this process, in ``tmp_path``: (exit code, stdout, stderr)."""
+    from autotune.cli import main
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+    return run
 
 
 @pytest.fixture
@@ -94,13 +119,6 @@ def trained_model(models_dir) -> str:
     return make_model(models_dir / "moe-mtp-trained", kind="moe", mtp=True, trained=True).name
 
 
-def cpu_slot(tp: int = 2):
-    from autotune.core.deployment.slots import make_slots
-
-    cores = sorted(os.sched_getaffinity(0))
-    return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp))[0]
-
-
 @pytest.fixture(scope="session")
 def dense_server(dense_model, tmp_path_factory):
     """One real vLLM server on the tiny dense model for measurement tests, shared. TP=1 on core
@@ -120,61 +138,12 @@ def dense_server(dense_model, tmp_path_factory):
 
 # ------------------------------------------------------------------ a real study, shared
 
-# A small space for the tests: -O0/-O2 and the performance mode on every model, expert parallel
-# on the MoE model (a real crash on the CPU build), at a length that needs no YaRN, and vLLM's
-# sampling seed, which does nothing at temperature 0: the report must find no effect for it.
-SPACE = """
-name: test
-deployment: {tensor_parallel_size: 2, max_model_len: 4096}
-parameters:
-  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
-  - {name: performance_mode, type: categorical, choices: [throughput, interactivity],
-     default: throughput, flag: --performance-mode}
-  - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
-  - {name: sampling_seed, type: categorical, choices: [0, 1], default: 0, flag: --seed}
-"""
-REFERENCES = """
-baseline: o0
-configs:
-  - {name: o0, params: {optimization_level: 0}}
-  - {name: o0-ep, base: o0, params: {expert_parallel: true}}
-"""
-SMALL = ["--num-prompts", "4", "--input-len", "64", "--output-len", "16"]
-PROFILES = ["--profile", "low-concurrency", "--profile", "high-concurrency"]
-
-
 @pytest.fixture(scope="session")
 def study_env(tmp_path_factory, moe_model):
     root = tmp_path_factory.mktemp("study")
-    (root / "space.yaml").write_text(SPACE)
-    (root / "refs.yaml").write_text(REFERENCES)
+    (root / "space.yaml").write_text(REAL_STUDY_SPACE)
+    (root / "refs.yaml").write_text(REAL_STUDY_REFERENCES)
     return root, moe_model
-
-
-def autotune(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", "--workdir", str(root / "studies"), *args],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, **kwargs,
-    )
-
-
-def run_args(root: Path, model: str, study: str, trials: int) -> list[str]:
-    """The shared real study: the references' own baseline (o0) measured first, without the
-    calibration redeployment, so that its trials are o0, o0-ep (a crash), then sampled ones.
-    vLLM's defaults as the baseline are run by tests/study/test_workers.py and the dry run."""
-    return ["run", *PROFILES, "--model", model, "--space", str(root / "space.yaml"),
-            "--references", str(root / "refs.yaml"), "--seed-references", "--baseline", "o0",
-            "--no-calibrate", "--study", study, "--trials", str(trials), "--seed", "1",
-            "--confirm", "0", *SMALL]
-
-
-def load(root: Path, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{root / 'studies' / 'autotune.db'}")
-
-
-def vllm_processes(model: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", model], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "vllm" in line and "pgrep" not in line]
 
 
 @pytest.fixture(scope="session")
@@ -190,7 +159,6 @@ def four_trials(study_env):
 # ------------------------------------------------------------------ PostgreSQL for workers
 
 POSTGRES_BIN = Path("/usr/lib/postgresql")  # Debian's packages (`./setup.sh --for-tests`)
-POSTGRES_PASSWORD = "pg-test-secret"  # must never show in autotune's output
 
 
 def _postgres_bin() -> Path:
@@ -246,18 +214,3 @@ def postgres_url():
                        capture_output=True)
         server.wait(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
-
-
-@asynccontextmanager
-async def stand_in_http(app: web.Application) -> AsyncIterator[str]:
-    """An aiohttp stand-in server on 127.0.0.1 (a free port) for the client's tests; yields its
-    URL and stops it on leaving."""
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()

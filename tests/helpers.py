@@ -11,6 +11,11 @@ deployment, which uses a real vLLM server on a generated model, tests/conftest.p
   parallel crashes the engine (as on the CPU build);
 - ``Said``: the runner's progress, keeping what it says.
 
+Shared values (tests import them from here, never from conftest, which holds fixtures only):
+``REPO``, ``SPACES``, the model configs, ``cpu_slot`` (a real CPU slot of this machine),
+the real study's space and command line (``REAL_STUDY_*``, ``autotune``, ``run_args``) and
+``stand_in_http`` (an aiohttp server standing in for vLLM's HTTP side).
+
 Study builders:
 
 - ``make_plan`` and ``run``: a small space (``SPACE``, ``REFERENCES``) on a config-only MoE
@@ -31,14 +36,19 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import shutil
 import sqlite3
-from collections.abc import Mapping, Sequence
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import optuna
+from aiohttp import web
 from optuna.distributions import CategoricalDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
@@ -63,7 +73,100 @@ from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import write_outcome
 from autotune.study.store.state import mark_references, write_plan
 from autotune.study.store.storage import Heartbeat, open_storage
-from tests.conftest import GLM_MOE_MTP_CONFIG, LLAMA_CONFIG, REPO
+
+# ---------------------------------------------------------------- paths, model configs, real slots
+
+REPO = Path(__file__).resolve().parent.parent
+SPACES = REPO / "search_spaces"
+
+GLM_MOE_MTP_CONFIG = {
+    "architectures": ["Glm4MoeForCausalLM"], "n_routed_experts": 4, "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 32768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+}
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 32768,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+}
+
+
+def cpu_slot(tp: int = 2):
+    from autotune.core.deployment.slots import make_slots
+
+    cores = sorted(os.sched_getaffinity(0))
+    return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp))[0]
+
+
+# ---------------------------------------------------------------- the real study (slow tests)
+
+# A small space for the tests: -O0/-O2 and the performance mode on every model, expert parallel
+# on the MoE model (a real crash on the CPU build), at a length that needs no YaRN, and vLLM's
+# sampling seed, which does nothing at temperature 0: the report must find no effect for it.
+REAL_STUDY_SPACE = """
+name: test
+deployment: {tensor_parallel_size: 2, max_model_len: 4096}
+parameters:
+  - {name: optimization_level, type: categorical, choices: [0, 2], default: 2, flag: --optimization-level}
+  - {name: performance_mode, type: categorical, choices: [throughput, interactivity],
+     default: throughput, flag: --performance-mode}
+  - {name: expert_parallel, type: bool, default: false, flag: --enable-expert-parallel, applies_to: moe}
+  - {name: sampling_seed, type: categorical, choices: [0, 1], default: 0, flag: --seed}
+"""
+REAL_STUDY_REFERENCES = """
+baseline: o0
+configs:
+  - {name: o0, params: {optimization_level: 0}}
+  - {name: o0-ep, base: o0, params: {expert_parallel: true}}
+"""
+REAL_STUDY_SMALL = ["--num-prompts", "4", "--input-len", "64", "--output-len", "16"]
+REAL_STUDY_PROFILES = ["--profile", "low-concurrency", "--profile", "high-concurrency"]
+POSTGRES_PASSWORD = "pg-test-secret"  # must never show in autotune's output
+
+
+def autotune(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", "--workdir", str(root / "studies"), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, **kwargs,
+    )
+
+
+def run_args(root: Path, model: str, study: str, trials: int) -> list[str]:
+    """The shared real study: the references' own baseline (o0) measured first, without the
+    calibration redeployment, so that its trials are o0, o0-ep (a crash), then sampled ones.
+    vLLM's defaults as the baseline are run by tests/study/test_workers.py and the dry run."""
+    return ["run", *REAL_STUDY_PROFILES, "--model", model, "--space", str(root / "space.yaml"),
+            "--references", str(root / "refs.yaml"), "--seed-references", "--baseline", "o0",
+            "--no-calibrate", "--study", study, "--trials", str(trials), "--seed", "1",
+            "--confirm", "0", *REAL_STUDY_SMALL]
+
+
+def load(root: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{root / 'studies' / 'autotune.db'}")
+
+
+def vllm_processes(model: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", model], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "vllm" in line and "pgrep" not in line]
+
+
+# ---------------------------------------------------------------- an HTTP stand-in
+
+@asynccontextmanager
+async def stand_in_http(app: web.Application) -> AsyncIterator[str]:
+    """An aiohttp stand-in server on 127.0.0.1 (a free port) for the client's tests; yields its
+    URL and stops it on leaving."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
 
 # ---------------------------------------------------------------- stand-ins for vLLM
 

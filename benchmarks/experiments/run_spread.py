@@ -5,7 +5,7 @@ autotune's client on it again and again (24 requests, 192 in / 64 out, concurren
 with the scheduler free to place the API server and the client, then with both pinned to core
 1, then free again. Prints each run's output throughput and, per block, the median and the
 smallest run over the largest. This spread is what the live agreement tests against
-`vllm bench serve` must live with (tests/shell/test_client.py, docs/fidelity.md).
+`vllm bench serve` must live with (tests/shell/bench/test_client.py, docs/fidelity.md).
 
     .venv/bin/python benchmarks/experiments/run_spread.py [--runs 8]
 """

@@ -56,6 +56,7 @@ def test_runs_stop_where_the_study_rule_stops_them():
     assert aq.requests_of(balanced(0.03), low, aq.CV[True], request_s) == (44, "balanced")  # n* 43.6
 
 
+@pytest.mark.vllm  # the user's baseline is read by vLLM's parser (build_plan)
 def test_a_nine_minute_study_with_references_keeps_its_baseline_for_latency_and_finds_throughput(tmp_path):
     """opt3-baseline is the user's baseline: 0.5% short of the table's best latency, 8.5% short
     of its best throughput. Since #46 the exploration order measures first the single change the

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,7 @@ def _data_profile(folder: Path, dataset: dict, content: bytes | None) -> Path:
     return folder / "p.yaml"
 
 
+@pytest.mark.vllm  # the dry run puts its flags to vLLM's parser
 @pytest.mark.parametrize("dataset, content, message", BAD_DATA.values(), ids=BAD_DATA.keys())
 def test_a_dry_run_in_a_fresh_folder_rejects_bad_data_without_the_model(
         autotune_in, tmp_path, tmp_path_factory, dataset, content, message):

@@ -17,21 +17,6 @@ REJECTION = ("Value error, max_num_batched_tokens (2048) is smaller than max_mod
              "decrease max_model_len, or set the rope scaling so max_position_embeddings fits")
 
 
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """The real command line in ``tmp_path``: (exit code, stdout, stderr)."""
-    from autotune.cli import main
-
-    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-    return run
-
-
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory) -> Path:
     """A stored study: #0 the baseline, #1 served, #2 rejected by vLLM (a long message); its

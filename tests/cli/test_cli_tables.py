@@ -18,7 +18,7 @@ from autotune.core.deployment.failures import ENGINE_DIED
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.study.output.tables import breakable
-from tests.conftest import GLM_MOE_MTP_CONFIG, REPO
+from tests.helpers import GLM_MOE_MTP_CONFIG, REPO
 
 LONG = "long-profile-name-of-a-chat-workload"  # 36 characters
 # The longest built-in names: the profiles, the default objectives' metrics, and the profiles

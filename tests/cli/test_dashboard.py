@@ -19,7 +19,7 @@ import pytest
 from optuna.artifacts import FileSystemArtifactStore
 from optuna_dashboard import wsgi
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

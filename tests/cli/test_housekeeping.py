@@ -21,21 +21,6 @@ from autotune.study.store.storage import Heartbeat, close_readers, open_storage
 from tests.helpers import make_plan, served, store
 
 
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """The real command line in ``tmp_path``: (exit code, stdout, stderr)."""
-    from autotune.cli import main
-
-    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-    return run
-
-
 def files(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` with the hash of its bytes."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -256,6 +241,7 @@ def test_the_dashboard_of_a_missing_study_is_one_line(cli, one_study):
 
 # ---------------------------------------------------------------- the dry run's last lines
 
+@pytest.mark.vllm  # vLLM's defaults as the baseline: read by vLLM's parser
 def test_a_dry_run_of_a_new_study_says_it_creates_it_at_the_platforms_prior(tmp_path):
     from autotune.core.plan.estimate import assumed_cost
     from autotune.study.run.session import resume_and_length
@@ -271,6 +257,7 @@ def test_a_dry_run_of_a_new_study_says_it_creates_it_at_the_platforms_prior(tmp_
     assert not (tmp_path / "studies").exists()  # nothing created
 
 
+@pytest.mark.vllm  # vLLM's defaults as the baseline: read by vLLM's parser
 def test_a_dry_run_of_a_stored_study_says_it_resumes_it_at_its_measured_cost(tmp_path):
     from autotune.study.run.session import resume_and_length
 
@@ -305,6 +292,7 @@ def test_a_dry_run_of_a_new_study_takes_the_cost_of_another_study_of_the_same_mo
                            f"{plan.model.name} in this storage, start-up ~1 min 15 s of a trial)")
 
 
+@pytest.mark.vllm  # vLLM's defaults as the baseline: read by vLLM's parser
 def test_a_dry_run_counts_one_trial_in_the_singular(tmp_path):
     from autotune.study.run.session import resume_and_length
 

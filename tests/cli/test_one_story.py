@@ -204,7 +204,7 @@ def test_finite_values_put_a_placeholder_on_the_served_trials_axis():
 
 def test_recommend_prints_the_table_and_explain_the_full_text(tmp_path, monkeypatch, capsys):
     from autotune.cli import main
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -35,17 +35,12 @@ def stored(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    from autotune.cli import main
-
-    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.chdir(tmp_path)
-
+def cli(cli):
+    """The shared in-process command line, its stdout once it exits 0."""
     def run(*args: str) -> str:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        assert code == 0, captured.err
-        return captured.out
+        code, out, err = cli(*args)
+        assert code == 0, err
+        return out
     return run
 
 

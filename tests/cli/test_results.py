@@ -11,7 +11,7 @@ import yaml
 
 from autotune.core.deployment.baseline import command_words, options_to_argv
 from autotune.core.deployment.flags import argv_to_options
-from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES, autotune, load
+from tests.helpers import GLM_MOE_MTP_CONFIG, SPACES, autotune, load
 
 # Two of the reference configurations, measured elsewhere (the reference space: TP 2, 81920).
 RESULTS = """reference,profile,output_throughput,mean_e2el_ms
@@ -28,11 +28,11 @@ def test_argv_round_trips_through_options():
     assert options_to_argv(argv_to_options(argv)) == argv
 
 
-def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_a_report(tmp_path):
+def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_a_report(tmp_path, cli):
     root = tmp_path
-    result = autotune(root, "import-results", str(SPACES / "reference-results.csv"),
-                      "--study", "published")
-    assert result.returncode == 0, result.stderr
+    code, _, err = cli("--workdir", str(root / "studies"), "import-results",
+                       str(SPACES / "reference-results.csv"), "--study", "published")
+    assert code == 0, err
     study = load(root, "published")
     by_ref = {t.user_attrs["reference"]: t for t in study.trials}
     # opt1 and opt2 lack high-concurrency output throughput: derived from req/s x 256 tokens.
@@ -42,8 +42,9 @@ def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_
     assert by_ref["opt1"].user_attrs["derived"] == ["low-concurrency:output_throughput",
                                                     "high-concurrency:output_throughput"]
     assert by_ref["no-mtp"].params["mtp"] is False and by_ref["opt0"].params["optimization_level"] == 0
-    report = autotune(root, "report", "--study", "published", "--out", str(root / "rep"))
-    assert report.returncode == 0, report.stderr
+    code, _, err = cli("--workdir", str(root / "studies"), "report", "--study", "published",
+                       "--out", str(root / "rep"))
+    assert code == 0, err
     md = (root / "rep" / "report.md").read_text()
     # The reference study's conclusions from its own numbers, with the honesty a file without
     # repeats allows (assumed noise): opt0's loss and MTP's gain at low concurrency are beyond
@@ -58,19 +59,10 @@ def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_
 
 
 @pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """The real command line, in this process, in ``tmp_path``: (exit code, stdout, stderr)."""
-    from autotune.cli import main
-
-    monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    monkeypatch.chdir(tmp_path)
+def cli(cli, tmp_path):
+    """The shared in-process command line, in a folder holding ``results.csv``."""
     (tmp_path / "results.csv").write_text(RESULTS)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-    return run
+    return cli
 
 
 def test_an_import_with_its_model_exports_the_launch_flags_of_each_configuration(tmp_path, cli):
@@ -174,7 +166,7 @@ def test_export_verify_relaunches_and_reports_the_difference(four_trials):
 @pytest.mark.slow
 def test_confirm_redeploys_the_finalists_in_rounds_and_the_report_uses_them(four_trials):
     from autotune.study.store.state import read_confirmed
-    from tests.conftest import vllm_processes
+    from tests.helpers import vllm_processes
 
     root, model, _ = four_trials
     r = autotune(root, "confirm", "--study", "s4", "--finalists", "1")

@@ -227,25 +227,3 @@ def test_a_parameter_that_does_nothing_comes_out_as_no_effect_at_the_expected_ra
                 found += e.change is not None and e.change.significant and e.change.sign < 0
     assert false / total <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / total)
     assert found / seeds >= 0.9  # level 0 halves throughput: found, with its sign
-
-
-def test_confirmed_runs_are_stored_one_group_per_deployment_and_the_old_flat_layout_reads_as_one():
-    import optuna
-
-    from autotune.study.store.records import with_confirmed
-    from autotune.study.store.state import add_confirmed, read_confirmed
-
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
-    run = lambda v: {"mean_e2el_ms": v}  # noqa: E731
-    study.set_user_attr("confirmed", {"3": {"p": [run(1.0), run(2.0), run(3.0)]}})  # before #35
-    assert read_confirmed(study)[3]["p"].deployment_sizes == (3,)  # unknown grouping: one deployment
-    add_confirmed(study, {3: {"p": ProfileResult("p", (run(4.0), run(5.0)))},  # one deployment each
-                          5: {"p": ProfileResult("p", (run(6.0),))}})
-    add_confirmed(study, {5: {"p": ProfileResult("p", (run(7.0),))}})
-    stored = read_confirmed(study)
-    assert stored[3]["p"].deployment_sizes == (3, 2) and stored[3]["p"].deployment_means("mean_e2el_ms") == [2.0, 4.5]
-    assert stored[5]["p"].deployment_means("mean_e2el_ms") == [6.0, 7.0]
-    # The search deployment is one more deployment of the trial, first.
-    merged = with_confirmed({"p": ProfileResult("p", (run(10.0), run(12.0)))}, stored[5])
-    assert merged["p"].deployment_means("mean_e2el_ms") == [11.0, 6.0, 7.0]
-    assert merged["p"].mean("mean_e2el_ms") == pytest.approx(8.0)  # the mean over deployments

@@ -431,14 +431,12 @@ def test_the_stop_rule_takes_one_rule_a_target_or_a_balance():
     assert StopRule(0.01).reason == PRECISE and StopRule(balance=Balance(0.03, 1.0)).reason == BALANCED
 
 
-def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_the_priors(
-        monkeypatch):
+def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_the_priors():
     import autotune.study.run.study_plan as planning
     from autotune.core.plan.request import PlanRequest
 
-    monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")
     request = PlanRequest(profiles=(WorkloadProfile(name="low"),))
-    assert planning.stop_rule(request) == StopRule(balance=Balance(PLATFORMS["gpu"].between_log_sd, 100.0),
+    assert planning.stop_rule(request, platform="gpu") == StopRule(balance=Balance(PLATFORMS["gpu"].between_log_sd, 100.0),
                                                    enough_rel=0.025)  # half of 5%
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.02)) == StopRule(0.02)
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.0)) is None

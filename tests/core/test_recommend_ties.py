@@ -170,7 +170,7 @@ def test_without_a_tie_or_without_settings_there_is_no_cost():
 def test_recommend_prints_the_cost_of_a_tie_with_the_command_that_resolves_it(tmp_path, monkeypatch,
                                                                               capsys):
     from autotune.cli import main
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -21,7 +21,7 @@ from autotune.core.space.search_space import (
 from autotune.core.space.space_yaml import parse_space
 from autotune.errors import SpaceError
 from autotune.shell.bench.files import read_references, read_space
-from tests.conftest import SPACES
+from tests.helpers import SPACES
 
 YARN = ("--hf-overrides", json.dumps({
     "max_position_embeddings": 81920,
@@ -351,7 +351,7 @@ def test_the_cli_reports_a_malformed_space_in_one_line_with_exit_code_2(tmp_path
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(MALFORMED["empty-choices"][0])

@@ -14,7 +14,7 @@ from autotune.core.space.search_space import ModelContext
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import read_space
-from tests.conftest import SPACES
+from tests.helpers import SPACES
 
 PAIR = (get_profile("low-concurrency"), get_profile("high-concurrency"))  # concurrency 2 and 100
 

@@ -21,7 +21,7 @@ from autotune.core.space.search_space import grid_points
 from autotune.core.space.space_yaml import parse_space
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.errors import ConfigError, SpaceError
-from tests.conftest import SPACES
+from tests.helpers import SPACES
 
 SPACE = parse_space((SPACES / "reference.yaml").read_text(), "reference.yaml")
 PROFILES = ("low-concurrency", "high-concurrency")

@@ -1,4 +1,4 @@
-"""A stand-in for vLLM's entry module (no vLLM), for tests/shell/test_preimported.py: run by the
+"""A stand-in for vLLM's entry module (no vLLM), for tests/shell/server/test_preimported.py: run by the
 pre-imported launcher as ``__main__``, it prints what it was given as one JSON line, then exits
 with the code it is told, or sleeps until it is killed."""
 

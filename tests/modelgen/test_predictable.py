@@ -12,7 +12,7 @@ from autotune.core.workload.requests import RandomPrompts
 from autotune.modelgen.predictable import successor_map
 from autotune.shell.bench.client import Target, run_profile
 from autotune.shell.server.server import DeploymentSpec, ServerProcess
-from tests.conftest import cpu_slot
+from tests.helpers import cpu_slot
 
 
 @pytest.mark.vllm

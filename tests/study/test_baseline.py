@@ -38,8 +38,7 @@ from autotune.study.output.export import Export, export_of
 from autotune.study.run.study_plan import build_plan, read_given, stored_request
 from autotune.study.run.study_setup import dry_run_argv
 from autotune.study.store.records import outcomes, study_data
-from tests.conftest import GLM_MOE_MTP_CONFIG
-from tests.helpers import REFERENCES, SPACE, Said, StandIn, ids, run, run_in_memory
+from tests.helpers import GLM_MOE_MTP_CONFIG, REFERENCES, SPACE, Said, StandIn, ids, run, run_in_memory
 
 # A space whose fixed context is longer than the model's (32768), as the default space is:
 # every configuration needs YaRN there, vLLM's defaults (the model's native context) do not.

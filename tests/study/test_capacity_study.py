@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from autotune.study.store.records import outcomes
-from tests.conftest import autotune, load, vllm_processes
+from tests.helpers import autotune, load, vllm_processes
 
 pytestmark = pytest.mark.slow
 

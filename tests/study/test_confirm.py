@@ -255,3 +255,26 @@ def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path, searched
     reader = load_existing(plan.study_name, plan.storage)
     with pytest.raises(StorageInternalError):  # SQLite's "attempt to write a readonly database"
         reader.set_user_attr("x", 1)
+
+
+def test_confirmed_runs_are_stored_one_group_per_deployment_and_the_old_flat_layout_reads_as_one():
+    import optuna
+
+    from autotune.core.trial.outcome import ProfileResult
+    from autotune.study.store.records import with_confirmed
+    from autotune.study.store.state import add_confirmed, read_confirmed
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    run = lambda v: {"mean_e2el_ms": v}  # noqa: E731
+    study.set_user_attr("confirmed", {"3": {"p": [run(1.0), run(2.0), run(3.0)]}})  # before #35
+    assert read_confirmed(study)[3]["p"].deployment_sizes == (3,)  # unknown grouping: one deployment
+    add_confirmed(study, {3: {"p": ProfileResult("p", (run(4.0), run(5.0)))},  # one deployment each
+                          5: {"p": ProfileResult("p", (run(6.0),))}})
+    add_confirmed(study, {5: {"p": ProfileResult("p", (run(7.0),))}})
+    stored = read_confirmed(study)
+    assert stored[3]["p"].deployment_sizes == (3, 2) and stored[3]["p"].deployment_means("mean_e2el_ms") == [2.0, 4.5]
+    assert stored[5]["p"].deployment_means("mean_e2el_ms") == [6.0, 7.0]
+    # The search deployment is one more deployment of the trial, first.
+    merged = with_confirmed({"p": ProfileResult("p", (run(10.0), run(12.0)))}, stored[5])
+    assert merged["p"].deployment_means("mean_e2el_ms") == [11.0, 6.0, 7.0]
+    assert merged["p"].mean("mean_e2el_ms") == pytest.approx(8.0)  # the mean over deployments

@@ -22,8 +22,7 @@ from autotune.errors import ConfigError
 from autotune.shell.bench.files import read_space
 from autotune.study.run.study_plan import build_plan
 from autotune.study.store.records import outcomes
-from tests.conftest import GLM_MOE_MTP_CONFIG, SPACES
-from tests.helpers import ids, run_in_memory
+from tests.helpers import GLM_MOE_MTP_CONFIG, SPACES, ids, run_in_memory
 
 BASE = {"optimization_level": 2, "performance_mode": "balanced", "expert_parallel": False,
         "yarn": True, "mtp": False}  # vLLM's defaults at 81,920 tokens: YaRN fixed on

@@ -27,8 +27,7 @@ from autotune.study.output.export import EXPORT_SCHEMA, Export, export_of
 from autotune.study.run.study_plan import build_plan
 from autotune.study.run.trial_function import TrialSetup, launch_of
 from autotune.study.store.records import outcomes
-from tests.conftest import REPO, cpu_slot, vllm_processes
-from tests.helpers import StandIn, ids, run
+from tests.helpers import REPO, StandIn, cpu_slot, ids, run, vllm_processes
 
 MODULE = ("/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server")
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": "0-1"}
@@ -99,7 +98,7 @@ def test_a_trial_records_how_its_server_starts_and_the_export_uses_it(tmp_path):
 
 
 def _config_only(folder: Path) -> Path:
-    from tests.conftest import LLAMA_CONFIG
+    from tests.helpers import LLAMA_CONFIG
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))

@@ -11,8 +11,7 @@ from optuna.trial import TrialState
 
 from autotune.study.store import optuna_internals as oi
 from autotune.study.store.storage import Heartbeat, open_storage
-from tests.conftest import REPO
-from tests.helpers import age_heartbeats
+from tests.helpers import REPO, age_heartbeats
 
 
 def _minor(text: str) -> tuple[int, int]:

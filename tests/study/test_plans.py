@@ -178,7 +178,7 @@ def test_the_model_run_generates_fits_the_reference_space_without_yarn_and_has_i
     from autotune.core.space.search_space import inapplicable
     from autotune.shell.bench.files import read_space
     from autotune.study.run.study_plan import GENERATED_MODEL, model_context, model_info
-    from tests.conftest import SPACES
+    from tests.helpers import SPACES
 
     info = model_info(None, tmp_path, describe_only=True)  # what `run` would generate (CPU build)
     assert info.native_context == 131072 and info.name == str(tmp_path / GENERATED_MODEL)

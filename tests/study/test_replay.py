@@ -27,8 +27,7 @@ from autotune.study.run.study_setup import prepare_study
 from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.storage import Heartbeat
-from tests.conftest import SPACES
-from tests.helpers import DATA, INFERRED, RECORDED, TABLE
+from tests.helpers import DATA, INFERRED, RECORDED, SPACES, TABLE
 
 
 def replay_plan(tmp_path: Path, *, trials: int, references: bool, sampler: str = "tpe", seed=1):

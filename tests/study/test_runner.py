@@ -116,11 +116,10 @@ def test_two_flag_sets_that_resolve_to_one_engine_are_deployed_once(tmp_path):
     assert [t.number for t in outcomes(study)] == [0, max(t.number for t in study.trials)]
 
 
-def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(tmp_path, monkeypatch):
+def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(tmp_path):
     """Another worker holds -O2 running; the reference -O3 (the same engine) waits for it
     instead of deploying it a second time, then takes its values. The other worker finishes
     while this one waits (its poll's sleep stands in for the time passing)."""
-    import autotune.study.run.runner as runner_module
     from autotune.core.deployment.flags import to_argv
     from autotune.core.space.search_space import sample
     from autotune.core.trial.outcome import TrialOutcome
@@ -144,10 +143,9 @@ def test_a_reference_whose_engine_another_slot_is_measuring_waits_and_is_copied(
             study.tell(other, [measured.results["low-concurrency"].mean("mean_e2el_ms"),
                                measured.results["high-concurrency"].mean("output_throughput")])
 
-    monkeypatch.setattr(runner_module.time, "sleep", other_slot_finishes)
     stand_in = StandIn()
     StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=stand_in,
-                storage=storage, engine_id=o3_is_o2, poll_s=0.01).work()
+                storage=storage, engine_id=o3_is_o2, poll_s=0.01, sleep=other_slot_finishes).work()
     o3 = next(t for t in map(read_outcome, study.trials) if t.params.get("optimization_level") == 3)
     assert o3.same_engine_as == other.number
     assert o3_is_o2(argv) not in [o3_is_o2(a) for a in stand_in.calls]  # never deployed twice
@@ -652,8 +650,7 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
     from autotune.core.workload.profiles import ProfileOverrides
     from autotune.study.dev.replay import DeviceClock, Replay
     from autotune.study.store.state import start_clock
-    from tests.conftest import SPACES
-    from tests.helpers import DATA, TABLE
+    from tests.helpers import DATA, SPACES, TABLE
 
     model = tmp_path / "model"
     model.mkdir()

@@ -16,7 +16,7 @@ from autotune.study.run.space_check import (
     check_samples,
     count_engines,
 )
-from tests.conftest import SPACES
+from tests.helpers import SPACES
 
 
 class RejectsFlag:

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.study.store import optuna_internals
-from tests.conftest import REPO, autotune, load, run_args, vllm_processes
+from tests.helpers import REPO, autotune, load, run_args, vllm_processes
 
 pytestmark = pytest.mark.slow
 

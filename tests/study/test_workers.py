@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.study.store import optuna_internals
-from tests.conftest import POSTGRES_PASSWORD, REPO, vllm_processes
+from tests.helpers import POSTGRES_PASSWORD, REPO, vllm_processes
 
 pytestmark = pytest.mark.slow
 

@@ -38,7 +38,6 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
-from optuna_dashboard import save_note
 
 from autotune.core.analysis.study_data import StudyData, finalists, noise_line
 from autotune.core.deployment import failures
@@ -149,6 +148,7 @@ class StudyRunner:
     storage_retries: int = 12  # between trials, ride out two minutes of database outage
     storage_retry_s: float = 10.0
     clock: Callable[[], float] = time.time  # wall clock (epoch seconds): trial walls, time budget
+    sleep: Callable[[float], None] = time.sleep  # waits for another worker's trial (tests: a seam)
     # argv -> the engine it resolves to; None: vLLM's resolution through setup.validator
     engine_id: Callable[[Sequence[str]], str] | None = None
     _resamples: int = 0
@@ -202,7 +202,7 @@ class StudyRunner:
                         f"budget claimed: waiting for {len(now.running)} running trial(s) of other "
                         "workers (a dead worker's trial is retried here after the grace period)")
                     waiting_said = True
-                time.sleep(self.poll_s)
+                self.sleep(self.poll_s)
                 continue
             waiting_said = False
             done = self._search_done(study)
@@ -307,13 +307,13 @@ class StudyRunner:
         enqueued = optuna_internals.was_enqueued(frozen)
         again = same is not None and not same.failed
         while again and same.running and enqueued:  # a reference whose engine another slot is
-            time.sleep(self.poll_s)  # measuring: wait for it, then copy what it measured
+            self.sleep(self.poll_s)  # measuring: wait for it, then copy what it measured
             reap_dead_workers(study, self.progress.message)  # or take it over if that slot died
             same = duplicate_of(trial.number, engine or params_key(params), _claims(study))
             again = same is not None and not same.failed
         if again and same.running:  # a busy engine, not a measured one: no sign of convergence
             self._skip(study, trial, f"same engine as #{same.number}; resampled")
-            time.sleep(self.poll_s)
+            self.sleep(self.poll_s)
             return
         if again and not same.running:
             self._resamples += 1
@@ -436,6 +436,8 @@ class StudyRunner:
         return finite_values(verdict.values, plan.objectives, told)  # never +inf: see verdict
 
     def _report(self, study: optuna.Study, number: int, trial: optuna.Trial) -> None:
+        from optuna_dashboard import save_note  # here: it imports scikit-learn (1.5 s)
+
         # The numbers `pareto` shows: an earlier confirmation's included, where a resumed study has one.
         data = self.live.data()
         frozen = optuna_internals.stored_trial(study, trial)

@@ -539,12 +539,12 @@ def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext
 SHOWN = ("mean_e2el_ms", "output_throughput")
 
 
-def stop_rule(request: PlanRequest) -> StopRule | None:
+def stop_rule(request: PlanRequest, *, platform: str | None = None) -> StopRule | None:
     """The rule a study's runs stop by: the balanced length from the platform's priors (the
     runner refines them from what the study measures), or the ``--precision`` target; None
-    at ``--precision 0`` (every run sends its num_prompts)."""
+    at ``--precision 0`` (every run sends its num_prompts). ``platform``: the installed one."""
     if request.precision is None:
-        return StopRule(balance=Balance.prior(platform_fact()),
+        return StopRule(balance=Balance.prior(platform or platform_fact()),
                         enough_rel=PRECISION_SHARE * request.smallest_difference)
     return StopRule(request.precision) if request.precision > 0 else None
 

@@ -20,7 +20,7 @@ from autotune.modelgen.checkpoints import make_model
 from autotune.shell.bench.client import Target, run_profile
 from autotune.shell.server.processes import port_is_free, processes_titled, session_pids
 from autotune.shell.server.server import DeploymentSpec, ServerProcess
-from tests.conftest import cpu_slot
+from tests.helpers import cpu_slot
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.bench.client import Target, run_profile_async
 from autotune.shell.bench.server_metrics import SAMPLE_INTERVAL_S
-from tests.conftest import stand_in_http
+from tests.helpers import stand_in_http
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=2, max_concurrency=2,
                           warmup_requests=0)

@@ -16,7 +16,7 @@ from autotune.errors import ValidationError, ValidationUnavailable
 from autotune.shell.bench.files import read_model_info, read_references, read_space
 from autotune.shell.server.validation import VllmValidator, engine_identity
 from autotune.study.run.space_check import count_engines
-from tests.conftest import SPACES
+from tests.helpers import SPACES
 
 pytestmark = pytest.mark.vllm  # every test here runs vLLM's own code or a tokenizer
 

@@ -26,7 +26,7 @@ from autotune.core.trial.precision import (
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts, arrival_gaps_s
 from autotune.shell.bench.client import Target, run_profile, run_profile_async, send_request
-from tests.conftest import stand_in_http
+from tests.helpers import stand_in_http
 
 PROFILE = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=4, max_concurrency=2,
                           warmup_requests=0)
@@ -392,7 +392,7 @@ def test_the_bench_command_writes_vllm_keyed_json(dense_server, tmp_path, endpoi
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     out = tmp_path / "bench.json"
     result = subprocess.run(

@@ -2,7 +2,7 @@
 deployment from it, in its own session, with the deployment's own argv, environment, folder and
 output, and ends with everything it forked. A stand-in entry module (tests/data/launcher_standin.py,
 no vLLM) stands for vLLM's here; a real vLLM server through the launcher is tested in
-tests/shell/test_deploy.py."""
+tests/shell/server/test_deploy.py."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_a_killed_autotune_leaves_no_forked_server(tmp_path):
         "print(child.pid, launcher._proc.pid, flush=True)\n"
         "time.sleep(600)\n")
     autotune = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                                cwd=Path(__file__).resolve().parents[2])
+                                cwd=Path(__file__).resolve().parents[3])
     server, launcher = (int(x) for x in autotune.stdout.readline().split())
     assert session_pids(server)
     autotune.kill()
