@@ -436,8 +436,8 @@ def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_t
     from autotune.core.plan.request import PlanRequest
 
     request = PlanRequest(profiles=(WorkloadProfile(name="low"),))
-    assert planning.stop_rule(request, platform="gpu") == StopRule(balance=Balance(PLATFORMS["gpu"].between_log_sd, 100.0),
-                                                   enough_rel=0.025)  # half of 5%
+    gpu = Balance(PLATFORMS["gpu"].between_log_sd, 100.0)
+    assert planning.stop_rule(request, platform="gpu") == StopRule(balance=gpu, enough_rel=0.025)  # half of 5%
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.02)) == StopRule(0.02)
     assert planning.stop_rule(PlanRequest(profiles=(), precision=0.0)) is None
 
