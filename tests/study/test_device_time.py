@@ -16,6 +16,7 @@ from optuna.storages import InMemoryStorage
 from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.metrics.summary import RequestResult
 from autotune.core.plan.budget import expected_trial_s
+from autotune.core.plan.confirmation import in_question
 from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import BALANCED, PRECISE, Balance, StopRule, recheck
@@ -120,6 +121,19 @@ def test_an_undecided_pick_is_confirmed_and_a_decided_trial_is_not(tmp_path):
     deployed = set(again.deployed)
     assert {argv[base], argv[mtp]} <= deployed and argv[o0] not in deployed
     assert said[0] == f"1 comparison(s) undecided: confirming #{mtp}, #{base}"
+
+
+@pytest.mark.parametrize("finalist", ["pick", "baseline"])
+def test_an_open_pair_with_one_finalist_is_redeployed_whole(tmp_path, finalist):
+    """A pair still undecided (here the MTP pick against the baseline) is redeployed on both
+    sides where only one of them is a finalist: half a pair's redeployments decide nothing."""
+    _, study, argv = tied(tmp_path, smallest_difference=0.01)
+    base, mtp, _ = sorted(argv)
+    one = {"pick": mtp, "baseline": base}[finalist]
+    other = base if one == mtp else mtp
+    chosen, said = in_question(study_data(study), [one])
+    assert chosen == [one, other]
+    assert said == f"1 comparison(s) undecided: confirming #{one}, #{other}"
 
 
 def test_a_baseline_only_capacity_study_neither_calibrates_nor_confirms(tmp_path):

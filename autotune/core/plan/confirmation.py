@@ -160,12 +160,17 @@ def open_pairs(data: StudyData) -> list[OpenPair]:
 
 
 def in_question(data: StudyData, finalists: Sequence[int]) -> tuple[list[int], str]:
-    """The ``finalists`` (in their order) whose redeployment could change a use's answer: those
-    in a comparison still undecided (``open_pairs``: a pick against its baseline or a rival),
-    and one line on what is left out. A pick already decided or equivalent against every other
-    is not redeployed (issue #46): another deployment would only confirm what is said."""
+    """The trials whose redeployment could change a use's answer: both sides of every
+    comparison still undecided (``open_pairs``: a pick against its baseline or a rival) that
+    involves a finalist or the baseline, so that no pair is redeployed by half; the
+    ``finalists`` among them first, in their order, then the other sides by number; and one
+    line on what is left out. A pick already decided or equivalent against every other is not
+    redeployed (issue #46): another deployment would only confirm what is said."""
     pairs = open_pairs(data)
-    wanted = [n for n in finalists if any(n in (p.pick, p.other) for p in pairs)]
+    ends = set(finalists) | ({data.baseline.number} if data.baseline is not None else set())
+    involved = [p for p in pairs if p.pick in ends or p.other in ends]
+    sides = {n for p in involved for n in (p.pick, p.other)}
+    wanted = [n for n in finalists if n in sides] + sorted(sides - set(finalists))
     if wanted:
         kept = ", ".join(f"#{n}" for n in wanted)
         left = [n for n in finalists if n not in wanted]
