@@ -26,6 +26,7 @@ from scipy.special import ndtr
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.stats import Verdict
+from autotune.core.plan.budget import compile_filled_s, measured_trials
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -38,8 +39,8 @@ def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) 
     graphs in the shared cache: each wall less the compile seconds its trial spent filling
     that cache (on 2 CPU cores a 94 s trial less its 30 s of compile: 64 s; its redeployments
     took 57 s)."""
-    return _mean([t.trial_wall_s - (_compile_filled_s(t) if again else 0.0) for t in outcomes
-                  if t.trial_wall_s and t.results and not t.raced and not t.skipped])
+    return _mean([t.trial_wall_s - (compile_filled_s(t) if again else 0.0)
+                  for t in measured_trials(outcomes) if t.trial_wall_s])
 
 
 def failed_deployment_cost_s(outcomes: Sequence[TrialOutcome]) -> float | None:
@@ -52,11 +53,6 @@ def failed_deployment_cost_s(outcomes: Sequence[TrialOutcome]) -> float | None:
 
 def _mean(walls: Sequence[float]) -> float | None:
     return sum(walls) / len(walls) if walls else None
-
-
-def _compile_filled_s(t: TrialOutcome) -> float:
-    phases = t.startup_phases
-    return float(phases.get("compile_s", 0.0)) if phases.get("compile_cache") == "miss" else 0.0
 
 
 def by_priority(chosen: Sequence[int], baseline: int | None) -> list[int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.platforms import CPU, platform
-from autotune.core.plan.budget import trial_cost
+from autotune.core.plan.budget import measured_trials, trial_cost
 from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -41,7 +41,7 @@ def measured_cost(outcomes: Sequence[TrialOutcome], where: str) -> DeploymentCos
     cost = trial_cost(outcomes)
     if cost is None:
         return None
-    served = [t for t in outcomes if t.trial_wall_s and t.results and not t.raced and not t.skipped]
+    served = [t for t in measured_trials(outcomes) if t.trial_wall_s]
     return DeploymentCost(
         cost.total_s, deployment_cost_s(outcomes, again=True) or cost.total_s, cost.start_s,
         f"measured: {len(served)} served trial{'s' * (len(served) != 1)} {where}, priced as "
