@@ -70,8 +70,10 @@ def test_trials_json_holds_every_trial_with_its_flags_metrics_intervals_phases_a
     throughput = trials[0]["profiles"]["high-concurrency"]["metrics"]["output_throughput"]
     assert throughput["mean"] == pytest.approx(2000)
     assert trials[0]["profiles"]["low-concurrency"]["stops"] == [
-        {"requests": 40, "reason": "precise", "reached_concurrency": 2, "concurrency": 2},
-        {"requests": 60, "reason": "precise", "reached_concurrency": 2, "concurrency": 2}]
+        {"requests": 40, "reason": "precise", "reached_concurrency": 2, "concurrency": 2,
+         "max_run_s": None},
+        {"requests": 60, "reason": "precise", "reached_concurrency": 2, "concurrency": 2,
+         "max_run_s": None}]
     assert trials[0]["startup_s"] == 75.0 and trials[0]["startup_phases"]["compile_cache"] == "miss"
     probes = trials[1]["capacity"]["capacity"]["probes"]
     assert [p["load"] for p in probes] == [4, 16, 64]
@@ -204,7 +206,8 @@ def test_the_walker_renders_enums_infinities_and_nested_records_as_json():
 
     assert to_json({"rate": math.inf, "v": Verdict.BETTER, "x": math.nan, "s": (RunStop(4, "precise"),)}) == {
         "rate": "inf", "v": "better", "x": None,
-        "s": [{"requests": 4, "reason": "precise", "reached_concurrency": 0, "concurrency": 0}]}
+        "s": [{"requests": 4, "reason": "precise", "reached_concurrency": 0, "concurrency": 0,
+               "max_run_s": None}]}
 
 
 # ---------------------------------------------------------------- one schema, whatever the study holds
