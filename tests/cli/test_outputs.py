@@ -147,6 +147,31 @@ def test_recommend_json_names_each_uses_pick_its_verdict_flags_and_what_was_sear
         (u, str(p["trial"])) for u, p in picks.items()]
 
 
+def test_recommend_csv_gives_the_picks_verdict_and_each_objectives_apart(cli, stored):
+    """The CSV's ``verdict`` is the JSON's (the pick's combined verdict) on every row of a use;
+    the row's objective has its own, ``objective_verdict``, with the equivalence test's
+    interval (``tost_lo_pct`` .. ``tost_hi_pct``)."""
+    doc = json.loads(cli("recommend", "--study", NAME, "--storage", stored, "--format", "json"))
+    assert doc["schema"] == SCHEMA == 3
+    rows = list(csv.DictReader(io.StringIO(
+        cli("recommend", "--study", NAME, "--storage", stored, "--format", "csv"))))
+    for pick in doc["recommendations"]:
+        mine = [r for r in rows if r["use"] == pick["use"]]
+        assert mine and {r["verdict"] for r in mine} == {pick["verdict"]}
+        for r in mine:
+            c = pick["comparisons"].get(r["objective"])
+            if c is None:
+                assert r["objective_verdict"] == r["tost_lo_pct"] == r["tost_hi_pct"] == ""
+                continue
+            assert r["objective_verdict"] == c["verdict"]
+            assert (float(r["tost_lo_pct"]), float(r["tost_hi_pct"])) == pytest.approx(
+                (c["tost_lo_pct"], c["tost_hi_pct"]))
+            assert float(r["tost_lo_pct"]) <= float(r["change_pct"]) <= float(r["tost_hi_pct"])
+    interactive = [r for r in rows if r["use"] == "interactive"]
+    assert {r["verdict"] for r in interactive} == {"better"}
+    assert any(r["objective_verdict"] == "better" for r in interactive)
+
+
 def test_studies_json_and_csv_count_served_rejected_and_failed_apart(cli, stored):
     [study] = json.loads(cli("studies", "--storage", stored, "--format", "json"))["studies"]
     assert {k: study[k] for k in ("study", "trials", "served", "rejected", "failed", "front",
