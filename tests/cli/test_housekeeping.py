@@ -163,6 +163,25 @@ def test_delete_study_of_a_missing_study_is_one_line_naming_those_there(cli, one
     assert files(tmp_path) == before
 
 
+def test_delete_study_refuses_while_trials_run_unless_forced(cli, one_study, tmp_path):
+    """A worker still running a trial would go on writing to a study that is gone: --yes alone
+    deletes nothing; --force (the worker died) deletes it."""
+    with_artifacts(one_study, "s")
+    running = optuna.load_study(study_name="s", storage=f"sqlite:///{one_study / 'autotune.db'}")
+    number = running.ask().number
+    close_readers()
+    before = files(tmp_path)
+    code, out, err = cli("delete-study", "--study", "s", "--yes")
+    assert (code, out) == (2, "")
+    assert one_line(err) == (f"delete-study --study 's': 1 trial(s) still running (#{number}); "
+                             "stop their workers first, or pass --force where none is alive "
+                             "(nothing deleted)")
+    assert files(tmp_path) == before
+    code, out, err = cli("delete-study", "--study", "s", "--yes", "--force")
+    assert code == 0, err
+    assert optuna.get_all_study_summaries(f"sqlite:///{one_study / 'autotune.db'}") == []
+
+
 @pytest.mark.parametrize(("answer", "deleted"), [("y", True), ("yes\n", True), ("n", False),
                                                  ("", False)], ids=["y", "yes", "n", "enter"])
 def test_delete_study_asks_and_deletes_only_on_yes(one_study, tmp_path, monkeypatch, capsys,
