@@ -202,8 +202,8 @@ def wrong_chance(data: StudyData, pairs: Sequence[OpenPair], extra: int | None =
 def next_deployment(data: StudyData, finalists: Sequence[int]) -> RoundDecision:
     """The one finalist whose redeployment most reduces the chance that a use's pick is wrong
     (``wrong_chance`` over the open comparisons; a knowledge-gradient-like greedy step), or
-    none when every use's answer is decided or equivalent. Only finalists are redeployed: a
-    rival that is not one is compared through the pick's redeployments alone."""
+    none when every use's answer is decided or equivalent. Only the ``finalists`` given (the
+    confirmation's trials: ``in_question``'s, both sides of each open pair) are redeployed."""
     pairs = open_pairs(data)
     wanted = [n for n in finalists
               if any(n in (p.pick, p.other) for p in pairs)]
