@@ -18,11 +18,12 @@ def cmd_delete_study(args: argparse.Namespace, ask: Callable[[str], str] | None 
     """``ask``: how the user is asked (a question in, the answer out); default: on stdin's
     terminal, and where stdin is none, --yes is needed."""
     from autotune.study.store.storage import close_readers, load_existing, redact
-    from autotune.study.store.study_files import delete_study, study_files
+    from autotune.study.store.study_files import delete_study, refuse_running, study_files
 
     storage = storage_of_args(args)
     files = study_files(load_existing(args.study, storage), Path(args.workdir))  # read only
     close_readers()
+    refuse_running(files, force=args.force)  # before asking: nothing to say yes to
     if ask is None and sys.stdin.isatty():
         ask = lambda question: console.input(escape(question))  # noqa: E731
     if not args.yes and ask is None:
@@ -35,7 +36,7 @@ def cmd_delete_study(args: argparse.Namespace, ask: Callable[[str], str] | None 
             console.print("nothing deleted")
             return 1
     study = load_existing(args.study, storage, writable=True)
-    delete_study(study, files)
+    delete_study(study, files, force=args.force)
     out.print(f"deleted {what}", soft_wrap=True, markup=False, highlight=False)
     return 0
 
@@ -46,4 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_study_args(p, missing="required")
     p.add_argument("--yes", action="store_true",
                    help="delete without asking (needed where no terminal can be asked)")
+    p.add_argument("--force", action="store_true",
+                   help="delete even while trials are still running (their worker died)")
     p.set_defaults(handler=cmd_delete_study)

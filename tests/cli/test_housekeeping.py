@@ -148,6 +148,25 @@ def test_delete_study_of_a_missing_study_is_one_line_naming_those_there(cli, one
     assert files(tmp_path) == before
 
 
+def test_delete_study_refuses_while_trials_run_unless_forced(cli, one_study, tmp_path):
+    """A worker still running a trial would go on writing to a study that is gone: --yes alone
+    deletes nothing; --force (the worker died) deletes it."""
+    with_artifacts(one_study, "s")
+    running = optuna.load_study(study_name="s", storage=f"sqlite:///{one_study / 'autotune.db'}")
+    number = running.ask().number
+    close_readers()
+    before = files(tmp_path)
+    code, out, err = cli("delete-study", "--study", "s", "--yes")
+    assert (code, out) == (2, "")
+    assert one_line(err) == (f"delete-study --study 's': 1 trial(s) still running (#{number}); "
+                             "stop their workers first, or pass --force where none is alive "
+                             "(nothing deleted)")
+    assert files(tmp_path) == before
+    code, out, err = cli("delete-study", "--study", "s", "--yes", "--force")
+    assert code == 0, err
+    assert optuna.get_all_study_summaries(f"sqlite:///{one_study / 'autotune.db'}") == []
+
+
 @pytest.mark.parametrize(("answer", "deleted"), [("y", True), ("yes\n", True), ("n", False),
                                                  ("", False)], ids=["y", "yes", "n", "enter"])
 def test_delete_study_asks_and_deletes_only_on_yes(one_study, tmp_path, monkeypatch, capsys,
@@ -269,12 +288,14 @@ def test_a_dry_run_of_a_stored_study_says_it_resumes_it_at_its_measured_cost(tmp
     first, length = resume_and_length(plan, 2)
     assert first == (f"resumes study 's' in sqlite:///{tmp_path / 'studies' / 'autotune.db'}: "
                      "2 trials done")
-    # 4 trials left in 2 waves of ~110 s and at most 8 confirmation deployments (3 finalists
-    # and the baseline, 2 rounds) of ~110 - 29 s of compile: 2 x 110 + 8 x 81 s.
-    assert length == ("estimated length: about 14 min 28 s: 4 trials x ~1 min 50 s on 2 slots, "
+    # 4 trials left in 2 waves of ~120 s (the budget's next trial: the one after the first)
+    # and at most 8 confirmation deployments (3 finalists and the baseline, 2 rounds) of
+    # ~110 - 29 s of compile: 2 x 120 + 8 x 81 s.
+    assert length == ("estimated length: about 14 min 48 s: 4 trials x ~2 min on 2 slots, "
                       "confirmation up to 8 deployments of ~1 min 21 s "
-                      "(measured: mean of 2 served trials of this study, start-up ~1 min 15 s of "
-                      "a trial)")
+                      "(measured: 2 served trials of this study, priced as the time budget prices "
+                      "the next (the first deployment's cold start excluded), start-up ~1 min "
+                      "15 s of a trial)")
     close_readers()  # as `main` does when a command ends
     assert files(tmp_path / "studies") == before
 
@@ -288,8 +309,9 @@ def test_a_dry_run_of_a_new_study_takes_the_cost_of_another_study_of_the_same_mo
     store(tmp_path / "studies", TRIALS, name="other-model", baseline="default")
     first, length = resume_and_length(plan, 1)
     assert first.startswith("creates study 'new' in ")
-    assert length.endswith(f"(measured: mean of 2 served trials of other studies of "
-                           f"{plan.model.name} in this storage, start-up ~1 min 15 s of a trial)")
+    assert length.endswith(f"(measured: 2 served trials of other studies of {plan.model.name} "
+                           "in this storage, priced as the time budget prices the next (the first "
+                           "deployment's cold start excluded), start-up ~1 min 15 s of a trial)")
 
 
 @pytest.mark.vllm  # vLLM's defaults as the baseline: read by vLLM's parser

@@ -65,8 +65,10 @@ def test_trials_json_holds_every_trial_with_its_flags_metrics_intervals_phases_a
     throughput = trials[0]["profiles"]["high-concurrency"]["metrics"]["output_throughput"]
     assert throughput["mean"] == pytest.approx(2000)
     assert trials[0]["profiles"]["low-concurrency"]["stops"] == [
-        {"requests": 40, "reason": "precise", "reached_concurrency": 2, "concurrency": 2},
-        {"requests": 60, "reason": "precise", "reached_concurrency": 2, "concurrency": 2}]
+        {"requests": 40, "reason": "precise", "reached_concurrency": 2, "concurrency": 2,
+         "max_run_s": None},
+        {"requests": 60, "reason": "precise", "reached_concurrency": 2, "concurrency": 2,
+         "max_run_s": None}]
     assert trials[0]["startup_s"] == 75.0 and trials[0]["startup_phases"]["compile_cache"] == "miss"
     probes = trials[1]["capacity"]["capacity"]["probes"]
     assert [p["load"] for p in probes] == [4, 16, 64]
@@ -140,6 +142,31 @@ def test_recommend_json_names_each_uses_pick_its_verdict_flags_and_what_was_sear
         (u, str(p["trial"])) for u, p in picks.items()]
 
 
+def test_recommend_csv_gives_the_picks_verdict_and_each_objectives_apart(cli, stored):
+    """The CSV's ``verdict`` is the JSON's (the pick's combined verdict) on every row of a use;
+    the row's objective has its own, ``objective_verdict``, with the equivalence test's
+    interval (``tost_lo_pct`` .. ``tost_hi_pct``)."""
+    doc = json.loads(cli("recommend", "--study", NAME, "--storage", stored, "--format", "json"))
+    assert doc["schema"] == SCHEMA == 3
+    rows = list(csv.DictReader(io.StringIO(
+        cli("recommend", "--study", NAME, "--storage", stored, "--format", "csv"))))
+    for pick in doc["recommendations"]:
+        mine = [r for r in rows if r["use"] == pick["use"]]
+        assert mine and {r["verdict"] for r in mine} == {pick["verdict"]}
+        for r in mine:
+            c = pick["comparisons"].get(r["objective"])
+            if c is None:
+                assert r["objective_verdict"] == r["tost_lo_pct"] == r["tost_hi_pct"] == ""
+                continue
+            assert r["objective_verdict"] == c["verdict"]
+            assert (float(r["tost_lo_pct"]), float(r["tost_hi_pct"])) == pytest.approx(
+                (c["tost_lo_pct"], c["tost_hi_pct"]))
+            assert float(r["tost_lo_pct"]) <= float(r["change_pct"]) <= float(r["tost_hi_pct"])
+    interactive = [r for r in rows if r["use"] == "interactive"]
+    assert {r["verdict"] for r in interactive} == {"better"}
+    assert any(r["objective_verdict"] == "better" for r in interactive)
+
+
 def test_studies_json_and_csv_count_served_rejected_and_failed_apart(cli, stored):
     [study] = json.loads(cli("studies", "--storage", stored, "--format", "json"))["studies"]
     assert {k: study[k] for k in ("study", "trials", "served", "rejected", "failed", "front",
@@ -199,7 +226,8 @@ def test_the_walker_renders_enums_infinities_and_nested_records_as_json():
 
     assert to_json({"rate": math.inf, "v": Verdict.BETTER, "x": math.nan, "s": (RunStop(4, "precise"),)}) == {
         "rate": "inf", "v": "better", "x": None,
-        "s": [{"requests": 4, "reason": "precise", "reached_concurrency": 0, "concurrency": 0}]}
+        "s": [{"requests": 4, "reason": "precise", "reached_concurrency": 0, "concurrency": 0,
+               "max_run_s": None}]}
 
 
 # ---------------------------------------------------------------- one schema, whatever the study holds

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from autotune.core.maths.platforms import PLATFORMS
+from autotune.core.plan.budget import expected_trial_s
 from autotune.core.plan.estimate import DeploymentCost, RunEstimate, assumed_cost, measured_cost
 from tests.helpers import PHASES, failed, served
 
@@ -39,19 +40,34 @@ def test_a_time_budget_alone_decides_and_says_how_many_trials_fit():
     assert "the time budget decides: about 20 trials of ~1 min 40 s on 2 slots fit" in e.text
 
 
-def test_the_measured_cost_is_the_mean_wall_of_served_trials_and_says_how_many():
-    walls = [dataclasses.replace(served(e2el_ms=1000, throughput=2000), trial_wall_s=w)
-             for w in (100.0, 120.0)]
+def test_the_measured_cost_is_the_budgets_next_trial_and_says_how_many():
+    walls = [dataclasses.replace(served(e2el_ms=1000, throughput=2000), number=n, trial_wall_s=w)
+             for n, w in ((0, 100.0), (1, 120.0))]
     crashed = dataclasses.replace(failed("boom"), trial_wall_s=30.0)  # served trials only
     cost = measured_cost([*walls, crashed], "of this study")
     compile_s = PHASES["compile_s"]  # a miss: a redeployment finds its graphs compiled
-    assert cost == DeploymentCost(110.0, 110.0 - compile_s, 75.0,
-                                  "measured: mean of 2 served trials of this study")
+    source = ("measured: 2 served trials of this study, priced as the time budget prices the "
+              "next (the first deployment's cold start excluded)")
+    # the trial after the first: its start (75 s) and the rest of it (45 s)
+    assert cost == DeploymentCost(120.0, 110.0 - compile_s, 75.0, source)
     line = RunEstimate(trials=3, slots=1, calibration=1, confirmation=0, budget_s=None,
                        cost=cost).text
-    assert line == ("estimated length: about 6 min 51 s: 3 trials x ~1 min 50 s on 1 slot, 1 "
-                    "calibration redeployment (measured: mean of 2 served trials of this study, "
-                    "start-up ~1 min 15 s of a trial)")
+    assert line == ("estimated length: about 7 min 21 s: 3 trials x ~2 min on 1 slot, 1 "
+                    f"calibration redeployment ({source}, start-up ~1 min 15 s of a trial)")
+
+
+def test_the_dry_run_prices_a_trial_as_the_time_budget_does():
+    """Issue #46: a cold 134 s first trial priced the 59 s ones after it. The dry run's cost
+    of a trial is the budget's (``expected_trial_s``): 59 s, not the 84 s mean wall."""
+    first = dataclasses.replace(served(e2el_ms=1000, throughput=2000), number=0,
+                                trial_wall_s=134.0, startup_s=53.0,
+                                startup_phases={"jit_s": 23.0})
+    later = [dataclasses.replace(first, number=n, trial_wall_s=59.0, startup_s=30.0,
+                                 startup_phases={}) for n in (1, 2, 3)]
+    trials = [first, *later]
+    cost = measured_cost(trials, "of this study")
+    assert cost.trial_s == expected_trial_s(trials) == 59.0
+    assert cost.startup_s == 30.0
 
 
 def test_nothing_measured_is_the_platforms_prior_said_as_assumed():

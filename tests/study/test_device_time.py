@@ -15,7 +15,8 @@ from optuna.storages import InMemoryStorage
 
 from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.metrics.summary import RequestResult
-from autotune.core.plan.budget import expected_trial_s
+from autotune.core.plan.budget import expected_trial_s, redeployment_start_s
+from autotune.core.plan.confirmation import deployment_cost_s, in_question
 from autotune.core.plan.request import PlanRequest
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import BALANCED, PRECISE, Balance, StopRule, recheck
@@ -122,6 +123,19 @@ def test_an_undecided_pick_is_confirmed_and_a_decided_trial_is_not(tmp_path):
     assert said[0] == f"1 comparison(s) undecided: confirming #{mtp}, #{base}"
 
 
+@pytest.mark.parametrize("finalist", ["pick", "baseline"])
+def test_an_open_pair_with_one_finalist_is_redeployed_whole(tmp_path, finalist):
+    """A pair still undecided (here the MTP pick against the baseline) is redeployed on both
+    sides where only one of them is a finalist: half a pair's redeployments decide nothing."""
+    _, study, argv = tied(tmp_path, smallest_difference=0.01)
+    base, mtp, _ = sorted(argv)
+    one = {"pick": mtp, "baseline": base}[finalist]
+    other = base if one == mtp else mtp
+    chosen, said = in_question(study_data(study), [one])
+    assert chosen == [one, other]
+    assert said == f"1 comparison(s) undecided: confirming #{one}, #{other}"
+
+
 def test_a_baseline_only_capacity_study_neither_calibrates_nor_confirms(tmp_path):
     """Issue #46: a `--trials 1` capacity study deployed its only configuration three times
     (its search, a calibration, a confirmation). Now once."""
@@ -161,6 +175,18 @@ def served_trial(number: int, *, wall_s: float, startup_s: float, **phases: floa
 ], ids=["none", "first-alone", "after-the-first"])
 def test_the_next_trial_is_priced_on_a_warm_machine(trials, expected):
     assert expected_trial_s(trials) == expected
+
+
+def test_a_redeployment_is_priced_from_the_same_trials_less_the_same_compile_seconds():
+    """A redeployment's start (``redeployment_start_s``) and its wall (``deployment_cost_s``)
+    learn from the same trials: a raced trial (its runs cut short) prices neither, and each
+    measured trial gives back the compile seconds it spent filling the cache."""
+    miss = {"compile_s": 29.0, "compile_cache": "miss"}
+    measured = served_trial(0, wall_s=100.0, startup_s=75.0, **miss)
+    raced = dataclasses.replace(served_trial(1, wall_s=300.0, startup_s=200.0, **miss),
+                                raced="beaten beyond the noise")
+    assert redeployment_start_s([measured, raced]) == 75.0 - 29.0
+    assert deployment_cost_s([measured, raced], again=True) == 100.0 - 29.0
 
 
 def test_the_budget_starts_another_trial_when_one_fits_after_a_cold_first_start(tmp_path):

@@ -488,7 +488,7 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         def message(self, text: str) -> None:
             said.append(text)
 
-    for finalists, budget, deployed in ((0, 450.0, 4), (1, 850.0, 7)):
+    for finalists, budget, deployed in ((0, 450.0, 4), (1, 850.0, 6)):
         (tmp_path / f"c{finalists}").mkdir()
         plan = make_plan(tmp_path / f"c{finalists}", trials=100, references=False,
                          confirm=finalists, time_budget_s=budget)
@@ -500,13 +500,14 @@ def test_a_time_budget_starts_no_trial_that_would_overrun_it_and_keeps_the_confi
         StudyRunner(plan, TrialSetup(model="", workdir=plan.workdir), trial_fn=costly,
                     storage=storage, progress=Said(), clock=clock).work()
         # A deployment costs 100 s (a failure copied from an identical trial costs nothing).
-        # confirm 0: 4 deployments fit 450 s; confirm 1: the first round of 1 finalist (no
-        # baseline ran) x 100 s is kept, so 7 fit 850 s (the space holds 8 engines).
+        # confirm 0: 4 deployments fit 450 s; confirm 1: the 1 finalist (no baseline ran) is
+        # in an open pair with a rival, and both sides are redeployed (``in_question``): 2 x
+        # 100 s are kept, so 6 fit 850 s (the space holds 8 engines).
         assert clock.now - start == 100.0 * deployed, finalists
         launched = [t for t in outcomes(study) if t.state == "complete" and t.startup_s is not None]
         assert len(launched) == deployed and all(t.trial_wall_s == 100.0 for t in launched)
-    assert said[-1].startswith("time budget: no new trial starts (time used 11 min 40 s of 14 min 10 s")
-    assert "1 min 40 s kept for confirmation" in said[-1]
+    assert said[-1].startswith("time budget: no new trial starts (time used 10 min of 14 min 10 s")
+    assert "3 min 20 s kept for confirmation" in said[-1]
 
 
 def test_with_racing_each_trial_races_against_the_front_so_far_and_a_raced_trial_is_stored(tmp_path):

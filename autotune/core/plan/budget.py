@@ -19,13 +19,27 @@ from autotune.core.trial.outcome import TrialOutcome
 COLD_ONLY_PHASES = ("jit_s", "flashinfer_jit_s")
 
 
+def measured_trials(outcomes: Sequence[TrialOutcome]) -> list[TrialOutcome]:
+    """The trials whose costs price what comes next: served (results), measured whole (not
+    raced: a race cuts its runs short) and not skipped. One filter for every cost a study
+    learns (``trial_cost``, ``redeployment_start_s``, ``confirmation.deployment_cost_s``)."""
+    return [t for t in outcomes if t.results and not t.raced and not t.skipped]
+
+
+def compile_filled_s(t: TrialOutcome) -> float:
+    """The seconds ``t``'s start spent compiling graphs into the shared cache (a ``miss``),
+    which a redeployment of the same engine finds there and does not spend again."""
+    phases = t.startup_phases
+    return float(phases.get("compile_s", 0.0) or 0.0) if phases.get("compile_cache") == "miss" else 0.0
+
+
 def redeployment_start_s(outcomes: Sequence[TrialOutcome]) -> float | None:
     """The expected start of a redeployment of a measured engine (a confirmation's), which
-    finds its compiled graphs in the cache: the median start-up of the served trials, each less
-    the compile seconds it spent filling that cache (None before any)."""
-    starts = [t.startup_s - (float(t.startup_phases.get("compile_s", 0.0) or 0.0)
-                             if t.startup_phases.get("compile_cache") == "miss" else 0.0)
-              for t in outcomes if t.results and t.startup_s is not None and not t.skipped]
+    finds its compiled graphs in the cache: the median start-up of the measured trials
+    (``measured_trials``), each less the compile seconds it spent filling that cache
+    (``compile_filled_s``); None before any."""
+    starts = [t.startup_s - compile_filled_s(t) for t in measured_trials(outcomes)
+              if t.startup_s is not None]
     return max(statistics.median(starts), 0.0) if starts else None
 
 
@@ -58,8 +72,8 @@ def trial_cost(outcomes: Sequence[TrialOutcome]) -> TrialCost | None:
     had measured by then), else the first's. So the first deployment's cold start and its
     runs, sized before the spread was known, do not price the rest (issue #46: a 134-141 s
     first trial priced a 59 s one)."""
-    served = sorted((t for t in outcomes if t.trial_wall_s and t.results and not t.raced
-                     and not t.skipped), key=lambda t: t.number)
+    served = sorted((t for t in measured_trials(outcomes) if t.trial_wall_s),
+                    key=lambda t: t.number)
     if not served:
         return None
     first, later = served[0], served[1:]

@@ -26,6 +26,7 @@ from scipy.special import ndtr
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.stats import Verdict
+from autotune.core.plan.budget import compile_filled_s, measured_trials
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -38,8 +39,8 @@ def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) 
     graphs in the shared cache: each wall less the compile seconds its trial spent filling
     that cache (on 2 CPU cores a 94 s trial less its 30 s of compile: 64 s; its redeployments
     took 57 s)."""
-    return _mean([t.trial_wall_s - (_compile_filled_s(t) if again else 0.0) for t in outcomes
-                  if t.trial_wall_s and t.results and not t.raced and not t.skipped])
+    return _mean([t.trial_wall_s - (compile_filled_s(t) if again else 0.0)
+                  for t in measured_trials(outcomes) if t.trial_wall_s])
 
 
 def failed_deployment_cost_s(outcomes: Sequence[TrialOutcome]) -> float | None:
@@ -52,11 +53,6 @@ def failed_deployment_cost_s(outcomes: Sequence[TrialOutcome]) -> float | None:
 
 def _mean(walls: Sequence[float]) -> float | None:
     return sum(walls) / len(walls) if walls else None
-
-
-def _compile_filled_s(t: TrialOutcome) -> float:
-    phases = t.startup_phases
-    return float(phases.get("compile_s", 0.0)) if phases.get("compile_cache") == "miss" else 0.0
 
 
 def by_priority(chosen: Sequence[int], baseline: int | None) -> list[int]:
@@ -160,12 +156,17 @@ def open_pairs(data: StudyData) -> list[OpenPair]:
 
 
 def in_question(data: StudyData, finalists: Sequence[int]) -> tuple[list[int], str]:
-    """The ``finalists`` (in their order) whose redeployment could change a use's answer: those
-    in a comparison still undecided (``open_pairs``: a pick against its baseline or a rival),
-    and one line on what is left out. A pick already decided or equivalent against every other
-    is not redeployed (issue #46): another deployment would only confirm what is said."""
+    """The trials whose redeployment could change a use's answer: both sides of every
+    comparison still undecided (``open_pairs``: a pick against its baseline or a rival) that
+    involves a finalist or the baseline, so that no pair is redeployed by half; the
+    ``finalists`` among them first, in their order, then the other sides by number; and one
+    line on what is left out. A pick already decided or equivalent against every other is not
+    redeployed (issue #46): another deployment would only confirm what is said."""
     pairs = open_pairs(data)
-    wanted = [n for n in finalists if any(n in (p.pick, p.other) for p in pairs)]
+    ends = set(finalists) | ({data.baseline.number} if data.baseline is not None else set())
+    involved = [p for p in pairs if p.pick in ends or p.other in ends]
+    sides = {n for p in involved for n in (p.pick, p.other)}
+    wanted = [n for n in finalists if n in sides] + sorted(sides - set(finalists))
     if wanted:
         kept = ", ".join(f"#{n}" for n in wanted)
         left = [n for n in finalists if n not in wanted]
@@ -201,8 +202,8 @@ def wrong_chance(data: StudyData, pairs: Sequence[OpenPair], extra: int | None =
 def next_deployment(data: StudyData, finalists: Sequence[int]) -> RoundDecision:
     """The one finalist whose redeployment most reduces the chance that a use's pick is wrong
     (``wrong_chance`` over the open comparisons; a knowledge-gradient-like greedy step), or
-    none when every use's answer is decided or equivalent. Only finalists are redeployed: a
-    rival that is not one is compared through the pick's redeployments alone."""
+    none when every use's answer is decided or equivalent. Only the ``finalists`` given (the
+    confirmation's trials: ``in_question``'s, both sides of each open pair) are redeployed."""
     pairs = open_pairs(data)
     wanted = [n for n in finalists
               if any(n in (p.pick, p.other) for p in pairs)]

@@ -2,9 +2,12 @@
 calibration redeployment and the confirmation, at the cost of a deployment the study (or
 another of the same model) measured, else at the platform's prior. Pure.
 
-The estimate is as good as its cost: a measured one is the mean wall of served trials
-(``deployment_cost_s``), which includes their start-up; a prior is a guess from one machine
-(``platforms.Platform``: a new engine's trial and a redeployment), and the line says which it is.
+The estimate is as good as its cost: a measured one is what `run`'s time budget expects of
+the next trial (``budget.trial_cost``: its start on a warm machine and its runs; the first
+deployment's cold start prices nothing), and of a redeployment, the mean wall of served
+trials less the compile seconds a redeployment finds cached (``deployment_cost_s``); a prior
+is a guess from one machine (``platforms.Platform``: a new engine's trial and a
+redeployment), and the line says which it is.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.platforms import CPU, platform
+from autotune.core.plan.budget import measured_trials, trial_cost
 from autotune.core.plan.confirmation import deployment_cost_s
 from autotune.core.trial.outcome import TrialOutcome
 
@@ -28,21 +32,22 @@ class DeploymentCost:
     trial_s: float  # a new engine's trial
     again_s: float  # a redeployment of a measured engine (calibration, confirmation)
     startup_s: float | None  # the start-up within a trial, where measured
-    source: str  # "measured: mean of 4 served trials of this study" | "assumed: ..."
+    source: str  # "measured: 4 served trials of this study, priced as ..." | "assumed: ..."
 
 
 def measured_cost(outcomes: Sequence[TrialOutcome], where: str) -> DeploymentCost | None:
-    """The mean cost of the served trials of ``outcomes`` (``where``: 'of this study'); None
-    when none carries its wall time."""
-    trial_s = deployment_cost_s(outcomes)
-    if trial_s is None:
+    """The cost of one more trial as `run`'s time budget prices it (``budget.trial_cost``: on
+    a warm machine, the first deployment's cold start excluded), and of a redeployment, from
+    the served trials of ``outcomes`` (``where``: 'of this study'); None when none carries its
+    wall time."""
+    cost = trial_cost(outcomes)
+    if cost is None:
         return None
-    served = [t for t in outcomes if t.trial_wall_s and t.results and not t.raced and not t.skipped]
-    startups = [t.startup_s for t in served if t.startup_s]
+    served = [t for t in measured_trials(outcomes) if t.trial_wall_s]
     return DeploymentCost(
-        trial_s, deployment_cost_s(outcomes, again=True) or trial_s,
-        sum(startups) / len(startups) if startups else None,
-        f"measured: mean of {len(served)} served trial{'s' * (len(served) != 1)} {where}")
+        cost.total_s, deployment_cost_s(outcomes, again=True) or cost.total_s, cost.start_s,
+        f"measured: {len(served)} served trial{'s' * (len(served) != 1)} {where}, priced as "
+        "the time budget prices the next (the first deployment's cold start excluded)")
 
 
 def assumed_cost(name: str) -> DeploymentCost:

@@ -207,12 +207,16 @@ class Precision:
 @dataclass(frozen=True)
 class RunStop:
     """How one run ended: ``requests`` sent (and measured), why it stopped (``STOP_REASONS``),
-    and the most requests it had in flight at once against the profile's ``concurrency``."""
+    the most requests it had in flight at once against the profile's ``concurrency``, and the
+    seconds the study's time budget allowed it (``Pinned.max_run_s``; None: no budget, or a
+    run stored before it was kept), so that a ``time budget`` stop can be replayed
+    (``recheck``)."""
 
     requests: int
     reason: str
     reached_concurrency: int = 0
     concurrency: int = 0
+    max_run_s: float | None = None
 
     @property
     def short_of_load(self) -> bool:
@@ -224,15 +228,22 @@ class RunStop:
         return (f"reached {self.reached_concurrency} of {self.concurrency}"
                 if self.short_of_load else "")
 
-    def to_dict(self) -> dict[str, int | str]:
-        return {"requests": self.requests, "stop": self.reason,
-                "reached_concurrency": self.reached_concurrency, "concurrency": self.concurrency}
+    def to_dict(self) -> dict[str, int | str | float]:
+        """The stored layout; ``max_run_s`` only where a time budget set one."""
+        stored: dict[str, int | str | float] = {
+            "requests": self.requests, "stop": self.reason,
+            "reached_concurrency": self.reached_concurrency, "concurrency": self.concurrency}
+        if self.max_run_s is not None:
+            stored["max_run_s"] = self.max_run_s
+        return stored
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> RunStop:
+        budget = data.get("max_run_s")
         return cls(int(data.get("requests", 0) or 0), str(data.get("stop", "") or ""),  # type: ignore[call-overload]
                    int(data.get("reached_concurrency", 0) or 0),  # type: ignore[call-overload]
-                   int(data.get("concurrency", 0) or 0))  # type: ignore[call-overload]
+                   int(data.get("concurrency", 0) or 0),  # type: ignore[call-overload]
+                   None if budget is None else float(budget))  # type: ignore[arg-type]
 
 
 def pinnable(metric: str) -> bool:
@@ -375,16 +386,17 @@ def within_budget(pinned: Mapping[str, Pinned], run_s: float | None, runs: int
 
 
 def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequence[str],
-            concurrency: int, ceiling: int) -> RunStop:
-    """The stop a run's per-request ``records`` (every request it sent) lead to under ``rule``:
-    the client's own decision replayed. The rule is asked as each request completes (at its
-    ``done_s``, when the client saw it end; its send time plus its latency for records without
-    one), counting as sent the requests sent before that moment and as elapsed the time since
-    the first send of the requests completed; the first stop answer ends the run with that
-    many sent."""
+            concurrency: int, ceiling: int, max_run_s: float | None = None) -> RunStop:
+    """The stop a run's per-request ``records`` (every request it sent) lead to under ``rule``
+    and the seconds the time budget allowed it (``max_run_s``, as its ``RunStop`` stores it;
+    None: no budget): the client's own decision replayed. The rule is asked as each request
+    completes (at its ``done_s``, when the client saw it end; its send time plus its latency
+    for records without one), counting as sent the requests sent before that moment and as
+    elapsed the time since the first send of the requests completed; the first stop answer
+    ends the run with that many sent."""
     ends = [r.done_s if r.done_s is not None else r.start_s + r.latency_s for r in records]
     starts = sorted(r.start_s for r in records)
-    pinned = Pinned(rule, tuple(metrics))
+    pinned = Pinned(rule, tuple(metrics), max_run_s)
     done: list[RequestResult] = []
     first_s = math.inf  # the first send among ``done``, kept as they grow (linear, not quadratic)
     for i in sorted(range(len(records)), key=lambda k: ends[k]):
@@ -394,9 +406,10 @@ def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequen
         said = pinned.stop(done, sent=sent, concurrency=concurrency, ceiling=ceiling,
                            elapsed_s=ends[i] - first_s)
         if said:
-            return RunStop(sent, said, max_concurrency(records), concurrency)
+            return RunStop(sent, said, max_concurrency(records), concurrency, max_run_s)
     return RunStop(len(records), reason_for(records, sent=len(records), ceiling=ceiling,
-                                            early=""), max_concurrency(records), concurrency)
+                                            early=""), max_concurrency(records), concurrency,
+                   max_run_s)
 
 
 def request_line(r: RequestResult, t0_s: float) -> dict[str, object]:

@@ -303,7 +303,8 @@ async def run_profile_async(
                         client_cpu_s=cpu_s)
     ended = RunStop(len(results), reason_for(results, sent=len(results), ceiling=measured,
                                              early=early),
-                    summary.max_concurrent_requests, profile.max_concurrency)
+                    summary.max_concurrent_requests, profile.max_concurrency,
+                    until.max_run_s if until is not None else None)
     return BenchmarkRun(profile=profile, seed=seed, summary=summary, requests=tuple(results),
                         stop=ended)
 

@@ -34,7 +34,7 @@ from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import RunStop
 
 OUTPUT_FORMATS = ("table", "json", "csv")
-SCHEMA = 2  # docs/outputs.md; raised when a field changes meaning or goes away
+SCHEMA = 3  # docs/outputs.md; raised when a field changes meaning or goes away
 
 
 @dataclass(frozen=True)
@@ -332,6 +332,7 @@ def search_fields(data: StudyData) -> dict[str, int]:
 
 _INTERVAL = ("mean", "lo", "hi", "deployments", "noise")
 _CHANGE = ("verdict", "difference", "change_pct", "change_lo_pct", "change_hi_pct", "margin_pct")
+_TOST = ("tost_lo_pct", "tost_hi_pct")  # the 90% interval equivalence is judged on
 CSV_COLUMNS: Mapping[str, tuple[str, ...]] = {
     # one row per trial, profile and metric (a trial that measured nothing: one row, the
     # profile and metric empty)
@@ -343,7 +344,10 @@ CSV_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "pareto": ("number", "reference", "confirmed", "objective", "profile", "metric", *_INTERVAL,
                *_CHANGE, "capacity", "differs_from", "changes", "flags"),
     # one row per use and objective (a use without a pick: one row, the objective empty)
-    "recommend": ("use", "trial", "reference", "is_baseline", "objective", *_INTERVAL, *_CHANGE,
+    # ``verdict``: the pick's combined verdict (the JSON's); ``objective_verdict`` and the
+    # ``*_pct`` cells: the pick against the baseline on the row's objective
+    "recommend": ("use", "trial", "reference", "is_baseline", "verdict", "objective",
+                  *_INTERVAL, "objective_verdict", *_CHANGE[1:5], *_TOST, "margin_pct",
                   "undecided_against", "decide_rounds", "decide_s", "decide_command",
                   "configurations_measured", "searched", "smallest_difference_pct", "flags",
                   "reason"),
@@ -409,7 +413,7 @@ def front_rows(r: FrontRecord) -> list[dict[str, Any]]:
 def recommendation_rows(r: RecommendationRecord) -> list[dict[str, Any]]:
     d = r.decide
     common = {"use": r.use, "trial": r.trial, "reference": r.reference,
-              "is_baseline": r.is_baseline,
+              "is_baseline": r.is_baseline, "verdict": r.verdict,
               "undecided_against": " ".join(map(str, r.undecided_against)),
               "decide_rounds": d.rounds if d else None, "decide_s": d.seconds if d else None,
               "decide_command": d.command if d else None,
@@ -417,8 +421,18 @@ def recommendation_rows(r: RecommendationRecord) -> list[dict[str, Any]]:
               "smallest_difference_pct": r.smallest_difference_pct, "flags": _words(r.flags),
               "reason": r.reason}
     return [{**common, "objective": name, **_interval_cells(interval),
-             **_change_cells(r.comparisons.get(name))}
+             **_objective_cells(r.comparisons.get(name))}
             for name, interval in r.objectives.items()] or [common]
+
+
+def _objective_cells(c: VerdictRecord | None) -> dict[str, Any]:
+    """A recommend row's cells of the pick against the baseline on its objective: the
+    verdict named ``objective_verdict`` (``verdict`` is the pick's combined one), the
+    change, and the equivalence test's interval."""
+    if c is None:
+        return {}
+    cells = {k: getattr(c, k) for k in (*_CHANGE, *_TOST)}
+    return {"objective_verdict": cells.pop("verdict"), **cells}
 
 
 def study_rows(r: StudyRecord) -> list[dict[str, Any]]:

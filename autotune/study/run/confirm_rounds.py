@@ -63,8 +63,8 @@ def chosen_trials(data: StudyData, numbers: Sequence[int]) -> list[TrialOutcome]
 def _unfinished(stored: ConfirmationState, trials: Sequence[int] | None,
                 finalists_now: Sequence[int]) -> bool:
     """A stored confirmation that did not finish, and that this call asks for again: the same
-    trials, or (asked for the finalists) trials that are all finalists still; a search resumed
-    since may have changed the front."""
+    trials, or (asked for the finalists) trials that are all finalists still (or the other
+    side of an open pair with one); a search resumed since may have changed the front."""
     return bool(stored.trials) and not stored.finished and (
         set(stored.trials) <= set(finalists_now) if trials is None
         else set(trials) == set(stored.trials))
@@ -81,7 +81,11 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
     stored = read_confirmation(study)
     base = data.baseline.number if data.baseline is not None else None
     finalists_now = by_priority([t.number for t in finalists(data, k)], base) if trials is None else []
-    if _unfinished(stored, trials, finalists_now):
+    # A confirmation redeploys both sides of an open pair (``in_question``): a stored one may
+    # hold a rival that is no finalist.
+    reach = (finalists_now + in_question(judged or data, finalists_now)[0]
+             if trials is None and stored.trials and not stored.finished else finalists_now)
+    if _unfinished(stored, trials, reach):
         say(f"continuing the confirmation stored in the study: {len(stored.done)} of up to "
             f"{len(stored.trials) * stored.rounds} deployment(s) done")
         return stored

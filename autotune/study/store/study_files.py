@@ -13,6 +13,7 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 from optuna.artifacts.exceptions import ArtifactNotFound
 from optuna.trial import TrialState
 
+from autotune.errors import ConfigError
 from autotune.study.store import optuna_internals
 from autotune.study.store.storage import storage_errors
 
@@ -62,10 +63,24 @@ def study_files(study: optuna.Study, workdir: Path) -> StudyFiles:
                       tuple(dict.fromkeys(ids)), workdir / ARTIFACTS, tuple(folders))
 
 
-def delete_study(study: optuna.Study, files: StudyFiles) -> None:
+def refuse_running(files: StudyFiles, *, force: bool) -> None:
+    """Refuse (``ConfigError``, nothing deleted) to delete a study whose trials are still
+    running, unless ``force``: a live worker would go on writing to a study that is gone. A
+    worker that died leaves its trials running too: ``force`` is for that."""
+    if files.running and not force:
+        numbers = ", ".join(f"#{n}" for n in files.running)
+        raise ConfigError(
+            f"delete-study --study {files.name!r}: {len(files.running)} trial(s) still running "
+            f"({numbers}); stop their workers first, or pass --force where none is alive "
+            "(nothing deleted)")
+
+
+def delete_study(study: optuna.Study, files: StudyFiles, *, force: bool = False) -> None:
     """Delete ``study`` from its storage, then the files ``files`` lists (an artifact file
-    already gone is skipped). The rows go first: files left by an interruption are unreferenced,
+    already gone is skipped); refused while trials are running, unless ``force``
+    (``refuse_running``). The rows go first: files left by an interruption are unreferenced,
     never a study pointing at files that are gone."""
+    refuse_running(files, force=force)
     storage = optuna_internals.storage_of(study)
     with storage_errors(f"--study {files.name!r}: cannot delete it"):
         optuna.delete_study(study_name=files.name, storage=storage)

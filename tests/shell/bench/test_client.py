@@ -15,6 +15,7 @@ from aiohttp import web
 from autotune.core.metrics.summary import to_vllm_json
 from autotune.core.trial.precision import (
     BALANCED,
+    BUDGET,
     CEILING,
     PRECISE,
     Balance,
@@ -471,3 +472,28 @@ def test_a_jsonl_file_gives_our_client_and_vllms_custom_dataset_the_same_numbers
     for key in ("output_throughput", "mean_e2el_ms"):
         a, b = [o[key] for o in ours], [t[key] for t in theirs]
         apart(key, a, b)
+
+
+def test_a_time_budget_stop_is_stored_with_its_seconds_and_rechecks_as_time_budget():
+    """A run stopped by the study's time budget stores the seconds it was allowed, so that its
+    stored stop replays (``recheck``) as ``time budget``; a stop stored before that was kept
+    (no ``max_run_s``) replays as it did: by the rule alone."""
+    async def handler(request):
+        await request.read()
+        await asyncio.sleep(0.03)
+        return web.Response(body=GOOD, content_type="text/event-stream")
+
+    profile = dataclasses.replace(PROFILE, num_prompts=60)
+    # a rule that never stops a run on its own (a 0.01% target): only the budget stops it
+    until = Pinned(StopRule(0.0001, min_requests=4), ("mean_e2el_ms",), max_run_s=0.1)
+    run = bench(handler, profile, until=until)
+    assert run.stop is not None and run.stop.reason == BUDGET and run.stop.requests < 60
+    stored = RunStop.from_dict(json.loads(json.dumps(run.stop.to_dict())))
+    assert stored == run.stop and stored.max_run_s == 0.1
+    assert recheck(run.requests, until.rule, metrics=until.metrics, concurrency=2, ceiling=60,
+                   max_run_s=stored.max_run_s) == run.stop
+    old = {k: v for k, v in run.stop.to_dict().items() if k != "max_run_s"}
+    before = RunStop.from_dict(old)
+    assert before.max_run_s is None
+    assert recheck(run.requests, until.rule, metrics=until.metrics, concurrency=2, ceiling=60,
+                   max_run_s=before.max_run_s).reason == CEILING

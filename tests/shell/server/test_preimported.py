@@ -108,14 +108,18 @@ def test_the_launcher_runs_vllms_module_entry_points_and_its_console_script_only
 
 def test_a_killed_autotune_leaves_no_forked_server(tmp_path):
     """autotune SIGKILLed mid-trial (no cleanup of its own runs): its launcher reads the end of
-    its socket and kills what it forked; the servers do not wait for a reaper."""
+    its socket and kills what it forked; the servers do not wait for a reaper. The pids are
+    printed once the server has said its first line: the launcher answers with the pid as it
+    forks, before the child has its own session (asked sooner, the session was empty in 7
+    runs of 15)."""
     import subprocess
 
     script = (
         "import os, sys, time\n"
         "from autotune.shell.server.preimported import Preimported\n"
         f"launcher = Preimported(sys.executable, {STANDIN!r}, dict(os.environ))\n"
-        f"child = launcher.spawn(['sleep'], dict(os.environ), {str(tmp_path)!r})\n"
+        f"child = launcher.spawn(['sleep', '600'], dict(os.environ), {str(tmp_path)!r})\n"
+        "child.stdout.readline()\n"  # the stand-in runs, in its own session, and sleeps
         "print(child.pid, launcher._proc.pid, flush=True)\n"
         "time.sleep(600)\n")
     autotune = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
