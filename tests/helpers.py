@@ -134,11 +134,13 @@ def autotune(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
 
 def run_args(root: Path, model: str, study: str, trials: int) -> list[str]:
     """The shared real study: the references' own baseline (o0) measured first, without the
-    calibration redeployment, so that its trials are o0, o0-ep (a crash), then sampled ones.
+    calibration redeployment and with the sampler right after the references (no exploration
+    order), so that its trials are o0, o0-ep (a crash), then sampled ones.
     vLLM's defaults as the baseline are run by tests/study/test_workers.py and the dry run."""
     return ["run", *REAL_STUDY_PROFILES, "--model", model, "--space", str(root / "space.yaml"),
             "--references", str(root / "refs.yaml"), "--seed-references", "--baseline", "o0",
-            "--no-calibrate", "--study", study, "--trials", str(trials), "--seed", "1",
+            "--no-calibrate", "--exploration", "sampler", "--study", study, "--trials", str(trials),
+            "--seed", "1",
             "--confirm", "0", *REAL_STUDY_SMALL]
 
 

@@ -179,7 +179,11 @@ def test_the_exported_shell_command_runs_as_printed_on_the_cpu_build(tmp_path, d
         except ProcessLookupError:
             pass
         log.close()
+    # this server's processes only (a shared server of another test may serve the same model)
+    def ours() -> list[str]:
+        return [p for p in vllm_processes(dense_model) if f"--port {port}" in p]
+
     deadline = time.monotonic() + 30
-    while vllm_processes(dense_model) and time.monotonic() < deadline:
+    while ours() and time.monotonic() < deadline:
         time.sleep(1)
-    assert vllm_processes(dense_model) == []
+    assert ours() == []

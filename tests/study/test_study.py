@@ -108,16 +108,18 @@ def test_dry_run_prints_reference_argv_first_and_launches_nothing(study_env):
     result = subprocess.run(
         [sys.executable, "-m", "autotune", "--workdir", str(workdir), "run", "--model", model,
          "--space", str(root / "space.yaml"), "--references", str(root / "refs.yaml"),
-         "--seed-references", "--trials", "4", "--dry-run"],
+         "--seed-references", "--exploration", "sampler", "--trials", "4", "--dry-run"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    out = result.stdout.splitlines()
+    lines = [line for line in out if line.startswith("trial ")]
     # vLLM's defaults first (the baseline: no tuned flag), then the references, then samples
     assert lines[0].startswith("trial 0 (baseline: vllm-defaults): vllm serve")
     assert "--optimization-level" not in lines[0] and "--max-model-len" not in lines[0]
     assert lines[1].startswith("trial 1 (o0): vllm serve") and "--optimization-level 0" in lines[1]
     assert lines[2].startswith("trial 2 (o0-ep)") and "--enable-expert-parallel" in lines[2]
     assert lines[3].startswith("trial 3 (sampled)")
-    assert lines[-1] == "dry run: nothing launched, nothing written"
+    assert out[-1] == "dry run: nothing launched, nothing written"
+    assert any(line.startswith("creates study ") for line in out)
     assert not workdir.exists()
