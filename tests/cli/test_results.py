@@ -104,7 +104,8 @@ def test_pareto_recommend_and_report_on_a_study_of_real_runs(four_trials):
 
     pareto = autotune(root, "pareto", "--study", "s4")
     assert pareto.returncode == 0, pareto.stderr
-    assert "the front (s4): mean E2EL at low-concurrency (ms) against output throughput" in pareto.stdout
+    title = " ".join(pareto.stdout.split())  # the title wraps at the terminal's width
+    assert "the front (s4): mean E2EL at low-concurrency (ms) against output throughput" in title
     front = study_data(load(root, "s4")).front()
     assert front and all(f"#{t.number}" in pareto.stdout for t in front)
     for use in ("interactive", "throughput", "balanced"):
