@@ -408,7 +408,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report", help="Markdown + HTML report: the front, importance and effects")
     add_study_args(p)
-    p.add_argument("--out", help="output folder (default <workdir>/reports/<study>)")
+    p.add_argument("--output", "--out", dest="out", help="output folder (default <workdir>/reports/<study>)")
     p.set_defaults(handler=cmd_report)
 
     p = sub.add_parser("dashboard", help="optuna-dashboard on the study storage (127.0.0.1); "

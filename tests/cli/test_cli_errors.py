@@ -63,6 +63,8 @@ def test_report_into_an_existing_file_is_refused_and_the_file_kept(cli, study, t
     code, _, err = cli("report", "--study", "s", "--storage", study, "--out", "notes.txt")
     assert code == 2
     assert one_line(err).startswith("--out notes.txt: a file, not a folder")
+    # --output, as `export` names it, is the same option
+    assert cli("report", "--study", "s", "--storage", study, "--output", "notes.txt")[0] == 2
     assert files(tmp_path) == before
 
 
