@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -513,3 +514,15 @@ def age_heartbeats(db: Path, seconds: int) -> None:
         changed = conn.execute("UPDATE trial_heartbeats SET heartbeat = "
                                "datetime(heartbeat, ?)", (f"-{seconds} seconds",)).rowcount
     assert changed, f"no heartbeat stored in {db}"
+
+
+def files(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` with the hash of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_line(err: str) -> str:
+    [line] = err.strip().splitlines()
+    assert line.startswith("autotune: error: ")
+    return line.removeprefix("autotune: error: ")

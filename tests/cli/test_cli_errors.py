@@ -3,13 +3,12 @@ valid, exit 2, and nothing written; reading commands never create or modify a st
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import failed, served, store
+from tests.helpers import failed, files, one_line, served, store
 
 REJECTION = ("Value error, max_num_batched_tokens (2048) is smaller than max_model_len (32768). "
              "This effectively limits the maximum sequence length to max_num_batched_tokens and "
@@ -33,18 +32,6 @@ def study(tmp_path, stored) -> str:
     """The stored study, copied into the test's folder (byte for byte); its URL."""
     shutil.copytree(stored, tmp_path / "studies")
     return f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}"
-
-
-def files(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` with the hash of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def one_line(err: str) -> str:
-    [line] = err.strip().splitlines()
-    assert line.startswith("autotune: error: ")
-    return line.removeprefix("autotune: error: ")
 
 
 def test_export_into_a_missing_folder_names_the_folder_and_writes_nothing(cli, study, tmp_path):

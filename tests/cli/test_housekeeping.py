@@ -5,7 +5,6 @@ saves notes into an existing storage and never creates one."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 from pathlib import Path
@@ -18,20 +17,7 @@ from optuna.trial import TrialState
 
 from autotune.core.maths.durations import duration_text
 from autotune.study.store.storage import Heartbeat, close_readers, open_storage
-from tests.helpers import make_plan, served, store
-
-
-def files(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` with the hash of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def one_line(err: str) -> str:
-    [line] = err.strip().splitlines()
-    assert line.startswith("autotune: error: ")
-    return line.removeprefix("autotune: error: ")
-
+from tests.helpers import files, make_plan, one_line, served, store
 
 TRIALS = [served(e2el_ms=1000, throughput=2000, reference="default"),
           served(e2el_ms=900, throughput=1800, params={"max_num_seqs": 128})]
