@@ -315,7 +315,8 @@ def ids(name: str) -> WorkloadProfile:
 
 
 def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), name: str = "s",
-              sampler: str = "tpe", space: str = SPACE, refs: str = REFERENCES, **settings):
+              sampler: str = "tpe", space: str = SPACE, refs: str = REFERENCES,
+              platform: str | None = None, **settings):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
@@ -326,7 +327,8 @@ def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), 
         profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(model), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None, trials=trials,
-        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings))
+        repeats=2, seed=1, study_name=name, slos=tuple(slos), sampler=sampler, **settings),
+        platform=platform)
 
 
 ONE_ENGINE_SPACE = """

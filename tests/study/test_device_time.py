@@ -73,19 +73,16 @@ def test_the_run_stops_at_the_balanced_length_where_it_is_the_shorter():
     assert (stop.requests, stop.reason) == (10, BALANCED)
 
 
-def test_a_first_trial_with_unknown_spread_runs_the_short_length(tmp_path, monkeypatch):
+def test_a_first_trial_with_unknown_spread_runs_the_short_length(tmp_path):
     """On a GPU, before anything is measured, the first trial's runs stop by the prior (1%
     between deployments) and the precision length, not at the ceiling."""
-    import autotune.study.run.study_plan as planning
-
-    monkeypatch.setattr(planning, "platform_fact", lambda: "gpu")
     seen = []
 
     def recording(argv, bench, setup, on_phase):
         seen.append(bench.pinned["low-concurrency"])
         return StandIn()(argv, bench, setup, on_phase)
 
-    run_in_memory(make_plan(tmp_path, trials=1, references=False), recording)
+    run_in_memory(make_plan(tmp_path, trials=1, references=False, platform="gpu"), recording)
     (first,) = seen
     assert first.rule.balance == Balance(0.01, 100.0) and first.rule.enough_rel == 0.025
     stop = recheck(requests(0.08, 100), first.rule, metrics=first.metrics, concurrency=2,

@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 from autotune.core.plan.request import VERSION, PlanRequest
+from autotune.core.trial.precision import Balance
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError
 from autotune.study.run.study_plan import build_plan, set_budget, store_plan, stored_request
@@ -124,14 +125,16 @@ def read_plan_of(data: dict) -> PlanRequest:
     return read_plan(study)
 
 
-@pytest.mark.parametrize("installed, platform", [("cpu", "cpu"), ("gpu", "gpu")])
-def test_the_plans_model_context_carries_the_platform_the_shell_detects(tmp_path, monkeypatch,
-                                                                        installed, platform):
-    import autotune.shell.server.install
+def test_the_plans_platform_is_the_installed_one_unless_given_and_its_context_carries_it(
+        tmp_path):
+    from autotune.shell.server.install import detect_platform
 
-    monkeypatch.setattr(autotune.shell.server.install, "detect_platform", lambda: installed)
-    plan = build_plan(request_in(tmp_path))
-    assert plan.ctx.platform == platform
+    assert build_plan(request_in(tmp_path)).ctx.platform == detect_platform()
+    for platform in ("cpu", "gpu"):
+        plan = build_plan(request_in(tmp_path), platform=platform)
+        assert plan.platform == plan.ctx.platform == platform
+        (pinned,) = plan.bench.pinned.values()  # the runs stop by the platform's prior
+        assert pinned.rule.balance == Balance.prior(platform)
 
 
 def test_a_key_missing_from_a_stored_plan_takes_its_default(tmp_path):

@@ -103,6 +103,7 @@ class StudyPlan:
     space: SearchSpace
     bench: BenchPlan
     objectives: tuple[Objective, ...]
+    platform: str  # "cpu" or "gpu": what ``when: {platform: ...}`` and the priors see
     references: ReferenceSet | None = None
     slos: tuple[Slo, ...] = ()
     baseline: Baseline | None = None  # what the user runs today: the study's first trial
@@ -194,7 +195,7 @@ class StudyPlan:
 
     @property
     def ctx(self) -> ModelContext:
-        return ModelContext(self.model, self.max_model_len, platform_fact())
+        return ModelContext(self.model, self.max_model_len, self.platform)
 
     def trial_setup(self, *, slot: Slot, entrypoint: Entrypoint | None,
                     validator: VllmValidator | None, launcher: Preimported | None = None
@@ -274,11 +275,13 @@ def default_study_name(model: str, space: str, profiles: list[str]) -> str:
 
 
 def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
-               dry_run: bool = False, parser: VllmValidator | None | bool = True) -> StudyPlan:
+               dry_run: bool = False, parser: VllmValidator | None | bool = True,
+               platform: str | None = None) -> StudyPlan:
     """The one plan constructor. Bad input is a ConfigError before anything is written;
     ``dry_run`` describes a generated model without writing it. ``parser``: what reads a
     --baseline that is the user's own deployment (True: vLLM's, where it is installed; None:
-    autotune's own reading, no check by vLLM)."""
+    autotune's own reading, no check by vLLM). ``platform``: None, the installed vLLM's."""
+    platform = platform or platform_fact()
     names = [p.name for p in request.profiles]
     if len(set(names)) != len(names):
         raise ConfigError(f"--profile: each profile once, got {names}")
@@ -329,7 +332,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
             raise
         raise ConfigError(f"{given.where}: its model {str(exc).removeprefix('--model ')}") from None
     max_model_len = model_context(space, model, max_len).max_model_len
-    found = resolve_baseline(request, space, ModelContext(model, max_model_len, platform_fact()),
+    found = resolve_baseline(request, space, ModelContext(model, max_model_len, platform),
                              references, given)
     baseline = found.baseline if found is not None else None
     fixed = {**argv_to_options(request.fixed_flags), **(found.fixed if found else {})}
@@ -348,11 +351,13 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
         slos=tuple(slo.key for slo in slos), storage=storage,
         study_name=request.study_name or default_study_name(model.name, space.name, names))
     return StudyPlan(
-        request=filled, model=model, space=space, objectives=objectives, references=references,
+        request=filled, model=model, space=space, objectives=objectives, platform=platform,
+        references=references,
         slos=slos, baseline=baseline, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
                                    seed=request.seed or 0, objectives=objectives,
                                    pinned=pinned_metrics(profiles, objectives, slos,
-                                                         stop_rule(request), sources)))
+                                                         stop_rule(request, platform=platform),
+                                                         sources)))
 
 
 @dataclass(frozen=True)
