@@ -1,11 +1,8 @@
-"""Tiny local Hugging Face checkpoints that vLLM's CPU build serves (no downloads).
-
-Writes random-weight models, deterministic for a seed: a dense Llama-style model and a
-GLM-4-MoE-style mixture of experts, optionally with one MTP (multi-token prediction) layer
-written explicitly, since transformers does not save MTP weights. Shapes follow what was
-measured to work on the CPU build: head_dim 64, 4 heads, 2 KV heads (TP 2 divides both).
-Imports torch and transformers lazily: they come with the ``cpu``/``gpu`` extras.
-"""
+"""Tiny local Hugging Face checkpoints that vLLM's CPU build serves (no downloads): random weights,
+deterministic for a seed; a dense Llama-style model and a GLM-4-MoE-style mixture of experts,
+optionally with one MTP layer written explicitly (transformers does not save MTP weights).
+Shapes measured to work on the CPU build: head_dim 64, 4 heads, 2 KV heads (TP 2 divides both).
+torch and transformers are imported lazily: they come with the ``cpu``/``gpu`` extras."""
 
 from __future__ import annotations
 

@@ -1,24 +1,9 @@
 """Models with constructed weights: they compute at full cost and predict exactly, made in
 seconds to a minute on the machine that serves them (nothing that large can be copied there).
 
-The language is the trained demo model's (``modelgen.predictable``): a seeded permutation ``f`` of
-the non-special ids, "after x comes f(x)". The weights are set, not trained:
-
-- one-hot embeddings (vocabulary = hidden size), so the residual stream carries the token;
-- every decoder layer's attention output projection and every expert's (routed and shared)
-  down projection are zero: each layer computes its attention and its routed MoE at full cost
-  (random q/k/v, gate/up projections and router) and adds exactly nothing;
-- the output head maps token x's direction to f(x): greedy decoding follows the language;
-- the MTP layer (GLM-4-MoE's, as vLLM's ``Glm4MoeMTP`` computes it: eh_proj over [embedding of
-  the token just produced, hidden state], one decoder layer, shared head norm, the shared
-  lm_head) takes the embedding half of eh_proj as a map y -> g(y) with g(y) = y for a seeded
-  share ``mtp_acceptance`` of the tokens and another token for the rest, so the draft of the
-  token after next is right exactly when the token just produced is one of the former: along
-  the generated walk, speculation is accepted at about that rate.
-
-Shards are written per layer with an index, so a second model that differs only in its MTP
-acceptance links the base shards of the first (``reuse_base``) instead of writing them again.
-"""
+The weights are set, not trained: each layer computes at full cost and adds nothing, the head
+follows the demo language (``modelgen.predictable``), and the MTP draft is right for a seeded
+share ``mtp_acceptance`` of the tokens. Each weight: docs/models.md#in-the-code."""
 
 from __future__ import annotations
 

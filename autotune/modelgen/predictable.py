@@ -1,15 +1,9 @@
 """Training a tiny MoE and its MTP head on a predictable synthetic language (CPU, seconds).
 
-The language: a fixed random permutation ``f`` of the non-special token ids, and the rule
-"after token x comes f(x)". The base model learns to predict f(x_t) at every position of
-random token sequences (so any prompt, the benchmark's random ones included, continues
-predictably), and the MTP head learns what vLLM's ``Glm4MoeMTP`` layer computes: from the
-embedding of the token just produced (y) and the base model's final hidden state, predict
-f(y), the token after next. The head is trained on y drawn independently of the context, so
-it relies on the embedding. Mirrors vLLM's MTP forward: zeroed embedding at position 0,
-enorm/hnorm, eh_proj over [embedding, hidden], one decoder layer, shared_head.norm, the
-shared lm_head.
-"""
+The language: a seeded permutation ``f`` of the non-special ids, "after token x comes f(x)", so
+that any prompt (the benchmark's random ones too) continues predictably. The MTP head learns
+f(y) for the token y just produced, as vLLM's ``Glm4MoeMTP`` computes it. Its training and
+forward, step by step: docs/models.md#in-the-code."""
 
 from __future__ import annotations
 

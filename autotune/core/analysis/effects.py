@@ -1,14 +1,9 @@
 """The effect of each parameter on each objective metric, per profile, with its interval; and
 the sign flips between profiles. Pure.
 
-A parameter's effect comes from matched pairs of trials that differ in that parameter only (as
-the reference configs do) where they exist, otherwise from a linear model of the metric over all
-feasible trials; with too few trials to separate it, it is withheld. The metric's record says
-whether an effect is a ratio (the log of the metric is modelled) or a difference (the metric
-itself); a ratio metric that a trial measured as 0 is compared as a difference there, and the
-effect says so: no log of a value <= 0 is ever taken. A sign flip is claimed only when two
-profiles' intervals both exclude zero with opposite signs.
-"""
+Matched pairs where they exist, else a linear model; a ratio or a difference as the metric's
+record says, and no log of a value <= 0 is ever taken. A flip needs both profiles' intervals to
+exclude zero with opposite signs (docs/studies.md#in-the-code)."""
 
 from __future__ import annotations
 

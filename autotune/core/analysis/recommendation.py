@@ -1,17 +1,9 @@
-"""Recommendations: the trial for each use, how it compares with what the user runs today
-(the baseline) and with every rival, and what deciding an undecided comparison would cost.
-Pure.
+"""Recommendations: the trial for each use, how it compares with the baseline and every rival,
+and what deciding an undecided comparison would cost. Pure.
 
-One rule everywhere (``stats.judge``): a difference is better or worse when its 95% interval
-excludes zero, equivalent when its 90% interval lies within +/- the smallest difference worth
-caring about, undecided otherwise; not separated is never equal. The pick for a use is the best
-estimate; a simpler configuration (fewer flags changed from the baseline, or from vLLM's
-defaults without one) replaces it only when the two are equivalent, so the baseline itself is
-picked, "keep what you run", whenever nothing measured beats it by more than the margin.
-Undecided rivals are named with their signed difference, and only an undecided comparison has
-a price (``TieCost``): the confirmation rounds that would decide it, what they cost in device
-time, and the command that runs them. ``table`` puts every use's answer in 80 columns.
-"""
+One rule everywhere (``stats.judge``). A simpler configuration replaces the best estimate only
+when the two are equivalent, so "keep what you run" wins unless something beats it by more than
+the margin; only an undecided comparison has a price (docs/studies.md#in-the-code)."""
 
 from __future__ import annotations
 

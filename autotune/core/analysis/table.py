@@ -1,15 +1,7 @@
 """A recorded table: every configuration of a space deployed once, with repeats per profile.
 Pure; no study reads it: the replay (``study.dev.replay``), the benchmarks and the tests do. It
 stays in the package because the replay does, and ``benchmarks/data/`` holds tables in its
-format.
-
-The table is a study exported to CSV (`benchmarks/record_table.py`): one row per configuration
-and repeat, the configuration's status (``served``, its failure class, or ``not_reached`` when
-the recording stopped before it), its start-up seconds, and the per-run metrics of every
-profile as ``PROFILE:METRIC`` columns. Comment lines at the top (``# key: value``) carry the
-protocol, the machine and the vLLM version. Replaying samplers against it
-(`autotune.study.dev.replay`) costs milliseconds per trial instead of a deployment.
-"""
+format. Its columns and header lines: docs/samplers.md#in-the-code."""
 
 from __future__ import annotations
 

@@ -1,22 +1,9 @@
-"""vLLM flags back to a space's parameters: the inverse of ``core.deployment.flags``, for what a
+"""vLLM flags back to a space's parameters (the inverse of ``core.deployment.flags``), for what a
 user runs today (`run --baseline`). Pure.
 
-A baseline is what the user deploys: a flag string ("--max-num-seqs 128 -O3"), a whole command
-line (``vllm serve MODEL ...``, ``python -m vllm.entrypoints.openai.api_server --model MODEL
-...``), or a file (vLLM's own ``--config`` YAML, or what `autotune export` writes). Each becomes
-an ordered mapping of options (vLLM's parser names each by its long name first, in the shell),
-and the options split in two: those a parameter of the space expresses set the baseline's
-parameter values; every other one is a *fixed flag* of the study, deployed on every trial (the
-baseline included) and written into every export, so that the study compares the user's own
-deployment with the space's changes on top of it. The flags the runner sets for every
-deployment (model, host, port, API key, served name) are dropped, and so is every secret
-(``is_secret``: never stored, and ``masked`` in every echo); a flag a parameter owns is never
-a fixed flag (a value the space cannot express is a ``ConfigError``); tensor parallel and the
-space's own deployment flags must agree with the space (a conflict is one line naming both
-values); ``--max-model-len`` is the context the baseline runs at. A tuned flag with a value
-outside its parameter's domain is a one-line ``ConfigError``: the baseline would otherwise be
-measured as something else than what the user runs.
-"""
+Options a parameter expresses set the baseline's values; every other one is a fixed flag on every
+trial, so that the study compares the user's own deployment with the space's changes on top of
+it. Secrets are never stored; the rules in full: docs/studies.md#in-the-code."""
 
 from __future__ import annotations
 

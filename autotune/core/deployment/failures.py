@@ -1,13 +1,9 @@
 """Failure classes as a registry of records, and the classification of a vLLM server's exit
 status and log text into them. Pure: no process, file or printing.
 
-Every fact about a class is in its ``FailureClass`` record: the name stored with a failed
-trial, how vLLM's output (or autotune) shows it, the log pattern that detects it, whether it
-is held against the configuration, and what the user can do. The patterns come from failures
-seen on real servers (vLLM's CPU build and an H200, docs/deployments.md): argparse errors and pydantic config
-checks (configuration rejected), allocator and cache sizing errors (out of memory), dead engine
-cores and workers (engine died). ``failure_table`` renders the registry for docs/deployments.md.
-"""
+Every fact about a class is in its ``FailureClass`` record; the patterns come from failures seen
+on real servers (vLLM's CPU build and an H200). ``failure_table`` renders the registry for
+docs/deployments.md#failure-classes."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """CUDA graph capture sized to a study's load: the largest batch its deployments are asked to
 run and the space whose deployments all capture only up to it. Pure.
 
-vLLM captures a CUDA graph per batch size up to ``max_cudagraph_capture_size`` (512 by
-default) at every start. A study that sends at most C concurrent requests, each step holding
-up to 1 + k tokens per request with k speculative tokens, decodes no batch larger than
-C x (1 + k); capturing beyond it costs start-up seconds that no measured run uses. Opt-in
-(``run --cap-cuda-graphs``) until the H200 shows the same numbers with and without it; the cap
-is a deployment flag, so every trial, the baseline, the confirmation and the export carry it.
-"""
+At concurrency C with k speculative tokens no batch exceeds C x (1 + k); capturing beyond it
+(vLLM: up to 512) costs start-up seconds no run uses. Opt-in until the H200 shows the same
+numbers with and without it: docs/startup.md#cuda-graph-capture-sized-to-the-studys-load."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Where a deployment's start-up time goes: phases between named lines of vLLM's log, each
 stamped by autotune as it arrived, and what no phase names. Pure: takes lines, returns records.
 
-vLLM's own stamps are whole seconds, so the server's output is read through a pipe and each
-line keeps its arrival time (seconds since launch, ``LogLine``). A phase runs from the first
-line matching one of its start marks to a line matching one of its end marks (the last one
-where ranks log in parallel: the slowest rank ends it); launch (0 s) and ready (the first
-completion answered) are autotune's events. What lies between phases is ``unnamed_s``,
-whatever vLLM was doing; the phases are a registry (``PHASES``), each with the lines that
-bound it, so a new vLLM's messages are one edit away.
-"""
+vLLM's own stamps are whole seconds, hence autotune's arrival stamps (``LogLine``). Where ranks
+log in parallel a phase ends at the last matching line (the slowest rank). ``PHASES`` is the
+registry: a new vLLM's messages are one edit away (docs/startup.md#in-the-code)."""
 
 from __future__ import annotations
 

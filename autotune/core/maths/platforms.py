@@ -15,13 +15,11 @@ CPU, GPU = "cpu", "gpu"  # vLLM's CPU build | the GPU build: the one spelling of
 
 @dataclass(frozen=True)
 class Platform:
-    """One platform and its priors (each replaced by the study's own measurement once it has
-    one): ``trial_s``, the wall of a new engine's trial (start-up, every profile's runs,
-    teardown; ``confirmation.deployment_cost_s``); ``redeploy_s``, a redeployment of a measured
-    engine, which finds its compiled graphs cached (``deployment_cost_s(again=True)``): the
-    balance's C_d; ``between_log_sd``, the log-sd of one configuration's deployment means from
-    one deployment to the next (the balance's sigma_b, a metric's noise before any
-    redeployment)."""
+    """One platform and its priors, each replaced by the study's own measurement once it has one
+    (``confirmation.deployment_cost_s``): ``trial_s``, a new engine's trial (start-up, every
+    profile's runs, teardown); ``redeploy_s``, a measured engine's redeployment, its compiled graphs
+    cached (the balance's C_d); ``between_log_sd``, the log-sd of one configuration's deployment
+    means between deployments (the balance's sigma_b, a metric's noise before any redeployment)."""
 
     name: str
     distribution: str  # the vLLM distribution that runs on it (a trial's stored vllm_version)

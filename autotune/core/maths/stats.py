@@ -1,20 +1,9 @@
 """Uncertainty of measured numbers: intervals, pooled noise, relative changes. Pure.
 
 Run-to-run noise on shared machines is multiplicative (a busy core slows a whole run by a
-share), so everything is done on the log scale. A trial's number is the mean over its
-deployments, and a metric's noise is that of one deployment's mean (``deployment_noise``): the
-standard deviation of log(deployment mean) between deployments of one configuration, pooled over
-the study's trials deployed more than once, never below what the repeats within a deployment
-allow (their pooled standard deviation over the square root of the runs per deployment); before
-any redeployment, the platform's measured spread between deployments (``platforms.PLATFORMS``,
-docs/noise.md), said to be "assumed". How the parts combine: docs/noise.md, "How a trial's
-interval is formed".
-
-An ``Estimate`` is a mean with the noise behind it; a ``Change`` is the relative difference of
-two estimates (or an effect) with its interval; a ``Difference`` is an absolute one, for the
-metrics that can be 0 (a rate, a count), where a ratio has no meaning. A change whose interval
-contains zero is a tie, never a finding.
-"""
+share), so everything is on the log scale. A metric's noise is that of one deployment's mean
+(``deployment_noise``; docs/noise.md#how-a-trials-interval-is-formed). A change whose interval
+contains zero is a tie, never a finding (docs/noise.md#in-the-code)."""
 
 from __future__ import annotations
 
@@ -147,17 +136,12 @@ def pool_spreads(spreads: Sequence[Spread]) -> Spread | None:
 
 def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequence[float]],
                      prior: Noise, inherited: Spread | None = None) -> Noise | None:
-    """The noise of one deployment's mean of a metric, from its positive values:
-
-    - ``within``: the runs of each deployment (one group per deployment; repeats);
-    - ``between``: each configuration deployed more than once, as its deployment means;
-    - ``inherited``: the spread between deployments other studies measured under the same
-      conditions, pooled with this study's own (weighted by degrees of freedom).
-
-    The spread between deployment means pooled over configurations, never below the repeats'
-    pooled spread over the square root of the runs per deployment (a deployment's mean cannot
-    be surer than its runs); without a redeployment (measured or inherited), ``prior`` held to
-    that same floor. None when the metric has no positive value at all."""
+    """The noise of one deployment's mean of a metric, from its positive values (None: none):
+    ``within`` each deployment (repeats), ``between`` deployments of one configuration (its means),
+    ``inherited`` from other studies under the same conditions (pooled, weighted by degrees of
+    freedom). The between-spread pooled over configurations, never below the repeats' spread over
+    sqrt(runs per deployment) (a deployment's mean cannot be surer than its runs); without any
+    redeployment, measured or inherited, ``prior`` held to that same floor."""
     logs_w = [x for x in map(_logs, within) if x is not None]
     logs_b = [x for x in map(_logs, between) if x is not None]
     if not logs_w and not logs_b and inherited is None:

@@ -1,12 +1,8 @@
-"""A server's /metrics page (Prometheus text format) as counters, gauges and histograms. Pure:
-text in, one record out; fetching the page is the shell's (``shell.bench.server_metrics``).
-
-Families are typed by their ``# TYPE`` lines, as vLLM's prometheus_client writes them; a page
-without them is read by the naming convention (``*_total`` a counter, ``*_bucket`` with an
-``le`` label a histogram with its ``_sum`` and ``_count``, anything else a gauge). Counters and
-histograms are summed over their label sets (engines, models): a run's delta is the server's.
-Gauges keep one value per label set: a usage share is not summed over engines.
-"""
+"""A server's /metrics page (Prometheus text format) as counters, gauges and histograms. Pure;
+fetching it is ``shell.bench.server_metrics``'s. Families are typed by ``# TYPE`` lines (vLLM's
+prometheus_client), else by name (``*_total`` a counter, ``*_bucket`` with ``le`` a histogram,
+else a gauge). Counters and histograms are summed over label sets (engines, models): a run's
+delta is the server's. Gauges keep one value per label set: a usage share is not summed."""
 
 from __future__ import annotations
 

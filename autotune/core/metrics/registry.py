@@ -1,15 +1,8 @@
 """The registry of metrics: one frozen record per metric autotune knows. Pure.
 
-Every fact about a metric lives in its ``Metric`` record: the key (vLLM's ``bench serve`` key
-where vLLM has one), unit, which way is better, the label people read, whether it grows with
-the load carried, where it is read (for a server metric: which /metrics family, and how, or
-which two counters it is the ratio of), the noise assumed for it before a study has repeats, and
-whether its effects are ratios or differences.
-Every list, label, unit or direction elsewhere is derived from ``METRICS``: adding a metric is
-one ``_register`` call here plus the code that computes it (a server metric read by a
-``ServerRead`` or a ``CounterRatio``: the call alone). Any registered metric can be an objective
-or an SLO.
-"""
+Every list, label, unit or direction elsewhere is derived from ``METRICS``, so that adding a
+metric is one ``_register`` call here plus the code that computes it (a server metric: the call
+alone; docs/architecture.md#adding-a-metric). Any registered metric can be an objective or an SLO."""
 
 from __future__ import annotations
 

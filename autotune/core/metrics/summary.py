@@ -1,12 +1,8 @@
-"""Benchmark metrics: per-request records (and the server's /metrics pages read around the run)
-in, one summary record out. Pure numpy, no I/O.
-
-Definitions follow vLLM's own ``vllm bench serve`` (``vllm/benchmarks/serve.py``):
-TTFT is the time to the first streamed chunk with tokens; ITL is the gap between
-consecutive chunks (flattened over requests); TPOT is (E2EL - TTFT) / (output tokens - 1)
-and only requests with more than one output token contribute; throughputs divide by the
-wall time of the measured run. Goodput counts requests meeting every SLO limit.
-"""
+"""Benchmark metrics: per-request records (and the server's /metrics pages around the run) in,
+one summary record out. Pure numpy. As ``vllm bench serve`` (docs/fidelity.md#metric-definitions):
+TTFT to the first streamed chunk with tokens; ITL between consecutive chunks, over all requests;
+TPOT (E2EL - TTFT) / (output tokens - 1), from requests with more than one; throughputs over the
+measured run's wall time. Goodput counts requests meeting every SLO limit."""
 
 from __future__ import annotations
 

@@ -63,15 +63,12 @@ def expected_trial_s(outcomes: Sequence[TrialOutcome]) -> float | None:
 
 
 def trial_cost(outcomes: Sequence[TrialOutcome]) -> TrialCost | None:
-    """What one more trial is expected to cost on this (by now warm) machine: a start plus the
-    rest of a trial (its runs, teardown and what surrounds them), each learned from the served
-    trials (measured, not raced or skipped; None before any). The start is the median start-up
-    of the deployments after the study's first; with the first alone, its start-up less the
-    phases only a first deployment pays (``COLD_ONLY_PHASES``). The rest is the mean of the
-    trials after the first where there are any (their runs' lengths rest on what the study
-    had measured by then), else the first's. So the first deployment's cold start and its
-    runs, sized before the spread was known, do not price the rest (issue #46: a 134-141 s
-    first trial priced a 59 s one)."""
+    """What one more trial is expected to cost on this (by now warm) machine, from the served trials
+    (measured, not raced or skipped; None before any): the median start-up after the study's first
+    (the first alone: its start-up less ``COLD_ONLY_PHASES``) plus the rest of a trial, the mean of
+    the trials after the first, else the first's. So the first deployment's cold start and its runs,
+    sized before the spread was known, do not price the rest (issue #46: a 134-141 s first trial
+    priced a 59 s one)."""
     served = sorted((t for t in measured_trials(outcomes) if t.trial_wall_s),
                     key=lambda t: t.number)
     if not served:

@@ -1,18 +1,9 @@
 """What a confirmation deploys, inside the time it has. Pure.
 
-A confirmation redeploys finalists (the front's members and the baseline) in interleaved
-rounds. Two decisions are made here, from numbers the study measured:
-
-- ``plan_confirmation``: before it starts, the confirmation that fits the time left at the
-  study's measured cost of one redeployment (``deployment_cost_s(again=True)``): the asked one, or fewer
-  rounds, or fewer finalists (the front's two ends and the baseline first), or none, said in
-  one line with what the full confirmation would take.
-- ``next_deployment``: after its first round (every finalist once, which also measures the
-  spread between deployments), each further deployment goes to the finalist whose
-  redeployment most reduces the chance that a use's pick is wrong (the undecided comparisons
-  of ``recommend``: pick against rival, pick against baseline). It stops when every use is
-  decided or equivalent, not after a fixed number of rounds.
-"""
+``plan_confirmation``: before it starts, what fits the time left at the measured cost of a
+redeployment (fewer rounds, fewer finalists, or none, said in one line). ``next_deployment``:
+after the first round, the finalist whose redeployment most reduces the chance that a use's pick
+is wrong, until every use is decided or equivalent (docs/studies.md#in-the-code)."""
 
 from __future__ import annotations
 
@@ -32,13 +23,11 @@ from autotune.core.trial.outcome import TrialOutcome
 
 
 def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) -> float | None:
-    """The measured wall seconds of one deployment: the mean ``trial_wall_s`` of the served
-    trials (measured, raced ones excepted: a race cuts its runs short); None when no served
-    trial carries one (nothing measured yet, or an imported study). ``again``: of a
-    deployment of an engine already measured (a confirmation's), which finds its compiled
-    graphs in the shared cache: each wall less the compile seconds its trial spent filling
-    that cache (on 2 CPU cores a 94 s trial less its 30 s of compile: 64 s; its redeployments
-    took 57 s)."""
+    """The measured wall seconds of one deployment: the mean ``trial_wall_s`` of the served trials
+    (raced ones excepted: a race cuts its runs short); None where none has one (none yet, or an
+    imported study). ``again``: a measured engine's redeployment, its compiled graphs cached: each
+    wall less the compile seconds its trial spent filling that cache (on 2 CPU cores a 94 s trial
+    less its 30 s of compile: 64 s; its redeployments took 57 s)."""
     return _mean([t.trial_wall_s - (compile_filled_s(t) if again else 0.0)
                   for t in measured_trials(outcomes) if t.trial_wall_s])
 

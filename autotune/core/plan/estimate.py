@@ -1,14 +1,8 @@
 """How long a run would take, for `run --dry-run`: the trials still to run, the baseline's
-calibration redeployment and the confirmation, at the cost of a deployment the study (or
-another of the same model) measured, else at the platform's prior. Pure.
-
-The estimate is as good as its cost: a measured one is what `run`'s time budget expects of
-the next trial (``budget.trial_cost``: its start on a warm machine and its runs; the first
-deployment's cold start prices nothing), and of a redeployment, the mean wall of served
-trials less the compile seconds a redeployment finds cached (``deployment_cost_s``); a prior
-is a guess from one machine (``platforms.Platform``: a new engine's trial and a
-redeployment), and the line says which it is.
-"""
+calibration redeployment and the confirmation, at the cost of a deployment the study (or another
+of the same model) measured, else at the platform's prior. Pure. A measured cost is what the
+time budget expects (``budget.trial_cost``, ``deployment_cost_s``); a prior is a guess from one
+machine (``platforms.Platform``), and the line says which it is."""
 
 from __future__ import annotations
 

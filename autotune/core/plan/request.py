@@ -1,12 +1,8 @@
 """What a study was asked to do: one record from `run`'s flags to the study's storage and back,
-and its versioned layout. Pure.
-
-``PlanRequest`` is what `run` asks for, what the study stores (``to_dict``, layout ``VERSION``)
-and what every worker, resumed run and reader takes from it (``from_dict``, which reads layouts
-3, 2 (the same without fixed flags) and 1). Facts derived from it (vLLM's defaults, the parsed objectives)
-are computed from it, never stored beside it. ``study.store.state`` is the only code that puts it in a
-study or takes it out.
-"""
+and its versioned layout. Pure. ``PlanRequest`` is what `run` asks for, what the study stores
+(``to_dict``, ``VERSION``) and what every worker, resumed run and reader takes back
+(``from_dict``: layouts 3, 2 (without fixed flags) and 1). Facts derived from it are computed,
+never stored beside it; only ``study.store.state`` puts it in a study or takes it out."""
 
 from __future__ import annotations
 

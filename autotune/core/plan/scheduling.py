@@ -1,15 +1,9 @@
 """Which trial a worker runs next when several workers share one study. Pure.
 
-Workers (slots on one node, or processes on several nodes) coordinate only through the
-study's storage. The budget counts finished trials study-wide; a worker asks for a new trial
-while finished + running trials leave room, waits while running trials could still fail and
-need a retry, and stops once the budget is met. A time budget stops the asking once the next
-trial's expected cost would overrun it (``TimeLeft``). A configuration vLLM's parser rejects
-costs a validation, not a deployment: it is kept apart from the budget (``Counts.rejected``),
-and the study stops once ``REJECTED_CAP`` times the budget of trials ended, so that a space of
-rejections alone still ends. Two workers can ask at the same moment; the
-trial numbers the storage hands out decide which one is over the budget and backs out.
-"""
+Workers coordinate only through the storage: the budget counts finished trials study-wide, and
+the trial numbers the storage hands out decide which of two simultaneous askers backs out.
+Rejected configurations stay out of the budget (``Counts.rejected``) up to ``REJECTED_CAP`` times
+it, so that a space of rejections alone still ends (docs/scale-out.md#in-the-code)."""
 
 from __future__ import annotations
 

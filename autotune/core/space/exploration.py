@@ -1,16 +1,9 @@
 """The exploration order: which configurations a study measures first after its baseline, and
 why. Pure: values in, records out.
 
-After the baseline the study measures, in this order, each single change from the baseline that
-a prior expects to help (largest expected gain first), then, per use, the changes expected to
-help it together; the sampler goes on from there (``study.run.study_setup`` enqueues the order,
-`run` and `run --dry-run` print it). The order was chosen over sampling from the start by
-replaying whole studies with GPU costs (`benchmarks/answer_quality.py`, docs/answers.md).
-
-A prior holds one-change effects as ratios against one common configuration, so that the
-effect of changing a parameter from one value to another is the ratio of their two entries;
-a value the prior does not know is not proposed (the sampler still draws it).
-"""
+Each single change a prior expects to help (largest gain first), then per use the helpful
+changes together; the sampler goes on from there. Chosen over sampling from the start by
+replaying whole studies with GPU costs (docs/answers.md; docs/samplers.md#in-the-code)."""
 
 from __future__ import annotations
 
@@ -134,14 +127,11 @@ def objective_uses(metrics: Sequence[tuple[str, bool]]) -> tuple[str, ...]:
 def exploration_order(space: SearchSpace, ctx: ModelContext, baseline: Params, prior: Prior,
                       *, uses: Sequence[str] = PRIOR_USES, limit: int = ORDER_LIMIT
                       ) -> tuple[Candidate, ...]:
-    """The candidates to measure first after ``baseline`` (its parameters; unset ones at vLLM's
-    defaults), in the study's context ``ctx``: every single change the prior expects to gain at
-    least ``MIN_GAIN`` for a use, largest first; then per use the best value of each parameter
-    expected to help it, together, where that is more than one change; only the ``uses`` the
-    study's objectives ask for count (``objective_uses``). Parameters fixed by the
-    model (``fixed``: YaRN beyond the native context) are part of every candidate, not a change.
-    At most ``limit``; configurations the conditions make equal to the baseline or to an
-    earlier candidate are left out."""
+    """The candidates to measure first after ``baseline`` (unset parameters at vLLM's defaults) in
+    ``ctx``: every single change the prior expects to gain ``MIN_GAIN`` for one of ``uses``
+    (``objective_uses``), largest first; then per use the best value of each parameter expected to
+    help it, together, where that is more than one change. Parameters the model fixes (``fixed``) are
+    in every candidate; at most ``limit``; none equal to the baseline or to an earlier candidate."""
     start = complete(space, ctx, baseline)
     pinned = fixed(space, ctx)
     singles: list[Candidate] = []

@@ -1,12 +1,9 @@
-"""Search spaces and reference configurations as records, and applying them to a model:
-which parameters apply, sampling, completing, resolving references, the grid. Pure.
-
-A space (``search_spaces/*.yaml``, parsed by ``core.space.space_yaml``) holds fixed ``deployment``
-settings and an ordered list of ``parameters``. Each parameter has a type, a domain, a default,
-exactly one vLLM mapping (``flag`` or ``json``), and optional conditions (``when`` on earlier
-parameters or on a ``FACTS`` entry: a deployment setting, a model fact or the ``platform`` the
-installed vLLM runs on; ``applies_to`` on the model). ``params_key`` is a configuration's one identity.
-"""
+"""Search spaces and reference configurations as records, and applying them to a model: which
+parameters apply, sampling, completing, resolving references, the grid. Pure. A space
+(``search_spaces/*.yaml``, parsed by ``core.space.space_yaml``; docs/spaces.md) holds fixed
+``deployment`` settings and ordered ``parameters``, each with one vLLM mapping and optional
+conditions (``when`` on earlier parameters or a ``FACTS`` entry, ``applies_to`` on the model).
+``params_key`` is a configuration's one identity."""
 
 from __future__ import annotations
 

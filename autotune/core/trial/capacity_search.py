@@ -1,34 +1,9 @@
 """Capacity under SLOs: the highest load at which every SLO holds, found on one deployment. Pure.
 
-A capacity profile is a workload plus a load axis (max concurrency, or a Poisson request rate)
-and limits on what one run at a load measures (``p99_ttft_ms<=2000``). The search is a state
-machine over the probes made so far, so that it can be tested on synthetic latency curves:
-``next_probe(spec, probes, incumbent)`` says which load to measure next, or that the search is
-done and where the boundary lies.
-
-1. Incumbent probe: when a trial that is at least as good on every other objective met the
-   SLOs at load L, probe L first. Past the limits there beyond the noise, with no more
-   throughput than that trial sustained, this configuration is dominated by it: stop.
-2. Bracket on a log scale: from the start load, up by ``factor`` while the SLOs hold, down while
-   they fail, within [low, high].
-3. Bisect the bracket at its geometric mean until fail/pass <= ``resolution`` (for concurrency
-   also when they are neighbours).
-
-A search that knows where an earlier one ended on the same configuration (a confirmation's
-redeployment) re-probes that boundary's two loads first and goes on from them only where a
-verdict flipped, stepping out by ``resolution`` rather than ``factor`` (on synthetic curves
-moved by up to 2x, fewer probes than larger steps: each new load near the limit costs repeats).
-The first run at a load (not one at the incumbent's load, whose throughput decides) may stop
-as soon as its fail is settled (``core.trial.early_fail``); a repeat always runs to the end.
-
-A probe's verdict compares each limit's log margin, log(value / limit), averaged over the
-repeats at that load, with its noise (one probe's percentile varies; ``noise`` is the assumed
-log-sd until repeats measure it), by the one verdict rule (``stats.judge``: a two-sided 95%
-t interval): past or within the limit beyond the noise, or else unsure, and an unsure load is
-measured again, up to ``max_repeats``; then its mean decides and the verdict is marked "near
-the limit". The boundary is reported as the bracket [highest load
-that met every SLO, lowest load above it that did not], with the crossing interpolated in it.
-"""
+A state machine over the probes made so far, so that it can be tested on synthetic latency
+curves: ``next_probe(spec, probes, incumbent)`` says which load to measure next, or that the
+search is done and where the boundary lies. The incumbent probe, the log-scale bracket, the
+bisection, re-probes and each probe's verdict (``stats.judge``): docs/capacity.md#in-the-code."""
 
 from __future__ import annotations
 

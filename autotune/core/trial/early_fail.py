@@ -1,15 +1,9 @@
-"""When a capacity probe's fail is settled before all its requests are measured: an exact
-count over the requests so far. Pure: the client asks it, it sends nothing.
+"""When a capacity probe's fail is settled before all its requests are measured: an exact count,
+with no distributional assumption. Pure: the client asks it, it sends nothing.
 
-The q-th percentile of N values (numpy's, linear) lies between the sorted values at 0-based
-indices i = floor(q (N - 1)) and i + 1. Once N - i requests of the N planned are past a bar,
-the run's percentile is past it whatever the others measure, and so is the percentile of the
-requests measured so far (N - floor(q (N - 1)) does not fall as N grows): the verdict of the
-full run, with no distributional assumption. The bar is the judge's own
-(``capacity_search.judge_load``): the limit times exp(z x noise), past which one run fails its
-load beyond the noise. A failed request fails the load at once. A pass is never settled early:
-a request still to come may fail, and one failed request fails the load.
-"""
+Once N - floor(q (N - 1)) of the N planned requests are past the judge's bar, the run's q-th
+percentile is past it whatever the rest measure. A pass is never settled early: one failed
+request still to come fails the load (docs/capacity.md#in-the-code)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """Objectives and SLO constraints of a study, as records. Pure.
 
-An objective is one metric of one workload profile with a direction and a unit, named
-``<profile>:<metric>`` so the dashboard and plots label it. A study's objectives are derived
-from its profiles (``default_objectives``) or given with ``--objective PROFILE:METRIC[:min|max]``;
-every other metric of every profile is still recorded.
-
-Why the default pair is what it is: at a fixed concurrency c and output length L, output
-throughput x mean E2EL is about c * L * 1000 for every configuration, so throughput against
-E2EL *of one profile* is one curve, not a trade-off, and its front is a single point. The
-trade-off that exists is between profiles: latency when few users are on the server against
-throughput when many are. With one profile, TTFT against TPOT is a real trade-off (large
-prefill chunks and batches shorten the wait for the first token and slow every decode step).
-
-SLOs (``high-concurrency:p99_ttft_ms<=5000``) become constraints: a trial is feasible when
-each violation (how far past the limit) is <= 0.
-"""
+The default pair spans profiles: at one concurrency, throughput x mean E2EL is about c x L x 1000
+for every configuration (one curve, not a trade-off); the trade-off is latency with few users
+against throughput with many (one profile: TTFT against TPOT). An SLO is a constraint, met at
+<= 0 (docs/studies.md#in-the-code)."""
 
 from __future__ import annotations
 

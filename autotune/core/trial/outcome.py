@@ -1,13 +1,8 @@
 """What a trial measures and what it stores, as records; their flat attribute form. Pure.
-
-``Measurement`` is what one deployment produced (the trial function's result): per-profile and
-per-repeat metrics, start-up, teardown, hardware, versions, failure class, message and log
-tail. ``TrialOutcome`` is a ``Measurement`` with everything else a trial of a study stores:
-its number and state, parameters, launch flags, SLO violations and its links to other trials
-(duplicate, retry); each fact is one field of one of the two. ``to_attrs`` and
-``from_attrs`` are the only code that knows how an outcome is spelled as Optuna user
-attributes (``study.store.records`` writes and reads them).
-"""
+``Measurement`` is what one deployment produced; ``TrialOutcome`` adds what a study's trial
+stores beside it (number, state, parameters, flags, SLO violations, links to other trials), each
+fact one field of one of the two. Only ``to_attrs`` and ``from_attrs`` know how an outcome is
+spelled as Optuna user attributes (``study.store.records`` writes and reads them)."""
 
 from __future__ import annotations
 

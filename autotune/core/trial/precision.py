@@ -1,43 +1,9 @@
 """When a fixed profile's run knows its numbers: the stop rule. Pure: the client asks it, it
 sends nothing.
 
-Which runs may stop early is one decision, ``stops_early``: a fixed profile (no capacity search)
-at a fixed concurrency (an infinite request rate) whose requests carry no send times. The plan
-announces the rule for those profiles only, and the client applies it to those only.
-
-Two rules, one ``StopRule`` (docs/precision.md):
-
-- **balanced** (the default, ``Balance``): a run stops once its requests reach
-  n* = (sigma_w / sigma_b) x sqrt(C_d / c_r), where the variance of a configuration's mean over
-  its deployments per unit of device time is smallest. sigma_w is the run's own per-request
-  relative spread (the largest over the pinned metrics, each metric's 95% half-width times
-  sqrt(n) over t), c_r its own cost per request (elapsed seconds over requests completed, at its
-  concurrency), sigma_b the spread between deployments and C_d the cost of a deployment; or
-  earlier, as ``precise``, once every pinned metric's 95% interval is within ``enough_rel``
-  (``PRECISION_SHARE`` of the smallest difference) of its value, where that comes first;
-- **precise** (``run --precision X``): every pinned metric's 95% interval is within
-  ``target_rel`` of its value (the interval's half-width relative to the value).
-
-How each metric's interval is formed, from the requests completed so far (successful ones):
-
-- a per-request mean (mean TTFT, TPOT, E2EL): Student's t on the per-request values;
-- mean ITL, which vLLM averages over every token gap of every request: the ratio of the
-  requests' gap sums to their gap counts (delta method);
-- a throughput: by Little's law at a fixed concurrency C, output throughput is
-  C x mean output tokens / mean E2EL (total token throughput with prompt tokens added, request
-  throughput with 1 token per request), so its relative interval is the ratio estimator's of
-  those two per-request means (delta method), whatever C is;
-- a percentile (``median_``/``pNN_`` of TTFT, TPOT, ITL, E2EL): the distribution-free
-  order-statistic interval (the ranks that bracket the quantile with 95% binomial chance).
-
-A metric the requests cannot pin (a server metric, goodput) is left out of the rule.
-
-The rule is asked only when a request completes and the requests sent so far are a whole
-number of waves (the profile's concurrency) and at least ``StopRule.floor`` (``Pinned.stop``,
-the one check the client and ``recheck`` share); once it says stop, nothing more is sent and
-the requests in flight are awaited (``shell.bench.client``). ``recheck`` replays a stored run's
-per-request records through the same function and recomputes its stop.
-"""
+``stops_early`` is the one decision of which runs may stop; a ``StopRule`` is balanced (n* =
+sigma_w / sigma_b x sqrt(C_d / c_r)) or precise (``--precision``); the client and ``recheck`` ask
+only ``Pinned.stop``. How each metric's interval is formed: docs/precision.md#in-the-code."""
 
 from __future__ import annotations
 
@@ -172,13 +138,11 @@ class Pinned:
 
     def stop(self, done: Sequence[RequestResult], *, sent: int, concurrency: int, ceiling: int,
              elapsed_s: float) -> str:
-        """The rule's answer as a request completes ('': go on, else the stop reason), with
-        ``sent`` requests sent, ``done`` completed and ``elapsed_s`` seconds from the first
-        send among ``done`` to this completion. Asked only at a whole wave, at least the floor
-        and below the ``ceiling``; then ``time budget`` once ``elapsed_s`` reaches
-        ``max_run_s``, ``precise`` once every metric is within the target, ``balanced`` once
-        ``sent`` reaches n*. A failed request stops nothing. The client and
-        ``recheck`` ask only this."""
+        """The rule's answer as a request completes ('': go on, else the stop reason), with ``sent``
+        sent, ``done`` completed and ``elapsed_s`` from the first send among ``done``. Asked only at a
+        whole wave, from the floor and below the ``ceiling``: ``time budget`` once ``elapsed_s`` reaches
+        ``max_run_s``, ``precise`` once every metric is within the target, ``balanced`` once ``sent``
+        reaches n*. A failed request stops nothing; the client and ``recheck`` ask only this."""
         rule = self.rule
         if not rule.asks(sent, concurrency, ceiling):
             return ""
@@ -387,13 +351,11 @@ def within_budget(pinned: Mapping[str, Pinned], run_s: float | None, runs: int
 
 def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequence[str],
             concurrency: int, ceiling: int, max_run_s: float | None = None) -> RunStop:
-    """The stop a run's per-request ``records`` (every request it sent) lead to under ``rule``
-    and the seconds the time budget allowed it (``max_run_s``, as its ``RunStop`` stores it;
-    None: no budget): the client's own decision replayed. The rule is asked as each request
-    completes (at its ``done_s``, when the client saw it end; its send time plus its latency
-    for records without one), counting as sent the requests sent before that moment and as
-    elapsed the time since the first send of the requests completed; the first stop answer
-    ends the run with that many sent."""
+    """The stop a run's per-request ``records`` lead to under ``rule`` and ``max_run_s`` (what the time
+    budget allowed it, as its ``RunStop`` stores it; None: no budget): the client's decision
+    replayed. The rule is asked as each request completes (``done_s``, else send time plus latency),
+    counting as sent those sent before then and as elapsed the time since the first send among the
+    completed; the first stop answer ends the run with that many sent."""
     ends = [r.done_s if r.done_s is not None else r.start_s + r.latency_s for r in records]
     starts = sorted(r.start_s for r in records)
     pinned = Pinned(rule, tuple(metrics), max_run_s)

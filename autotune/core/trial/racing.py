@@ -1,12 +1,8 @@
 """Racing inside a trial: stop measuring a configuration that is already beaten. Pure.
-
-After each measured run the trial is compared with the study's current front, using the
-study's pooled noise: when even the trial's optimistic bound (the better end of its 95%
-interval) on every objective is beaten by some front member's pessimistic bound (the worse end
-of that member's interval), more runs cannot put it on the front, and its remaining runs are
-skipped. A trial that could still be on the front is never stopped, and one that lacks a run of
-some objective's profile is never judged. Confirmation is never raced (it gets no ``Race``).
-"""
+After each run, with the study's pooled noise: when even the trial's optimistic 95% bound on
+every objective is beaten by some front member's pessimistic bound, more runs cannot put it on
+the front, and the rest are skipped. A trial lacking a run of some objective's profile is never
+judged; confirmation is never raced (it gets no ``Race``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """The verdict on a measured trial: what the sampler is told. Pure.
 
-A trial that failed through its configuration, or went past an SLO, or met no load of a
-capacity profile is infeasible: its constraints are violated (``> 0``) so that the sampler learns
-to avoid the region, and its objective values are those of a trial that served nothing. A served
-trial gets its objectives' means and one constraint per SLO (how far past its limit, ``<= 0``
-met). A failure that is not the configuration's (the machine's or autotune's) tells the sampler
-nothing: no values, no constraints (the trial is failed in Optuna, which samplers ignore).
-
-What is told must be finite (``finite_values``): Optuna stores +inf, and optuna-dashboard then
-draws an axis that reads "inf". An infeasible trial is told as COMPLETE with its constraints
-violated, so constrained samplers (TPE, NSGA-II, GP read ``Trial.set_constraint``) rank it below
-every feasible trial by its violation, whatever its values; its values are a placeholder on the
-axis the served trials span (the worst they told), and the dashboard draws it grey, as
-infeasible. Its failure class stays in its user attributes and its note.
-"""
+Infeasible (its configuration failed, an SLO missed, no load met): constraints > 0, so that the
+sampler avoids the region. Served: objective means and one constraint per SLO. A failure not of
+the configuration: nothing (FAIL). Values are finite: optuna-dashboard draws +inf as an axis
+reading "inf" (docs/studies.md#in-the-code)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """Workload profiles: the load a benchmark puts on a server. Pure values and their parser.
 
-Profiles are defined in YAML (``parse_profiles``): the built-in ones below, and a user's own
-with ``--profile-file``, by the same parser. The built-in ``low-concurrency`` and
-``high-concurrency`` are the reference study's (``vllm bench serve --dataset-name random``):
-random text of 512 prompt tokens that the server tokenizes (``token_ids: true`` sends the ids
-instead, as tables recorded that way did), 256 output tokens with EOS ignored, temperature 0,
-100 requests, at max concurrency 2 (interactive use) or 100 (a shared service); at concurrency
-100 autotune sends 200 (two waves: `benchmarks/experiments/wave_spread.py`), `--num-prompts 100` gives the
-study's own. ``capacity`` searches the highest concurrency at which every SLO holds
-(``core.trial.capacity_search``); its SLOs come from ``--slo``.
-"""
+The built-in profiles and a user's ``--profile-file`` go through one parser (``parse_profiles``).
+The built-in two are the reference study's (``vllm bench serve --dataset-name random``); at
+concurrency 100 autotune sends 200 requests, two waves (`benchmarks/experiments/wave_spread.py`).
+The rest: docs/workloads.md#in-the-code."""
 
 from __future__ import annotations
 

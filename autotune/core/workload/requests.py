@@ -1,12 +1,8 @@
 """The workload seam: what the benchmark client sends, as records, and where they come from. Pure.
-
-The client knows requests only as ``Request`` records (prompt, prompt length, output length,
-when to send it) drawn from a ``RequestSource``; it never makes a prompt itself. A source
-turns a profile, a count and a seed into requests: ``RandomPrompts`` (random token ids of
-the profile's lengths, as vLLM's random dataset) is the one today; sources that read a file
-implement the same Protocol. ``send_offsets_s`` decides when each request goes: at the time the
-request carries (a trace), else by the profile's arrival process.
-"""
+The client knows requests only as ``Request`` records from a ``RequestSource`` and never makes a
+prompt: a source turns a profile, a count and a seed into requests (``RandomPrompts``, as vLLM's
+random dataset; formats that read a file implement the same Protocol). ``send_offsets_s`` decides
+when each goes: at the time the request carries (a trace), else by the profile's arrival process."""
 
 from __future__ import annotations
 

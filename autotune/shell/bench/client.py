@@ -1,12 +1,9 @@
 """The benchmark client: real streaming requests against an OpenAI-compatible vLLM server.
-
-The only module that speaks HTTP to a server under test (aiohttp, as `vllm bench serve`: it
-costs a fraction of httpx's CPU per streamed chunk, and a client that competes with the API
-server for a core inflates the very latencies it measures). It sends the requests of a source
-(``core.workload``) with bounded concurrency at their send times, times every streamed chunk,
-reads the server's /metrics before and after (``shell.bench.server_metrics``), and hands the
-per-request records to ``core.metrics``.
-"""
+The only module that speaks HTTP to a server under test; aiohttp, as `vllm bench serve`: it costs
+a fraction of httpx's CPU per streamed chunk, and a client that competes with the API server for
+a core inflates the very latencies it measures. It sends a source's requests at their send times
+with bounded concurrency, times every chunk, reads /metrics before and after
+(``shell.bench.server_metrics``) and hands the per-request records to ``core.metrics``."""
 
 from __future__ import annotations
 
@@ -168,21 +165,12 @@ async def _run_batch(
     stop: Callable[[Sequence[RequestResult]], bool] | None = None,
     until: Pinned | None = None,
 ) -> tuple[list[RequestResult], str]:
-    """Send every request at its offset from now; requests still open at the profile's time
-    limit count as failed. Returns the requests sent, in send order, and why ``until``
-    stopped the run ('' where it did not).
-
-    ``until`` (a fixed profile's stop rule) is asked as each request completes
-    (``Pinned.stop``: at whole waves, at least its floor); once it says stop, nothing more is
-    sent and the requests in flight are awaited, never cancelled: the run is then what ``vllm
-    bench serve --num-prompts n`` measures with the same first n prompts, its throughput
-    including the drain.
-
-    ``stop`` (a capacity probe's settle rule) is asked after each completion; once it says yes,
-    no request is sent any more and those in flight are cancelled (vLLM aborts a request whose
-    stream is closed) and left out: the verdict is settled, and awaiting them would cost up to
-    one more request latency, at an overloaded load the longest, often as long as the rest of
-    the run. The run is then the requests completed."""
+    """Send every request at its offset from now (those open at the time limit fail); returns the
+    requests sent, in send order, and why ``until`` stopped the run ('' where it did not).
+    ``until`` (a fixed profile's stop rule): nothing more is sent and those in flight are awaited, so
+    that the run is what ``vllm bench serve --num-prompts n`` measures. ``stop`` (a capacity probe's
+    settled fail): those in flight are cancelled and left out, since awaiting them could cost as much
+    as the rest of the run (docs/precision.md#in-the-code)."""
     sem = asyncio.Semaphore(profile.max_concurrency)
     t0 = time.perf_counter()
     deadline = t0 + profile.timeout_s

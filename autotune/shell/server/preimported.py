@@ -1,29 +1,9 @@
-"""A launcher that pays vLLM's imports once per study instead of once per deployment.
-
-``python -m vllm...`` spends its first seconds importing (18 s of a GPU start on an H100, 7 s
-of a CPU one: docs/startup.md). ``Preimported`` starts one small process per study (this
-file, loaded by its path: ``LOADER``) that imports the modules the entry point's API server
-imports and then waits. For each deployment it forks a child that becomes the server: a new session, the
-deployment's own environment, working folder and output pipe, and then vLLM's own entry
-point run exactly as ``python -m MODULE`` would run it (``runpy``, ``__main__``, the same
-argv). Each deployment is still its own process tree, torn down as before; only the imports
-are inherited. vLLM itself does the same when it forks its engine core
-(``VLLM_WORKER_MULTIPROC_METHOD=fork``) from the API server after these imports.
-
-The imports run in the environment every deployment shares (``base_env``); what differs
-between deployments (the slot's pinning, the trial marker) is read by vLLM when it starts an
-engine, after the fork. Importing vLLM initialises no CUDA: vLLM forks its own engine core
-after the same imports (and spawns it instead where CUDA is initialised); on a GPU this is
-still to be measured (docs/gpu.md).
-
-Protocol (one ``SOCK_SEQPACKET`` socket pair, a JSON message a packet): the launcher sends
-``{"id", "args", "env", "cwd"}`` with the output pipe's write end attached (SCM_RIGHTS); the
-process answers ``{"ready": seconds, "error": text, "skipped": [module]}`` once after its imports, ``{"id", "pid"}``
-per fork (or ``{"id", "error"}``) and ``{"exit": N, "code": C}`` when a child ends (C as
-``Popen``'s returncode: negative for a signal). When the launcher's end closes (autotune exited or
-crashed), it kills every child's session and exits; each child also dies with it
-(PR_SET_PDEATHSIG).
-"""
+"""A launcher that pays vLLM's imports once per study instead of once per deployment (18 s of an
+H100 start, 7 s of a CPU one: docs/startup.md). One small process per study (this file, loaded by
+its path: ``LOADER``) imports what the entry point's API server imports, then forks each
+deployment's server: a new session, its own environment, folder and pipe, and vLLM's entry point
+run as ``python -m`` would. It imports no autotune module. Its protocol, and why forking is safe:
+docs/startup.md#in-the-code."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The one module that owns vLLM server processes: launch, readiness, failure, teardown.
-
-A ``ServerProcess`` is a context manager. Entering starts ``vllm serve`` (or the CPU build's
-module entry point) from an argument list in a new session, on a free 127.0.0.1 port with a
-fresh random API key in a private ``--config`` file (``shell.server.key_config``: never argv, so
-``ps`` does not show it, and never the environment, whose VLLM_* variables vLLM 0.26 hashes
-into its compile-cache key), and waits until the process is alive, ``/health`` answers and
-one real completion succeeds. Its output goes through a pipe to a reader thread that writes
-the log file with the key replaced by ``***`` and stamps each line with its arrival until
-ready (vLLM's own stamps are whole seconds): the start-up phases (``core.deployment.startup``).
-Leaving kills the whole process group (SIGTERM, then SIGKILL after a grace period), removes
-the key's file and checks that no process of the session is left and the port is free.
-"""
+``ServerProcess`` is a context manager: a new session on a free 127.0.0.1 port, a random API key
+in a private ``--config`` file (never argv, which ``ps`` shows, nor the environment, whose VLLM_*
+variables vLLM 0.26 hashes into its compile-cache key), ready once one real completion succeeds;
+leaving kills the process group and checks that nothing is left and the port is free. The log,
+its stamps and the teardown in full: docs/deployments.md#in-the-code."""
 
 from __future__ import annotations
 

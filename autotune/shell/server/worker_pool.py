@@ -1,11 +1,8 @@
 """Parallel slots on one node: one `autotune worker` process per slot, all on one study.
-
-Each slot's worker is a separate process (its own benchmark client, so clients never share a
-GIL; its own vLLM server pinned to the slot's GPUs or cores). They coordinate only through the
-study storage, exactly as workers on several nodes do. The storage URL reaches them through
-the environment (the caller passes it in ``env``), never argv. A worker dies with this process
-(PR_SET_PDEATHSIG), and its server with it.
-"""
+Each worker is its own process (its own client, so that clients never share a GIL; its own
+server pinned to the slot's GPUs or cores), coordinating only through the storage, as workers
+on several nodes do. The storage URL reaches them through ``env``, never argv. A worker dies
+with this process (PR_SET_PDEATHSIG), and its server with it."""
 
 from __future__ import annotations
 

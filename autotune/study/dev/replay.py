@@ -1,23 +1,8 @@
 """Replaying a recorded table: a trial function that looks a configuration up instead of
 deploying it, so that whole studies run in seconds on real measurements. Deploys nothing.
-Only benchmarks and tests use it; it stays beside the runner because it is a second
-implementation of the runner's trial-function seam, so a change to that seam breaks it in the
-fast tests rather than in a benchmark run.
-
-A served configuration returns, for every profile, ``repeats`` runs drawn with replacement from
-its recorded runs (the noise is part of the replay: the same configuration does not give the
-same means twice); a configuration that failed returns its recorded failure class. It plugs
-into the runner's seam (``StudyRunner(trial_fn=Replay(...))``): `benchmarks/sampler_efficiency.py`
-compares samplers with it, and tests check study-level behaviour on realistic data.
-
-With a ``DeviceClock`` it also charges what each trial would have cost a machine: a rejected
-configuration its validation, a failed one its recorded start-up, a served one its recorded
-start-up plus the duration of every run it measures (a run's duration follows from its own
-numbers: requests x output tokens / output throughput, warm-up included) plus a teardown.
-Runs are measured in ``core.trial.racing.run_order`` and raced as the real trial races
-(``BenchPlan.race``): a trial beaten after its first runs is charged for those alone
-(`benchmarks/time_to_answer.py`).
-"""
+Only benchmarks and tests use it; it stays beside the runner as a second implementation of the
+trial-function seam, so that a change to the seam breaks it in the fast tests. What it draws,
+and the device time a ``DeviceClock`` charges: docs/samplers.md#in-the-code."""
 
 from __future__ import annotations
 

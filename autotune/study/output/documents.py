@@ -1,13 +1,9 @@
-"""The rows every reading command shows: one record per row (``TrialRecord``, ``FrontRecord``,
-``RecommendationRecord``, ``StudyRecord``), built from ``StudyData`` and the analysis records.
-The terminal tables, the report and the dashboard notes render these same records, so that a
-trial shows the same estimate, interval and confirmation everywhere; ``--format json`` walks
-them (``to_json``) and ``--format csv`` lays them out as rows of a fixed column set per command
-(``CSV_COLUMNS``: whatever the study holds, an absent value is an empty cell). A measured value
-is an ``Interval``; a comparison is a ``VerdictRecord``: the row's change against the baseline
-(or the rival) in percent, with its verdict word. docs/outputs.md is the schema, checked
-against this module by tests/cli/test_outputs.py. Computes no finding and prints nothing.
-"""
+"""The rows every reading command shows, one record per row (``TrialRecord``, ``FrontRecord``,
+``RecommendationRecord``, ``StudyRecord``), from ``StudyData`` and the analysis records: tables,
+report and dashboard notes render these records, so that a trial reads the same everywhere.
+``--format json`` walks them (``to_json``), ``--format csv`` lays them out by ``CSV_COLUMNS``;
+docs/outputs.md is the schema, checked by tests/cli/test_outputs.py. Computes no finding and
+prints nothing."""
 
 from __future__ import annotations
 

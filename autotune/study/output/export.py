@@ -1,13 +1,9 @@
 """Exported launch flags: a trial's configuration as a shell command, a ``vllm serve --config``
-YAML file, or JSON; picked by number or by the recommendation for a use.
-
-An export runs as printed: the model by its absolute path (a folder) or hub id, the entry point
-the trial's server was started with (``vllm serve``, or on the CPU build, whose ``vllm`` script
-cannot find its package metadata, the interpreter and ``-m vllm.entrypoints.openai.api_server``),
-and the environment the measurement needed (the slot's pinning, the CPU build's KV-cache space,
-vLLM's variables; never a key). A trial stored before autotune recorded its entry point is
-exported as ``vllm serve`` without an environment.
-"""
+YAML file, or JSON; picked by number or by the recommendation for a use. An export runs as
+printed: the model by absolute path or hub id, the trial's entry point (on the CPU build, whose
+``vllm`` script cannot find its package metadata, ``python -m vllm.entrypoints.openai.api_server``)
+and the environment the measurement needed (never a key). A trial stored before autotune recorded
+its entry point is exported as ``vllm serve`` without an environment."""
 
 from __future__ import annotations
 

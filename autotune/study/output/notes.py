@@ -1,11 +1,8 @@
-"""What optuna-dashboard shows of a study: trial notes and the study note, as Markdown from
-``StudyData`` (``trial_note``, ``study_note``: pure text), and the report's figures as the
-study's artifacts (``upload_figures``: the front with the picks, each pick under load). The
-runner saves the notes as each trial ends, from the search's numbers; ``write_notes`` rewrites
-them all from the confirmed numbers (``study_data(confirmed=True)``, what `pareto` and
-`recommend` read) after a confirmation, and uploads the figures, so that the dashboard tells
-the same story. Launch commands are shell-quoted: they survive a paste.
-"""
+"""What optuna-dashboard shows of a study: trial and study notes as Markdown from ``StudyData``
+(pure text), and the report's figures as artifacts (``upload_figures``). The runner saves the
+notes as each trial ends; ``write_notes`` rewrites them from the confirmed numbers after a
+confirmation and uploads the figures, so that the dashboard tells the story `pareto` and
+`recommend` tell. Launch commands are shell-quoted: they survive a paste."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Confirmation of finalists: the front's members and the baseline (or the trials asked for),
-deployed again and measured in interleaved rounds (A, B, base, then B, base, A, ...), so that
-drift of the machine hits every finalist alike. A capacity profile is not searched again: each
-redeployment re-probes the boundary the trial's search found (``BenchPlan.around``).
-
-It is planned inside the time budget (``core.plan.confirmation.plan_confirmation``); after the
-first round (every finalist once) each step redeploys the one finalist that most reduces the
-chance that a use's pick is wrong (``next_deployment``), until every use is decided or
-equivalent, the budget ends, or the deployments that the asked rounds would take are spent.
-Each deployment's runs are stored the moment it is torn down (``state.add_confirmed``, one call
-per deployment), and the confirmation's plan with the deployments it finished
-(``state.write_confirmation``): an interrupted confirmation keeps them, and `confirm` run again
-continues it. The confirmed runs are what recommendations, exports and reports use."""
+"""Confirmation of finalists: the front's members and the baseline, deployed again in interleaved
+rounds (A, B, base, then B, base, A, ...), so that drift of the machine hits every finalist
+alike; a capacity profile re-probes its trial's boundary (``BenchPlan.around``). Planned by
+``core.plan.confirmation``. Each deployment's runs are stored as it is torn down: an interrupted
+confirmation keeps them, and `confirm` continues it (docs/studies.md#in-the-code)."""
 
 from __future__ import annotations
 
@@ -143,17 +135,12 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             clock: Callable[[], float] = time.time,
             only_open: bool = False,
             live: LiveData | None = None) -> dict[int, dict[str, ProfileResult]]:
-    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
-    at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
-    every use is decided or equivalent or the deployments ``rounds`` rounds would take are
-    spent. With ``budget_end`` (epoch seconds) the confirmation is planned to fit, no
-    deployment starts whose expected end passes it, and each deployment's fixed runs share what
-    is left after its expected start (``precision.within_budget``). An unfinished confirmation stored in the
-    study is continued instead of starting a new one. ``only_open`` (the confirmation that ends
-    `run`): of the finalists, only those whose verdict is in question are deployed (none: the
-    confirmation is skipped, said in one line). Returns the runs this call added; a trial
-    that fails a redeployment keeps the runs it served, and the failure is said. ``live``:
-    the study's data in memory, where the caller holds it."""
+    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one at a
+    time the finalist whose redeployment most reduces the chance of a wrong pick, until every use is
+    decided or equivalent or ``rounds`` rounds' deployments are spent. ``budget_end`` (epoch s): the
+    plan fits it, and no deployment starts that would end past it (``precision.within_budget``).
+    A stored unfinished confirmation is continued; ``only_open`` deploys only finalists in question.
+    Returns the runs added (a failed redeployment keeps its runs); ``live``: the study's data, if held."""
     check_rounds(rounds)
     # The study's data: the caller's (a session that ran the search), else read once here;
     # what the confirmation stores is written through.

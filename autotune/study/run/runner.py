@@ -1,27 +1,9 @@
 """The study runner: an Optuna multi-objective study whose trials are real deployments.
-
-``study.run.study_setup.prepare_study`` creates (or joins) the study once. ``StudyRunner.work`` is one
-worker: an ask/tell loop over a trial function (``study.run.trial_function.run_trial``, or a stand-in in
-tests) on one slot; any number of workers may share a study (slots of one node, nodes sharing
-PostgreSQL). The budget is study-wide (``core.plan.scheduling``); every running trial sends
-heartbeats, and a worker that looks for work first fails the trials of dead workers (Optuna
-re-enqueues them) and kills what is left of their servers on its own host.
-
-What the sampler is told of a measured trial is ``core.trial.sampler_feedback``'s; a trial that fails for
-a reason that is not its configuration's (``FailureClass.blames_configuration``: the machine's
-or ours) is run once more, and a second such failure stops the study (``StudyError``); a
-configuration that resolves to the engine of an infeasible trial is not relaunched; one of a
-running trial's engine is resampled (the skipped trial is stored as FAIL with ``skipped``); one
-of a measured trial's engine is a copy, never deployed: COMPLETE with that trial's values for
-the sampler, marked ``same_engine_as``, out of the budget and of every analysis. A measured
-engine is never deployed again: the search stops once every configuration the space can draw
-is measured, or once the sampler drew only measured engines ``MAX_RESAMPLES`` times in a row
-(it has converged), and the rest of the budget goes to the confirmation. vLLM's
-verdict on the flags, reached while resolving the engine, goes to the trial with its setup
-(``TrialSetup.validated``): vLLM checks each configuration once. SIGINT tears
-the server down and marks the trial FAIL (interrupted). Printing is left to the caller through
-``Progress``.
-"""
+``StudyRunner.work`` is one worker's ask/tell loop over a trial function on one slot; any number
+may share a study. A failure not of the configuration is run once more, and a second stops the
+study; a measured engine is never deployed again (a copy: its values, out of the budget), so that
+the search ends once the space or the sampler is exhausted. Printing is the caller's
+(``Progress``). The rules in full: docs/studies.md#in-the-code."""
 
 from __future__ import annotations
 
@@ -373,13 +355,12 @@ class StudyRunner:
         return left.left_s - left.reserve_s - (cost.start_s if cost is not None else 0.0)
 
     def _calibrate(self, study: optuna.Study) -> None:
-        """With `run --calibrate`, right after the baseline is served, deploy it once more
-        (stored as a confirmation deployment of it): the study's own spread between deployments
-        from its start. Off by default (issue #46: the replay found it does not pay for itself,
-        docs/noise.md): the spread is then inherited from this storage's studies under the same
-        conditions, else assumed, and learned from the confirmations. Skipped too where a spread
-        is already measured or inherited for every objective, or where the time budget cannot
-        afford it beside the confirmation's reserve."""
+        """With `run --calibrate`, right after the baseline is served, deploy it once more (stored as a
+        confirmation deployment of it): the study's own spread between deployments from its start. Off
+        by default (issue #46: the replay found it does not pay for itself, docs/noise.md): the spread
+        is then inherited (this storage's studies, same conditions) or assumed, and learned from the
+        confirmations. Skipped where every objective's spread is already known, or the time budget
+        cannot afford it beside the confirmation's reserve."""
         plan = self.plan
         data = self.live.data()
         baseline = data.baseline
@@ -511,16 +492,12 @@ def _stop_message(trial_number: int, outcome: TrialOutcome) -> str:
 
 def time_left(study: optuna.Study, plan: StudyPlan, *, now: float,
               live: LiveData) -> TimeLeft | None:
-    """Where the study stands against its time budget (None without one): the expected cost
-    of a trial on the warm machine, phase by phase (``budget.expected_trial_s``: the first
-    deployment's cold start does not price the rest; before the first served trial, what the
-    failed deployments cost, a floor; None before any), and the confirmation's first round
-    kept in reserve for the finalists whose verdict is in question now (``in_question``: none
-    while every use's answer is decided or equivalent), at the cost of redeploying a measured
-    engine, whose compiled graphs are cached: later rounds go only where a tie is still open,
-    and are planned inside whatever the search leaves (``core.plan.confirmation``). Keeping
-    every round in reserve cut a 5-minute CPU study to one served trial, whose confirmation
-    then shrank to one round anyway. ``live``: the study's data in memory."""
+    """Where the study stands against its time budget (None without one): a trial's expected cost on
+    the warm machine (``budget.expected_trial_s``; before any served trial, what the failed ones
+    cost, a floor), and the confirmation's first round kept in reserve for the finalists in question
+    now (``in_question``), at a measured engine's redeployment cost; later rounds get what the search
+    leaves. Keeping every round in reserve cut a 5-minute CPU study to one served trial, whose
+    confirmation then shrank to one round anyway. ``live``: the study's data in memory."""
     seconds, started = time_budget(study)
     if seconds is None:
         return None

@@ -12,15 +12,12 @@ SAMPLERS = ("tpe", "random", "nsga2", "gp")  # tpe is the default
 
 def make_sampler(seed: int | None, name: str = "tpe", startup_trials: int = 5
                  ) -> optuna.samplers.BaseSampler:
-    """tpe (the default): multivariate TPE over the conditional, mixed space; the choice and its
-    settings come from replaying samplers against a recorded table
-    (`benchmarks/sampler_efficiency.py`, docs/samplers.md). The constant liar counts
-    running trials (of every worker) as bad, so parallel workers spread. gp (Optuna's
-    Gaussian-process sampler) tied it there at 30 times the sampling cost; random and nsga2 (a
-    population of 10, not Optuna's 50, so that evolution starts within a study's budget) are
-    there to compare against. All are constraint-aware through ``Trial.set_constraint`` and
-    reproducible for a seed. ``name`` is one of ``SAMPLERS`` (checked by plans.build_plan);
-    ``startup_trials`` (random trials before the model is used) is 5, as the replay chose."""
+    """tpe (the default, chosen by replaying samplers against a recorded table: docs/samplers.md):
+    multivariate TPE over the conditional, mixed space; the constant liar counts every worker's
+    running trials as bad, so that parallel workers spread; ``startup_trials`` 5, as the replay
+    chose. gp tied it there at 30 times the sampling cost; random and nsga2 (a population of 10, not
+    50, so that evolution starts within a budget) are there to compare. All are constraint-aware
+    (``Trial.set_constraint``) and reproducible for a seed; ``name`` is one of ``SAMPLERS``."""
     if name == "tpe":
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=startup_trials,

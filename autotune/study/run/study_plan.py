@@ -1,13 +1,8 @@
-"""A study's plan: built in one place from the one record of what the study was asked to do.
-
-``build_plan`` turns a ``PlanRequest`` (what `run` asks for, or what a study stored) into a
-``StudyPlan``: that request with its open fields filled in (the model, generated on the CPU build
-when none is given; the space's text; the objectives), and the facts derived from it (the model's
-facts, the search space, the profiles' request sources, the parsed objectives and SLOs).
-`autotune run`, `autotune worker` (another node, same storage) and the dry run all call it;
-`worker` and the dry run never write a model. The study stores the filled-in request
-(``study.store.state``), so that every worker and resumed run rebuilds exactly the plan `run` made.
-"""
+"""A study's plan, built in one place (``build_plan``) from the one record of what the study was
+asked to do: the ``PlanRequest`` with its open fields filled in (the model, generated on the CPU
+build when none is given; the space's text; the objectives) and the facts derived from it. `run`,
+`worker` and the dry run all call it (only `run` writes a model); the study stores the filled-in
+request (``study.store.state``), so that every worker and resumed run rebuilds the plan `run` made."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """One trial: validate flags, deploy, warm up, benchmark every profile R times (a capacity
-profile: search its load), tear down.
-
-``run_trial`` is the real trial function (the runner takes any function of its signature,
-``TrialFunction``). It returns a ``Measurement`` whatever happens short of an interrupt:
-rejected flags, a deployment that does not come up, an invalid run, a dead engine, the
-machine's faults (a full disk, a port taken) and a bug of ours each become a failure class
-with a message (and vLLM's log tail), never an exception, and the server is gone when it
-returns. Nothing is drawn here: the report draws from the stored records. ``TrialSetup.deploy`` and
-``TrialSetup.run_profile`` are its seams: the real deployment and client by default; tests of its
-branches pass stand-ins. Knows nothing of Optuna.
-"""
+profile: search its load), tear down. ``run_trial`` is the real ``TrialFunction``. Short of an
+interrupt it returns a ``Measurement`` and never raises: rejected flags, a failed start, a dead
+engine, the machine's faults, a bug of ours each become a failure class with a message and the
+log tail, and the server is gone on return. ``TrialSetup.deploy`` and ``TrialSetup.run_profile``
+are its seams (tests pass stand-ins). Draws nothing; knows nothing of Optuna."""
 
 from __future__ import annotations
 

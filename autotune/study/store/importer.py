@@ -1,14 +1,8 @@
 """`autotune import-results`: externally measured results as completed trials of a study.
-
-Rows are CSV (``reference`` or parameter columns, ``profile``, then metric columns with
-vLLM's key names) or JSON (a list of such objects). Rows of one configuration are grouped;
-a configuration becomes a trial when it has every objective's metric. Output throughput
-missing beside request throughput is derived as req/s x output tokens (the profile's fixed
-output length), and the trial says so in ``derived``. Each imported number counts as one
-measurement (a file gives no repeats), so its intervals use the study's assumed noise.
-Launch flags depend on the model (its context, its rope parameters): a trial has them, and
-can be exported, only when the import names the model the results were measured with.
-"""
+Rows are CSV or JSON under vLLM's metric keys, grouped by configuration; one with every
+objective's metric becomes a trial. Each number counts as one measurement (a file gives no
+repeats), so its intervals use the study's assumed noise; launch flags, and so an export, need
+the model the results were measured with. The rows in full: docs/studies.md#in-the-code."""
 
 from __future__ import annotations
 

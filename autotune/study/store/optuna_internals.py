@@ -1,13 +1,9 @@
-"""The one module that reaches into Optuna's internals.
-
-Optuna has no public API for a few things autotune needs: the heartbeat thread of a trial run
-outside ``Study.optimize``, the storage ids of a study and a trial, the system attributes that
-say a trial was enqueued (``fixed_params``) or retries a dead worker's trial (``failed_trial``),
-and a trial system attribute that optuna-dashboard (0.19 to 0.21) reads feasibility from. Each use is a
-function here. ``CHECKED_ON`` gives the oldest and newest versions they were checked on
-(tests/study/test_optuna_internals.py runs each use); pyproject.toml accepts exactly that range, and a
-test fails when another version is installed, so that an upgrade is a decision, not a surprise.
-"""
+"""The one module that reaches into Optuna's internals, each use a function: a heartbeat outside
+``Study.optimize``, storage ids, the system attributes of enqueued (``fixed_params``) and retried
+(``failed_trial``) trials, and the one optuna-dashboard (0.19-0.21) reads feasibility from.
+``CHECKED_ON`` gives the versions they were checked on (tests/study/test_optuna_internals.py);
+pyproject.toml accepts exactly that range and a test fails on another, so that an upgrade is a
+decision, not a surprise."""
 
 from __future__ import annotations
 

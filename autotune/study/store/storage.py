@@ -1,12 +1,8 @@
 """Opening the study storage: SQLite for one machine, PostgreSQL for workers on several.
-
-Every worker opens the storage with heartbeats on, so that the trial of a worker that died
-(SIGKILL, power, network) is failed after the grace period by whichever live worker looks
-next, and re-enqueued by Optuna's retry callback. SQLite is made safe for several worker
-processes of one machine (a 60 s busy timeout and the write-ahead log, so readers such as
-the dashboard never block a worker); it is refused for workers of several machines, because
-its file locks do not hold over network filesystems.
-"""
+Heartbeats are on, so that a dead worker's trial (SIGKILL, power, network) is failed after the
+grace period by whichever live worker looks next, and re-enqueued by Optuna's retry callback.
+SQLite gets a 60 s busy timeout and the write-ahead log (readers such as the dashboard never
+block a worker), and is refused for several machines: its locks fail on network filesystems."""
 
 from __future__ import annotations
 

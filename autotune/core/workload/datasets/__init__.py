@@ -1,11 +1,8 @@
-"""Where a profile's requests come from: the registry of dataset formats. Pure.
-
-A profile's ``dataset:`` names a ``format`` (a key of ``FORMATS``), a ``path`` for the formats
-that read a file, and the format's options. Each format is one record (``DatasetFormat``) and
-one small module that turns the file's text (or, for generated formats, the options alone) into
-a ``RequestSource`` (``core.workload``), with errors that name the file, the line and the field.
-Text is tokenized with the model's tokenizer (``Tokenizer``) where a length must be known.
-"""
+"""Where a profile's requests come from: the registry of dataset formats. Pure. A profile's
+``dataset:`` names a ``format`` (a key of ``FORMATS``), a ``path`` where it reads a file, and its
+options; each format is one ``DatasetFormat`` record and one small module that makes a
+``RequestSource``, with errors naming file, line and field (docs/architecture.md#adding-a-dataset-format).
+Text is tokenized with the model's tokenizer (``Tokenizer``) where a length must be known."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """``jsonl``: a request per line, as vLLM's ``custom`` dataset reads it, plus token ids and times.
-
-Each line is a JSON object with ``prompt`` (text) or ``prompt_token_ids`` (a list of ids), and
-``output_len`` (tokens to generate; ``output_tokens``, the name vLLM's ``custom`` dataset
-reads, is taken too, so one file serves both benchmarks); ``timestamp_ms`` (when to send it,
-from the trace's start) is optional, and present on every line or on none. Blank lines are
-skipped.
-"""
+Each line holds ``prompt`` (text) or ``prompt_token_ids``, and ``output_len`` (or
+``output_tokens``, vLLM's name, so that one file serves both benchmarks); ``timestamp_ms`` (from
+the trace's start) is optional, on every line or on none. Blank lines are skipped."""
 
 from __future__ import annotations
 

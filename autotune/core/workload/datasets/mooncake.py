@@ -1,12 +1,9 @@
-"""``mooncake``: a Mooncake trace (Qin et al., FAST '25): one JSON object per line with
-``timestamp`` (ms), ``input_length``, ``output_length`` and ``hash_ids``, one id per block of
-``block_size`` prompt tokens (512 in Mooncake's traces). Equal ids are equal blocks: each id's
-tokens are drawn from a generator seeded by the id, so requests that share ids share their
-prompt prefix exactly as in the trace, and the last block is cut to ``input_length``. Replayed
-at its times, scaled by ``time_scale`` (0.5 replays twice as fast). Prompts are token ids
-(``token_ids: true``, exact lengths and exact sharing) or, with ``token_ids: false``, the text
-they decode to.
-"""
+"""``mooncake``: a Mooncake trace (Qin et al., FAST '25): per line ``timestamp`` (ms),
+``input_length``, ``output_length`` and ``hash_ids``, one per ``block_size``-token block (512 in
+Mooncake's). Each id's tokens come from a generator seeded by the id, so shared ids share their
+prefix exactly as in the trace; the last block is cut to ``input_length``. Replayed at its times
+scaled by ``time_scale`` (0.5: twice as fast); prompts are token ids (``token_ids: true``) or,
+with ``token_ids: false``, the text they decode to."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""Sample workloads made locally (``autotune make-workload``): their length distributions
-follow published statistics of public traces, scaled by ``scale``. Pure: returns the lines of
-a JSONL or Mooncake file.
-
-- ``chat`` (JSONL, text): ShareGPT as the vLLM paper reports it (Kwon et al., SOSP '23,
-  §6.1): mean prompt 161 tokens, mean output 338 tokens; log-normal lengths; every prompt
-  starts with one of ``system_prompts`` shared system prompts of 48 words.
-- ``rag`` (JSONL, text): the Azure LLM inference trace's conversation service (Patel et al.,
-  Splitwise, ISCA '24): median prompt 1020 tokens, median output 129; each prompt is one of
-  ``documents`` shared documents (the retrieved context, 90% of the prompt) and a question.
-- ``agentic`` (Mooncake trace): Mooncake's trace (Qin et al., FAST '25): mean input 7,590
-  tokens, mean output 182; sessions of requests that share their context's blocks, so a
-  request's ``hash_ids`` start with its session's; arrivals a Poisson process.
-
-JSONL lines carry ``output_tokens`` (vLLM's ``custom`` dataset reads the file as it is).
-Text is made of plain words: a word is about one token for most tokenizers; the exact count
-is the tokenizer's, read when the file is used.
-"""
+"""Sample workloads made locally (``autotune make-workload``): their length distributions follow
+published statistics of public traces (ShareGPT for ``chat``, Azure's conversation trace for
+``rag``, Mooncake for ``agentic``), scaled by ``scale``. Pure: returns the lines of a JSONL or
+Mooncake file. The sources and their numbers: docs/workloads.md#sample-data-made-locally."""
 
 from __future__ import annotations
 
