@@ -2,7 +2,8 @@
 -> cli), and so do the shell's rooms (server -> bench), the core's subpackages (metrics -> maths
 -> workload -> space -> deployment -> trial -> analysis -> plan) and the study's rooms (store ->
 output -> run -> dev); no import cycle; the pure core touches no process, file, network or
-environment; the pre-imported launcher's side imports no autotune module."""
+environment; the pre-imported launcher's side imports no autotune module; no docstring runs over
+six lines."""
 
 from __future__ import annotations
 
@@ -241,6 +242,30 @@ def test_no_two_modules_define_the_same_public_name():
                     where.setdefault(public, []).append(name)
     twice = {public: found for public, found in where.items() if len(found) > 1}
     assert "Metric" in where and not twice, twice
+
+
+# A docstring says why in at most six lines of text; longer reasoning and measurements live in
+# docs/ (each topic doc's "In the code" section), and the docstring points there (issue #48).
+DOCSTRING_LINES = 6
+# The one exception: errors.py's module docstring draws the exception tree, as style.md asks (after
+# httpx's _exceptions.py). The drawing is the point, one line per class and its reason.
+LONG_DOCSTRINGS = {("autotune.errors", "<module>")}
+
+
+def docstrings(tree: ast.Module) -> list[tuple[str, str]]:
+    """Every module, class and function docstring of ``tree``, by the name it documents."""
+    return [(getattr(node, "name", "<module>"), doc) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and (doc := ast.get_docstring(node)) is not None]
+
+
+def test_no_docstring_is_longer_than_six_lines():
+    long = [f"{name}.{what}: {len(doc.splitlines())} lines"
+            for name, tree in modules().items() for what, doc in docstrings(tree)
+            if len(doc.splitlines()) > DOCSTRING_LINES and (name, what) not in LONG_DOCSTRINGS]
+    drawn = dict(docstrings(modules()["autotune.errors"]))["<module>"]
+    assert "AutotuneError" in drawn and len(drawn.splitlines()) > DOCSTRING_LINES  # still needed
+    assert not long, long
 
 
 # Loads the launcher's file by its path in an interpreter where autotune cannot be imported (as in
