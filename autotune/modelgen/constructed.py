@@ -3,7 +3,7 @@ seconds to a minute on the machine that serves them (nothing that large can be c
 
 The weights are set, not trained: each layer computes at full cost and adds nothing, the head
 follows the demo language (``modelgen.predictable``), and the MTP draft is right for a seeded
-share ``mtp_acceptance`` of the tokens. Each weight: docs/models.md#in-the-code."""
+share ``mtp_acceptance`` of the tokens. Each weight: docs/models.md#constructed-weights."""
 
 from __future__ import annotations
 

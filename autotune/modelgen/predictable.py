@@ -3,7 +3,7 @@
 The language: a seeded permutation ``f`` of the non-special ids, "after token x comes f(x)", so
 that any prompt (the benchmark's random ones too) continues predictably. The MTP head learns
 f(y) for the token y just produced, as vLLM's ``Glm4MoeMTP`` computes it. Its training and
-forward, step by step: docs/models.md#in-the-code."""
+forward: docs/models.md#a-trained-model-where-mtp-matters."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The built-in profiles and a user's ``--profile-file`` go through one parser (``parse_profiles``).
 The built-in two are the reference study's (``vllm bench serve --dataset-name random``); at
 concurrency 100 autotune sends 200 requests, two waves (`benchmarks/experiments/wave_spread.py`).
-The rest: docs/workloads.md#in-the-code."""
+The rest: docs/workloads.md#built-in-profiles."""
 
 from __future__ import annotations
 
