@@ -245,7 +245,7 @@ def test_no_two_modules_define_the_same_public_name():
 
 
 # A docstring says why in at most six lines of text; longer reasoning and measurements live in
-# docs/ (each topic doc's "In the code" section), and the docstring points there (issue #48).
+# the topic's page in docs/, and the docstring points there (issue #48).
 DOCSTRING_LINES = 6
 # The one exception: errors.py's module docstring draws the exception tree, as style.md asks (after
 # httpx's _exceptions.py). The drawing is the point, one line per class and its reason.

@@ -3,7 +3,7 @@ the sign flips between profiles. Pure.
 
 Matched pairs where they exist, else a linear model; a ratio or a difference as the metric's
 record says, and no log of a value <= 0 is ever taken. A flip needs both profiles' intervals to
-exclude zero with opposite signs (docs/studies.md#in-the-code)."""
+exclude zero with opposite signs (docs/studies.md#report)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ and what deciding an undecided comparison would cost. Pure.
 
 One rule everywhere (``stats.judge``). A simpler configuration replaces the best estimate only
 when the two are equivalent, so "keep what you run" wins unless something beats it by more than
-the margin; only an undecided comparison has a price (docs/studies.md#in-the-code)."""
+the margin; only an undecided comparison has a price (docs/studies.md#recommendations)."""
 
 from __future__ import annotations
 

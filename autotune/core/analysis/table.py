@@ -1,7 +1,7 @@
 """A recorded table: every configuration of a space deployed once, with repeats per profile.
 Pure; no study reads it: the replay (``study.dev.replay``), the benchmarks and the tests do. It
 stays in the package because the replay does, and ``benchmarks/data/`` holds tables in its
-format. Its columns and header lines: docs/samplers.md#in-the-code."""
+format. Its columns and header lines: docs/samplers.md#the-recorded-table."""
 
 from __future__ import annotations
 

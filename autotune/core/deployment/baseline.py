@@ -3,7 +3,7 @@ user runs today (`run --baseline`). Pure.
 
 Options a parameter expresses set the baseline's values; every other one is a fixed flag on every
 trial, so that the study compares the user's own deployment with the space's changes on top of
-it. Secrets are never stored; the rules in full: docs/studies.md#in-the-code."""
+it. Secrets are never stored; the rules in full: docs/studies.md#the-search."""
 
 from __future__ import annotations
 

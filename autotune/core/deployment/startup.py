@@ -3,7 +3,7 @@ stamped by autotune as it arrived, and what no phase names. Pure: takes lines, r
 
 vLLM's own stamps are whole seconds, hence autotune's arrival stamps (``LogLine``). Where ranks
 log in parallel a phase ends at the last matching line (the slowest rank). ``PHASES`` is the
-registry: a new vLLM's messages are one edit away (docs/startup.md#in-the-code)."""
+registry: a new vLLM's messages are one edit away (docs/startup.md#what-each-trial-records)."""
 
 from __future__ import annotations
 

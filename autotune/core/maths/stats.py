@@ -1,9 +1,9 @@
 """Uncertainty of measured numbers: intervals, pooled noise, relative changes. Pure.
-
-Run-to-run noise on shared machines is multiplicative (a busy core slows a whole run by a
-share), so everything is on the log scale. A metric's noise is that of one deployment's mean
-(``deployment_noise``; docs/noise.md#how-a-trials-interval-is-formed). A change whose interval
-contains zero is a tie, never a finding (docs/noise.md#in-the-code)."""
+Noise on shared machines is multiplicative (a busy core slows a whole run by a share), so all is
+on the log scale; a metric's noise is that of one deployment's mean (``deployment_noise``;
+docs/noise.md#how-a-trials-interval-is-formed). A ``Change`` is a relative difference with its
+interval, a ``Difference`` an absolute one for metrics that can be 0 (a rate, a count); a change
+whose interval contains zero is a tie, never a finding."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``plan_confirmation``: before it starts, what fits the time left at the measured cost of a
 redeployment (fewer rounds, fewer finalists, or none, said in one line). ``next_deployment``:
 after the first round, the finalist whose redeployment most reduces the chance that a use's pick
-is wrong, until every use is decided or equivalent (docs/studies.md#in-the-code)."""
+is wrong, until every use is decided or equivalent (docs/studies.md#confirmation)."""
 
 from __future__ import annotations
 

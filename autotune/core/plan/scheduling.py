@@ -3,7 +3,7 @@
 Workers coordinate only through the storage: the budget counts finished trials study-wide, and
 the trial numbers the storage hands out decide which of two simultaneous askers backs out.
 Rejected configurations stay out of the budget (``Counts.rejected``) up to ``REJECTED_CAP`` times
-it, so that a space of rejections alone still ends (docs/scale-out.md#in-the-code)."""
+it, so that a space of rejections alone still ends (docs/scale-out.md)."""
 
 from __future__ import annotations
 

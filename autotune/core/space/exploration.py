@@ -3,7 +3,7 @@ why. Pure: values in, records out.
 
 Each single change a prior expects to help (largest gain first), then per use the helpful
 changes together; the sampler goes on from there. Chosen over sampling from the start by
-replaying whole studies with GPU costs (docs/answers.md; docs/samplers.md#in-the-code)."""
+replaying whole studies with GPU costs (docs/answers.md; docs/samplers.md#the-exploration-order-issue-46)."""
 
 from __future__ import annotations
 

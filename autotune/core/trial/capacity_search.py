@@ -3,7 +3,7 @@
 A state machine over the probes made so far, so that it can be tested on synthetic latency
 curves: ``next_probe(spec, probes, incumbent)`` says which load to measure next, or that the
 search is done and where the boundary lies. The incumbent probe, the log-scale bracket, the
-bisection, re-probes and each probe's verdict (``stats.judge``): docs/capacity.md#in-the-code."""
+bisection, re-probes and each probe's verdict (``stats.judge``): docs/capacity.md."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ with no distributional assumption. Pure: the client asks it, it sends nothing.
 
 Once N - floor(q (N - 1)) of the N planned requests are past the judge's bar, the run's q-th
 percentile is past it whatever the rest measure. A pass is never settled early: one failed
-request still to come fails the load (docs/capacity.md#in-the-code)."""
+request still to come fails the load (docs/capacity.md, "What a probe's verdict costs")."""
 
 from __future__ import annotations
 

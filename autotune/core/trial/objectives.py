@@ -3,7 +3,7 @@
 The default pair spans profiles: at one concurrency, throughput x mean E2EL is about c x L x 1000
 for every configuration (one curve, not a trade-off); the trade-off is latency with few users
 against throughput with many (one profile: TTFT against TPOT). An SLO is a constraint, met at
-<= 0 (docs/studies.md#in-the-code)."""
+<= 0 (docs/studies.md#objectives)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ sends nothing.
 
 ``stops_early`` is the one decision of which runs may stop; a ``StopRule`` is balanced (n* =
 sigma_w / sigma_b x sqrt(C_d / c_r)) or precise (``--precision``); the client and ``recheck`` ask
-only ``Pinned.stop``. How each metric's interval is formed: docs/precision.md#in-the-code."""
+only ``Pinned.stop``. Each metric's interval, and the balance: docs/precision.md."""
 
 from __future__ import annotations
 

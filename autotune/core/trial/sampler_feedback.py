@@ -3,7 +3,7 @@
 Infeasible (its configuration failed, an SLO missed, no load met): constraints > 0, so that the
 sampler avoids the region. Served: objective means and one constraint per SLO. A failure not of
 the configuration: nothing (FAIL). Values are finite: optuna-dashboard draws +inf as an axis
-reading "inf" (docs/studies.md#in-the-code)."""
+reading "inf" (docs/studies.md#failures)."""
 
 from __future__ import annotations
 

@@ -170,7 +170,7 @@ async def _run_batch(
     ``until`` (a fixed profile's stop rule): nothing more is sent and those in flight are awaited, so
     that the run is what ``vllm bench serve --num-prompts n`` measures. ``stop`` (a capacity probe's
     settled fail): those in flight are cancelled and left out, since awaiting them could cost as much
-    as the rest of the run (docs/precision.md#in-the-code)."""
+    as the rest of the run (docs/precision.md#whole-waves-and-no-cancelling, docs/capacity.md)."""
     sem = asyncio.Semaphore(profile.max_concurrency)
     t0 = time.perf_counter()
     deadline = t0 + profile.timeout_s

@@ -3,7 +3,7 @@ H100 start, 7 s of a CPU one: docs/startup.md). One small process per study (thi
 its path: ``LOADER``) imports what the entry point's API server imports, then forks each
 deployment's server: a new session, its own environment, folder and pipe, and vLLM's entry point
 run as ``python -m`` would. It imports no autotune module. Its protocol, and why forking is safe:
-docs/startup.md#in-the-code."""
+docs/startup.md#the-pre-imported-launcher-kept-cpu-measured-gpu-below."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 in a private ``--config`` file (never argv, which ``ps`` shows, nor the environment, whose VLLM_*
 variables vLLM 0.26 hashes into its compile-cache key), ready once one real completion succeeds;
 leaving kills the process group and checks that nothing is left and the port is free. The log,
-its stamps and the teardown in full: docs/deployments.md#in-the-code."""
+its stamps and the teardown in full: docs/deployments.md, docs/startup.md#what-each-trial-records."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 deploying it, so that whole studies run in seconds on real measurements. Deploys nothing.
 Only benchmarks and tests use it; it stays beside the runner as a second implementation of the
 trial-function seam, so that a change to the seam breaks it in the fast tests. What it draws,
-and the device time a ``DeviceClock`` charges: docs/samplers.md#in-the-code."""
+and the device time a ``DeviceClock`` charges: docs/samplers.md#the-replay."""
 
 from __future__ import annotations
 

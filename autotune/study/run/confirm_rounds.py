@@ -2,7 +2,7 @@
 rounds (A, B, base, then B, base, A, ...), so that drift of the machine hits every finalist
 alike; a capacity profile re-probes its trial's boundary (``BenchPlan.around``). Planned by
 ``core.plan.confirmation``. Each deployment's runs are stored as it is torn down: an interrupted
-confirmation keeps them, and `confirm` continues it (docs/studies.md#in-the-code)."""
+confirmation keeps them, and `confirm` continues it (docs/studies.md#confirmation)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 may share a study. A failure not of the configuration is run once more, and a second stops the
 study; a measured engine is never deployed again (a copy: its values, out of the budget), so that
 the search ends once the space or the sampler is exhausted. Printing is the caller's
-(``Progress``). The rules in full: docs/studies.md#in-the-code."""
+(``Progress``). The rules in full: docs/studies.md#the-search."""
 
 from __future__ import annotations
 

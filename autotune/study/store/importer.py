@@ -2,7 +2,7 @@
 Rows are CSV or JSON under vLLM's metric keys, grouped by configuration; one with every
 objective's metric becomes a trial. Each number counts as one measurement (a file gives no
 repeats), so its intervals use the study's assumed noise; launch flags, and so an export, need
-the model the results were measured with. The rows in full: docs/studies.md#in-the-code."""
+the model the results were measured with. The rows in full: docs/studies.md#import."""
 
 from __future__ import annotations
 
