@@ -128,7 +128,7 @@ def exploration_order(space: SearchSpace, ctx: ModelContext, baseline: Params, p
                       *, uses: Sequence[str] = PRIOR_USES, limit: int = ORDER_LIMIT
                       ) -> tuple[Candidate, ...]:
     """The candidates to measure first after ``baseline`` (unset parameters at vLLM's defaults) in
-    ``ctx``: every single change the prior expects to gain ``MIN_GAIN`` for one of ``uses``
+    ``ctx``: every single change the prior expects to gain at least ``MIN_GAIN`` for one of ``uses``
     (``objective_uses``), largest first; then per use the best value of each parameter expected to
     help it, together, where that is more than one change. Parameters the model fixes (``fixed``) are
     in every candidate; at most ``limit``; none equal to the baseline or to an earlier candidate."""
