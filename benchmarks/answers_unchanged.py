@@ -12,6 +12,7 @@ with the tests' stand-in trial function; its dump is everything the study stores
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import fnmatch
@@ -20,6 +21,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,7 @@ import numpy as np
 import optuna
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.helpers, when run as a script from elsewhere
+sys.path.append(str(ROOT))  # tests.helpers, where PYTHONPATH does not name this tree
 
 
 def _find(name: str, *modules: str):
@@ -58,9 +60,27 @@ build_plan = _find("build_plan", "autotune.study.run.study_plan")
 confirm = _find("confirm", "autotune.study.run.confirm_rounds")
 TrialSetup = _find("TrialSetup", "autotune.study.run.trial_function")
 beaten = _find("beaten", "autotune.core.trial.racing")
+build_parser = _find("build_parser", "autotune.cli")  # `autotune`'s flags
+request_of = _find("request_of", "autotune.cli.study")  # `run`'s flags to the study's request
 # ----------------------------------------------------------------
 
 TRIALS = 8
+# Command lines whose request (`run`'s flags as the record the study stores) is dumped whole, as
+# ``cli-requests``: the studies above build theirs without the command line.
+COMMAND_LINES = (
+    ("run",),
+    ("run", "--profile", "low-concurrency", "--profile", "high-concurrency", "--num-prompts", "4",
+     "--input-len", "64", "--output-len", "16", "--precision", "2%", "--smallest-difference", "3%",
+     "--objective", "high-concurrency:output_throughput", "--slo", "high-concurrency:p99_ttft_ms<=500"),
+    ("run", "--profile", "capacity", "--slo", "p99_ttft_ms<=2000", "--load-range", "2,64",
+     "--time-budget", "30m", "--race", "--sampler", "random", "--seed", "3", "--confirm", "1"),
+    ("run", "--model", "/models/m", "--space", "search_spaces/reference.yaml", "--references",
+     "search_spaces/references.yaml", "--seed-references", "--baseline", "vllm-defaults",
+     "--exploration", "sampler", "--calibrate", "--tp", "2", "--max-model-len", "8192",
+     "--cap-cuda-graphs", "--repeats", "3", "--trials", "12", "--study", "x"),
+    ("run", "--profile-file", "search_spaces/workloads.yaml", "--profile", "shared-prefix",
+     "--profile", "random-text", "--storage", "sqlite:///elsewhere.db"),
+)
 USER_BASELINE = "--optimization-level 0 --max-num-seqs 64"  # -O0, and a flag no parameter tunes
 
 # What varies between two runs of one seed, and nothing else (tests/bench/test_answers_unchanged.py
@@ -143,6 +163,24 @@ def _run(plan, trial_fn) -> Ran:
 
 STUDIES: dict[str, Callable] = {"tpe": _tpe, "random-race": _random_race, "confirm": _confirm,
                                 "capacity": _capacity, "baseline": _baseline}
+CLI = "cli-requests"
+
+
+def requests_dump() -> dict:
+    """Each of ``COMMAND_LINES`` with every field of the request `run` builds from it."""
+    out = {}
+    with contextlib.chdir(ROOT):  # the command lines' paths are the repository's
+        for argv in COMMAND_LINES:
+            request = request_of(build_parser().parse_args(["--workdir", "studies", *argv]))
+            out[shlex.join(argv)] = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+    text = json.dumps({"requests": out}, sort_keys=True, default=_plain)
+    return json.loads(text.replace(str(ROOT), "<repo>"))
+
+
+def _plain(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)  # a Path
 
 
 # ---------------------------------------------------------------- the dump
@@ -235,6 +273,8 @@ def without_left_out(doc: object, path: tuple[str, ...] = ()) -> object:
 
 
 def dump(name: str, *, trials: int = TRIALS, seed: int = 0) -> dict:
+    if name == CLI:
+        return requests_dump()
     return without_left_out(raw_dump(name, trials=trials, seed=seed))
 
 
@@ -270,14 +310,19 @@ def _short(value: object, width: int = 60) -> str:
 
 
 def _trials(doc: dict) -> int:
-    return len(doc.get("trials", ())) if isinstance(doc, dict) else 0
+    """A study's trials, or the command lines of ``cli-requests``."""
+    return len(doc.get("trials", doc.get("requests", ()))) if isinstance(doc, dict) else 0
 
 
 def compare_studies(reference: dict, now: dict) -> bool:
     same = True
     print(f"\n{'study':<12} {'trials':>9} {'fields':>7} {'differences':>11}")
     for name in sorted(reference.keys() | now.keys()):
-        before, after = reference.get(name, {}), now.get(name, {})
+        if name not in reference or name not in now:
+            print(f"{name:<12} {'not in the reference' if name in now else 'not run':>29}")
+            same = False
+            continue
+        before, after = reference[name], now[name]
         fields, lines = differences(before, after)
         trials = (f"{_trials(before)}" if _trials(before) == _trials(after)
                   else f"{_trials(before)}->{_trials(after)}")
@@ -358,11 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", type=Path, help="compare with this dump; exit 1 on a difference")
     ap.add_argument("--replay", type=Path, help="re-run search_quality.py as this file's rows were "
                     "made (JSON lines) and compare the rows; exit 1 on a difference")
-    ap.add_argument("--studies", default=",".join(STUDIES), help=f"of {', '.join(STUDIES)}")
+    every = [*STUDIES, CLI]
+    ap.add_argument("--studies", default=",".join(every), help=f"of {', '.join(every)}")
     args = ap.parse_args(argv)
     names = args.studies.split(",")
-    if bad := [n for n in names if n not in STUDIES]:
-        ap.error(f"--studies: {', '.join(bad)} unknown; valid: {', '.join(STUDIES)}")
+    if bad := [n for n in names if n not in every]:
+        ap.error(f"--studies: {', '.join(bad)} unknown; valid: {', '.join(every)}")
     reference = _read(args.compare, "--compare") if args.compare else None
     rows = _read(args.replay, "--replay") if args.replay else None
     if rows is not None:
