@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,21 +33,6 @@ out = Console(highlight=False, soft_wrap=True)  # results
 
 DEFAULT_WORKDIR = "studies"
 RATE_RANGE = {"low": 0.25, "high": 64.0}
-
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """Seconds of ``2h``, ``20m``, ``90s`` or ``1h30m``; a one-line error naming ``flag``."""
-    m = _DURATION.match(text.strip().lower())
-    if not text.strip() or m is None or not any(m.groups()):
-        raise ConfigError(f"{flag} {text!r}: expected a duration such as 20m, 2h, 1h30m or 90s")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ConfigError(f"{flag} {text!r}: must be more than zero")
-    return total
 
 
 # The longest line a name may keep in a table cell, tried in turn until the table fits the
@@ -146,35 +129,6 @@ def print_fitting(build: Callable[[bool, int | None], Table], changes: Sequence[
         out.print(f"  {label}: {text}", soft_wrap=False, markup=False)
 
 
-def parse_percent(text: str, flag: str) -> float:
-    """``5%`` or ``5`` as the fraction 0.05 (more than 0, less than 100%); a one-line error
-    naming ``flag``."""
-    try:
-        value = float(text.strip().removesuffix("%")) / 100
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise ConfigError(f"{flag} {text!r}: expected a percentage above 0 and below 100, "
-                          "e.g. 5%")
-    return value
-
-
-SMALLEST_DIFFERENCE_FLOOR_PCT = 0.5  # below this, '0.05' was meant as a fraction: 5%
-
-
-def parse_smallest_difference(text: str | None) -> float:
-    """``--smallest-difference``: ``5%`` or ``5`` (both five percent) as the fraction 0.05;
-    not given, the default. A value below 0.5 is refused, naming the percentage it most likely
-    meant ('0.05': did you mean 5%?), rather than read as a twentieth of a percent."""
-    if text is None:
-        return SMALLEST_DIFFERENCE
-    value = parse_percent(text, "--smallest-difference")
-    if 100 * value < SMALLEST_DIFFERENCE_FLOOR_PCT:
-        raise ConfigError(f"--smallest-difference {text!r}: a percentage, at least "
-                          f"{SMALLEST_DIFFERENCE_FLOOR_PCT:g}; did you mean {10_000 * value:g}%?")
-    return value
-
-
 def add_smallest_difference(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smallest-difference", metavar="PCT",
                    help="the smallest difference worth caring about, in percent (5%% or 5: "
@@ -190,16 +144,6 @@ def add_precision(p: argparse.ArgumentParser) -> None:
                         "least 10 requests and 2 waves, at most the profile's num_prompts "
                         "(default: the balanced length, where more requests buy less than "
                         "another deployment; 0: every run sends num_prompts; docs/precision.md)")
-
-
-def parse_precision(text: str | None) -> float | None:
-    """``--precision``: ``1.25%`` or ``1.25`` as 0.0125, ``0`` as off; None (not given): the
-    balanced length. A one-line error otherwise."""
-    if text is None:
-        return None
-    if text.strip().removesuffix("%").strip() in ("0", "0.0"):
-        return 0.0
-    return parse_percent(text, "--precision")
 
 
 def storage_of_args(args: argparse.Namespace) -> str:

@@ -9,7 +9,6 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from autotune.cli.common import (
     add_deploy_args,
@@ -95,26 +94,10 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
     return 0 if report.clean else 1
 
 
-def checked_url(text: str) -> str:
-    """A server URL of the form http(s)://host[:port]; a one-line error naming --url otherwise
-    (a path such as /v1 too: the endpoints' paths are added to it)."""
-    try:
-        parts = urlsplit(text.strip())
-        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
-              and (parts.port is None or parts.port > 0) and parts.path in ("", "/")
-              and not parts.query and not parts.fragment)
-    except ValueError:  # a port that is not a number, a bracket left open
-        ok = False
-    if not ok:
-        raise ConfigError(f"--url {text!r}: expected http(s)://host[:port], e.g. "
-                          "http://127.0.0.1:8000")
-    return text.strip()
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autotune.shell.bench.client import Target, check_answers, run_profile
+    from autotune.shell.bench.client import Target, check_answers, checked_url, run_profile
     from autotune.shell.bench.workloads import load_tokenizer, sources_for
 
     url = checked_url(args.url)

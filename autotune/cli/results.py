@@ -17,7 +17,6 @@ from autotune.cli.common import (
     console,
     fits,
     out,
-    parse_smallest_difference,
     print_fitting,
     print_wrapped,
     storage_of_args,
@@ -27,6 +26,7 @@ from autotune.core.analysis.recommendation import (
     TieSettings,
     counted,
     legend,
+    parse_smallest_difference,
     recommend_each,
 )
 from autotune.core.analysis.recommendation import table as recommendation_table

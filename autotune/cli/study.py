@@ -22,26 +22,25 @@ from autotune.cli.common import (
     console,
     entrypoint_of,
     out,
-    parse_duration,
-    parse_precision,
-    parse_smallest_difference,
     profiles_of,
     slots_of,
     storage_of_args,
 )
 from autotune.cli.results import print_trials
-from autotune.core.analysis.recommendation import TieSettings
+from autotune.core.analysis.recommendation import TieSettings, parse_smallest_difference
 from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
-from autotune.core.maths.durations import duration_text
+from autotune.core.maths.durations import duration_text, parse_duration
 from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.plan.budget import TimeLeft
+from autotune.core.plan.confirmation import trial_numbers
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS
 from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
 from autotune.core.space.exploration import EXPLORATIONS
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
+from autotune.core.trial.precision import parse_precision
 from autotune.errors import ConfigError
 from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
 from autotune.study.run.samplers import SAMPLERS
@@ -246,14 +245,6 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     with _session(plan, args, slots) as session:
         _confirmed(session, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
         return _finish(session, 0)
-
-
-def trial_numbers(text: str) -> list[int]:
-    """`--trials 3,7`: trial numbers, each once."""
-    parts = [part.strip().removeprefix("#") for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
-        raise ConfigError(f"--trials {text!r}: expected trial numbers separated by commas, e.g. 3,7")
-    return list(dict.fromkeys(int(part) for part in parts))
 
 
 def _add_worker_args(p: argparse.ArgumentParser) -> None:

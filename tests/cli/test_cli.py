@@ -192,7 +192,7 @@ def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypat
 @pytest.mark.parametrize("text, seconds", [("90s", 90.0), ("20m", 1200.0), ("2h", 7200.0),
                                            ("1h30m", 5400.0), (" 1.5H ", 5400.0)])
 def test_a_duration_reads_in_hours_minutes_and_seconds(text, seconds):
-    from autotune.cli.common import parse_duration
+    from autotune.core.maths.durations import parse_duration
 
     assert parse_duration(text, "--time-budget") == seconds
 
@@ -200,7 +200,7 @@ def test_a_duration_reads_in_hours_minutes_and_seconds(text, seconds):
 @pytest.mark.parametrize("text, message", [("", "expected a duration"), ("20", "expected a duration"),
                                            ("m", "expected a duration"), ("0m", "must be more than zero")])
 def test_a_bad_duration_names_the_flag(text, message):
-    from autotune.cli.common import parse_duration
+    from autotune.core.maths.durations import parse_duration
     from autotune.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"--time-budget {text!r}: {message}"):

@@ -16,6 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -37,7 +38,7 @@ from autotune.core.trial.precision import (
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
-from autotune.errors import BenchmarkError
+from autotune.errors import BenchmarkError, ConfigError
 from autotune.shell.bench.server_metrics import fetch_metrics, sample_gauges
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -55,6 +56,22 @@ class Target:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def checked_url(text: str) -> str:
+    """A server URL of the form http(s)://host[:port]; a one-line error naming --url otherwise
+    (a path such as /v1 too: the endpoints' paths are added to it)."""
+    try:
+        parts = urlsplit(text.strip())
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
+              and (parts.port is None or parts.port > 0) and parts.path in ("", "/")
+              and not parts.query and not parts.fragment)
+    except ValueError:  # a port that is not a number, a bracket left open
+        ok = False
+    if not ok:
+        raise ConfigError(f"--url {text!r}: expected http(s)://host[:port], e.g. "
+                          "http://127.0.0.1:8000")
+    return text.strip()
 
 
 @dataclass(frozen=True)
