@@ -1,5 +1,5 @@
-"""What every command shares: the consoles, number formatting, tables fitted to the terminal
-without breaking a word, option groups, vLLM's parser as the validator, and turning flags into
+"""What every command shares: the consoles, printing the tables fitted to the terminal
+(``study.output.terminal``), option groups, vLLM's parser as the validator, and turning flags into
 the records the layers below take (profiles, slots, storage URL, entry point, durations,
 percentages)."""
 
@@ -10,10 +10,8 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
@@ -23,10 +21,8 @@ from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import read_profiles
+from autotune.study.output.terminal import fitted_tables, fitted_with_changes
 from autotune.study.store.storage import storage_url
-
-if TYPE_CHECKING:
-    pass
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
@@ -35,98 +31,21 @@ DEFAULT_WORKDIR = "studies"
 RATE_RANGE = {"low": 0.25, "high": 64.0}
 
 
-# The longest line a name may keep in a table cell, tried in turn until the table fits the
-# terminal (None: names whole).
-NAME_WIDTHS: tuple[int | None, ...] = (None, 16, 12, 8)
-
-
-def _lows_highs(table: Table) -> tuple[list[int], list[int], int]:
-    """Per column, the narrowest it may be (its longest word; a ``no_wrap`` column's longest
-    line: an interval is never broken) and the widest it would take; and the table's width
-    beyond its columns (borders and padding)."""
-    wide = out.options.update_width(10_000)
-    ranges = [[Measurement.get(out, wide, cell) for cell in (c.header, *c.cells)] for c in table.columns]
-    rich_low = [max(m.minimum for m in r) for r in ranges]
-    high = [max(m.maximum for m in r) for r in ranges]
-    low = [h if c.no_wrap else lo for c, lo, h in zip(table.columns, rich_low, high, strict=True)]
-    return low, high, Measurement.get(out, wide, table).minimum - sum(rich_low)
-
-
-def fits(table: Table) -> bool:
-    """Whether every word of ``table`` fits the terminal whole (rich then breaks none), and
-    every line of a ``no_wrap`` column."""
-    low, _, overhead = _lows_highs(table)
-    return overhead + sum(low) <= out.width
-
-
-def _settled(table: Table) -> Table:
-    """``table`` with widths that keep each column's longest word (a ``no_wrap`` column's
-    longest line) whole where the terminal is narrower than the table: rich's own narrowing
-    can cut a column below its longest word even where the words fit (it shrinks the widest
-    columns first), so each column gets its longest word and a share of the room left in
-    proportion to what it would take beyond that."""
-    low, high, overhead = _lows_highs(table)
-    room = out.width - overhead
-    if sum(high) <= room or sum(low) > room:
-        return table
-    spare = room - sum(low)
-    want = [h - lo for h, lo in zip(high, low, strict=True)]
-    for column, lo, w in zip(table.columns, low, want, strict=True):
-        column.width = lo + spare * w // max(sum(want), 1)
-    return table
-
-
-def fitted(build: Callable[[int | None], Table]) -> Table | None:
-    """``build(width)`` for the first of ``NAME_WIDTHS`` whose table fits; None if none does."""
-    return next((t for t in map(build, NAME_WIDTHS) if fits(t)), None)
-
-
-def _columns(table: Table, indexes: Sequence[int], title: str | None) -> Table:
-    part = Table(title=title)
-    for i in indexes:
-        c = table.columns[i]
-        part.add_column(c.header, justify=c.justify, overflow=c.overflow, no_wrap=c.no_wrap)
-    for row in zip(*(list(table.columns[i].cells) for i in indexes), strict=True):
-        part.add_row(*row)
-    return part
-
-
-def split_to_fit(table: Table, keep: int = 1) -> list[Table]:
-    """``table`` as consecutive tables of as many of its columns as fit the terminal, each
-    beginning with its first ``keep`` columns (the row's name): too many columns for one."""
-    parts: list[list[int]] = []
-    for i in range(keep, len(table.columns)):
-        if parts and fits(_columns(table, [*range(keep), *parts[-1], i], None)):
-            parts[-1].append(i)
-        else:
-            parts.append([i])
-    title = table.title if isinstance(table.title, str) else None
-    return [_columns(table, [*range(keep), *part], title if n == 0 else "(continued)")
-            for n, part in enumerate(parts)] or [table]
-
-
 def print_table(build: Callable[[int | None], Table], keep: int = 1) -> None:
-    """The table ``build(width)`` makes with names as whole as the terminal allows
-    (``fitted``); where no width fits, its columns in several tables (``split_to_fit``)."""
-    table = fitted(build)
-    for part in [table] if table is not None else split_to_fit(build(NAME_WIDTHS[-1]), keep):
-        out.print(_settled(part), soft_wrap=False)  # its title too wraps at the terminal
+    """The table ``build(width)`` makes, fitted to the terminal (``terminal.fitted_tables``)."""
+    for part in fitted_tables(build, out, keep):
+        out.print(part, soft_wrap=False)  # its title too wraps at the terminal
 
 
 def print_fitting(build: Callable[[bool, int | None], Table], changes: Sequence[tuple[str, str]],
                   heading: str) -> None:
-    """A table whose last column lists parameter changes, built with names as whole as the
-    terminal allows (``fitted``): with that column where every word then fits; else without
-    it (in several tables where it has too many columns), the changes listed below one trial
-    a line (wrapped between parameters), so that no cell ever breaks a name."""
-    table = fitted(lambda width: build(True, width))
-    if table is not None:
-        out.print(_settled(table), soft_wrap=False)
-        return
-    print_table(lambda width: build(False, width))
-    out.print(f"{heading}:", soft_wrap=False)
-    for label, text in changes:
-        out.print(f"  {label}: {text}", soft_wrap=False, markup=False)
+    """A table with a column of parameter changes, or without it and the changes listed
+    below (``terminal.fitted_with_changes``)."""
+    tables, lines = fitted_with_changes(build, changes, heading, out)
+    for table in tables:
+        out.print(table, soft_wrap=False)
+    for line in lines:
+        out.print(line, soft_wrap=False, markup=False)
 
 
 def add_smallest_difference(p: argparse.ArgumentParser) -> None:

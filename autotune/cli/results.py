@@ -15,7 +15,6 @@ from autotune.cli.common import (
     add_smallest_difference,
     add_study_args,
     console,
-    fits,
     out,
     print_fitting,
     print_wrapped,
@@ -24,7 +23,6 @@ from autotune.cli.common import (
 from autotune.core.analysis.recommendation import (
     USES,
     TieSettings,
-    counted,
     legend,
     parse_smallest_difference,
     recommend_each,
@@ -39,7 +37,8 @@ from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import locate_shipped, read_model_info, read_references, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS
-from autotune.study.output.tables import front_table, studies_table, trials_table
+from autotune.study.output.tables import front_table, trials_table
+from autotune.study.output.terminal import studies_layout
 from autotune.study.run.study_plan import DEFAULT_REFERENCES
 
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -211,18 +210,13 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def print_studies(rows: list) -> None:
-    """The studies in the first layout that fits the terminal with every name whole: boxed,
-    then with dates only, then without borders; else one study per paragraph."""
-    for boxed, date_only in ((True, False), (True, True), (False, True)):
-        table = studies_table(rows, boxed=boxed, date_only=date_only)
-        if fits(table):
-            out.print(table, soft_wrap=False)
-            return
-    for r in rows:
-        out.print(r.study, soft_wrap=True, markup=False, highlight=False)
-        out.print(f"  {counted(r.trials, 'trial')}: {r.served:,} served, {r.rejected:,} rejected, "
-                  f"{r.failed:,} failed; front {'-' if r.front is None else r.front}; "
-                  f"created {r.created or '-'}", soft_wrap=True, markup=False, highlight=False)
+    """The studies in the first layout that fits the terminal (``terminal.studies_layout``)."""
+    layout = studies_layout(rows, out)
+    if isinstance(layout, Table):
+        out.print(layout, soft_wrap=False)
+        return
+    for line in layout:
+        out.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
