@@ -9,8 +9,6 @@ import argparse
 import time
 from pathlib import Path
 
-from rich.markup import escape
-
 from autotune.cli.common import (
     add_deploy_args,
     add_load_args,
@@ -30,79 +28,20 @@ from autotune.cli.results import print_trials
 from autotune.core.analysis.recommendation import TieSettings, parse_smallest_difference
 from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
-from autotune.core.maths.durations import duration_text, parse_duration
-from autotune.core.maths.numbers import number_text
-from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
+from autotune.core.maths.durations import parse_duration
 from autotune.core.plan.budget import TimeLeft
 from autotune.core.plan.confirmation import trial_numbers
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS
 from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
 from autotune.core.space.exploration import EXPLORATIONS
-from autotune.core.trial.capacity_search import boundary_text
-from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import parse_precision
 from autotune.errors import ConfigError
+from autotune.study.output.progress import ProgressLines, study_budget_text
 from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
 from autotune.study.run.samplers import SAMPLERS
 from autotune.study.run.study_plan import DEFAULT_REFERENCES, StudyPlan
 
 DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
-
-
-def _budget_text(plan: StudyPlan) -> str:
-    """'5 trials', '5 trials or 0:04:00' or '0:04:00' (the time alone decides)."""
-    limit = plan.time_budget_s
-    trials = f"{plan.trials} trials"
-    if limit is None:
-        return trials
-    return duration_text(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {duration_text(limit)}"
-
-
-class ConsoleProgress:
-    """Prints each trial by its number (#N, as every table names it) with how far the study is
-    ('3 of 10'), the phase and the time elapsed since ``started`` (epoch seconds; default now:
-    `run` passes its own start, so the clock runs on through confirmation), one line per
-    change; ``label`` names the worker when several print to one terminal."""
-
-    def __init__(self, label: str = "", started: float | None = None) -> None:
-        self.t0 = time.time() if started is None else started
-        self.label = escape(f" [{label}]") if label else ""
-
-    def _stamp(self) -> str:
-        s = int(max(time.time() - self.t0, 0))
-        return f"[{duration_text(s, clock=True)}]{self.label}"
-
-    def phase(self, number: int, total: int, phase: str, trial: int | None = None) -> None:
-        name = f"#{trial} ({_of(number, total)})" if trial is not None else _of(number, total)
-        console.print(f"{self._stamp()} trial {name}: {phase}")
-
-    def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
-        console.print(f"{self._stamp()} trial #{trial.number} ({_of(number, total)}): "
-                      f"{trial_result_line(trial)}")
-        console.print(f"{self._stamp()} Pareto front so far: "
-                      f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
-
-    def message(self, text: str) -> None:
-        console.print(f"{self._stamp()} {text}")
-
-
-def _of(number: int, total: int) -> str:
-    """'3 of 10', or '3 so far' where a time budget, not a trial count, ends the study."""
-    return f"{number} of {total}" if total < UNBOUNDED_TRIALS else f"{number} so far"
-
-
-def trial_result_line(t: TrialOutcome) -> str:
-    if t.failure is not None:
-        dup = f" (same flags as #{t.duplicate_of}, not relaunched)" if t.duplicate_of is not None \
-            and t.startup_s is None else ""
-        return f"infeasible, {t.failure.name}: {t.failure_message[:200]}{dup}"
-    tput, lat = THROUGHPUT_METRIC, LATENCY_METRIC
-    parts = [f"{p}: {number_text(r.mean(tput))} {unit_of(tput)}, {number_text(r.mean(lat))} {unit_of(lat)}"
-             for p, r in t.results.items() if p not in t.capacity]
-    parts += [f"{p}: {boundary_text(s)}" + (
-        f", {number_text(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
-        for p, s in t.capacity.items()]
-    return f"ready in {t.startup_detail}; " + "; ".join(parts)
 
 
 def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
@@ -164,7 +103,7 @@ def _finish(session, code: int) -> int:
 
 def _confirmed(session, started: float | None = None, **asked) -> None:
     confirmed = session.confirm(**asked)
-    ConsoleProgress(started=started).message(
+    ProgressLines(console.print, started=started).message(
         f"confirmed {len(confirmed)} trial(s): {', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
@@ -187,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes, created = session.create(started)
         console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
                       f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
-                      f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
+                      f"{', '.join(o.name for o in plan.objectives)}, budget {study_budget_text(plan)}, "
                       f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
         if created:
             console.print(plan.exploration_text, soft_wrap=True, markup=False)
@@ -195,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             console.print(note)
         # The `run` that created the study samples with --seed itself; one that joins varies it.
         label = "" if created else hostname()
-        code = session.work(label=label, progress=ConsoleProgress(label, started))
+        code = session.work(label=label, progress=ProgressLines(console.print, label, started))
         if code == 0 and plan.confirm:
             _confirmed(session, started, k=plan.confirm, study_budget=True)
         if plan.time_budget_s is not None:
@@ -221,8 +160,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with _session(plan, args, slots) as session:
         label = args.worker_label or hostname()
         console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
-                      f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
-        code = session.work(label=label, progress=ConsoleProgress(label))
+                      f"{study_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        code = session.work(label=label, progress=ProgressLines(console.print, label))
         return code if args.no_table else _finish(session, code)
 
 

@@ -288,12 +288,13 @@ def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_
 def test_runs_opening_line_states_the_budget_that_will_end_it():
     from types import SimpleNamespace
 
-    from autotune.cli.study import UNBOUNDED_TRIALS, _budget_text
+    from autotune.core.plan.estimate import UNBOUNDED_TRIALS
+    from autotune.study.output.progress import study_budget_text
 
-    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=None)) == "5 trials"
-    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 4 min"
+    assert study_budget_text(SimpleNamespace(trials=5, time_budget_s=None)) == "5 trials"
+    assert study_budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 4 min"
     # --time-budget without --trials: the time alone decides, not ten thousand trials
-    assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"
+    assert study_budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"
 
 
 @pytest.mark.vllm
