@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
-from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
-from autotune.core.maths.platforms import GPU
+from autotune.core.deployment.slots import Slot, slots_for
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
 from autotune.errors import ConfigError
@@ -188,24 +187,11 @@ def entrypoint_of(args: argparse.Namespace):
 
 
 def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
-    """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
-    first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
-    gpus, cores = getattr(args, "gpus", None), getattr(args, "cores", None)
-    if platform == GPU:
-        if cores:
-            raise ConfigError("--cores is for vLLM's CPU build; on GPUs use --gpus 0,1,...")
-        return make_slots(GPU, parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
-    if gpus:
-        raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
-    if not cores:
-        from autotune.study.run.session import cpu_slot
-
-        return [cpu_slot(tp, args.kv_cache_gib)]
-    ids = parse_device_list(cores, "--cores")
-    allowed = sorted(os.sched_getaffinity(0))
-    if not set(ids) <= set(allowed):
-        raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
-    return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
+    """The deployment slots the device flags ask for (``slots_for``), on the cores this
+    process may use."""
+    return slots_for(platform, tp, os.sched_getaffinity(0), gpus=getattr(args, "gpus", None),
+                     cores=getattr(args, "cores", None), cores_per_rank=args.cores_per_rank,
+                     kv_cache_gib=args.kv_cache_gib)
 
 
 def print_wrapped(text: str) -> None:
