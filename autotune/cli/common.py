@@ -6,7 +6,6 @@ percentages)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from rich.table import Table
 from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, slots_for
 from autotune.core.workload.capacity_spec import LOADS
-from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
+from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, profiles_of
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import read_profiles
 from autotune.study.output.terminal import fitted_tables, fitted_with_changes
@@ -27,7 +26,6 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and 
 out = Console(highlight=False, soft_wrap=True)  # results
 
 DEFAULT_WORKDIR = "studies"
-RATE_RANGE = {"low": 0.25, "high": 64.0}
 
 
 def print_table(build: Callable[[int | None], Table], keep: int = 1) -> None:
@@ -125,28 +123,8 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
                    help="loads searched (default 1,256 concurrent; 0.25,64 req/s with --load rate)")
 
 
-def _with_load(profile: WorkloadProfile, args: argparse.Namespace) -> WorkloadProfile:
-    """A capacity profile with --load and --load-range applied."""
-    load, bounds = getattr(args, "load", None), getattr(args, "load_range", None)
-    if profile.capacity is None or (load is None and bounds is None):
-        return profile
-    changes: dict = {}
-    if load is not None and load != profile.capacity.load:
-        changes = {"load": load, **(RATE_RANGE if load == "rate" else {"low": 1.0, "high": 256.0})}
-    if bounds is not None:
-        try:
-            low, high = (float(x) for x in bounds.split(","))
-        except ValueError:
-            raise ConfigError(f"--load-range {bounds!r}: expected LOW,HIGH, e.g. 1,64") from None
-        changes.update(low=low, high=high)
-    try:
-        spec = dataclasses.replace(profile.capacity, **changes)
-    except ConfigError as exc:
-        raise ConfigError(f"--load {load or profile.capacity.load} --load-range {bounds}: {exc}") from None
-    return dataclasses.replace(profile, capacity=spec)
-
-
-def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadProfile, ...]:
+def asked_profiles(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadProfile, ...]:
+    """The profiles ``names`` with the flags' overrides (``profiles_of``); --profile-file read."""
     defined = read_profiles(args.profile_file) if getattr(args, "profile_file", None) else None
     overrides = ProfileOverrides(
         num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
@@ -155,7 +133,8 @@ def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadPro
         burstiness=getattr(args, "burstiness", None),
         timeout_s=getattr(args, "time_limit", None), token_ids=getattr(args, "token_ids", None),
     )
-    return tuple(_with_load(get_profile(name, overrides, defined), args) for name in names)
+    return profiles_of(names, overrides, defined, load=getattr(args, "load", None),
+                       load_range=getattr(args, "load_range", None))
 
 
 def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True, study: bool = False) -> None:

@@ -14,11 +14,11 @@ from autotune.cli.common import (
     add_deploy_args,
     add_profile_args,
     add_profile_overrides,
+    asked_profiles,
     console,
     entrypoint_of,
     out,
     print_table,
-    profiles_of,
     slots_of,
 )
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
@@ -114,7 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         text_prompt = tokenizer.decode
     slo = SloLimits(args.goodput_ttft_ms, args.goodput_tpot_ms, args.goodput_e2el_ms)
     rows = {}
-    profiles = profiles_of(args, args.profile)
+    profiles = asked_profiles(args, args.profile)
     for profile in profiles:
         if profile.capacity is not None:
             raise ConfigError(f"--profile {profile.name}: bench runs fixed workloads; a capacity "

@@ -17,10 +17,10 @@ from autotune.cli.common import (
     add_profile_overrides,
     add_smallest_difference,
     add_study_args,
+    asked_profiles,
     console,
     entrypoint_of,
     out,
-    profiles_of,
     slots_of,
     storage_of_args,
 )
@@ -65,7 +65,7 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
     trials = args.trials if args.trials is not None else (
         UNBOUNDED_TRIALS if budget is not None else DEFAULTS.trials)
     return PlanRequest(
-        workdir=Path(args.workdir), profiles=profiles_of(args, names), model=args.model,
+        workdir=Path(args.workdir), profiles=asked_profiles(args, names), model=args.model,
         space_path=args.space, references_path=args.references if args.seed_references else None,
         trials=trials, repeats=args.repeats, race=args.race, time_budget_s=budget,
         seed=args.seed, sampler=args.sampler, study_name=args.study,
