@@ -179,19 +179,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if any(r.rejected for r in references) else 0
 
 
-# The profile that make-workload writes beside its file, per kind.
-WORKLOAD_PROFILES = {
-    "chat": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
-            "  dataset: {format: jsonl, path: %s}\n",
-    "rag": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
-           "  dataset: {format: jsonl, path: %s}\n",
-    "agentic": "  max_concurrency: 64\n  num_prompts: 100\n  warmup_requests: 4\n"
-               "  dataset: {format: mooncake, path: %s, time_scale: 1.0}\n",
-}
-
-
 def cmd_make_workload(args: argparse.Namespace) -> int:
-    from autotune.core.workload.datasets.synthetic import lines
+    from autotune.core.workload.datasets.synthetic import lines, profile_text
 
     out = Path(args.out)
     if args.requests < 1 or args.scale <= 0 or (args.rate is not None and args.rate <= 0):
@@ -201,14 +190,10 @@ def cmd_make_workload(args: argparse.Namespace) -> int:
     made = lines(args.kind, args.requests, args.seed, args.scale, args.rate)
     profile = out.with_suffix(".profile.yaml")
     out.write_text("\n".join(made) + "\n")
-    text = WORKLOAD_PROFILES[args.kind] % out.name
-    warm = int(text.split("warmup_requests: ")[1].split()[0])
-    measured = max(1, min(100, args.requests - warm))  # the file holds every request sent
-    profile.write_text(f"# written by autotune make-workload {args.kind}: "
-                       f"{args.requests} requests, seed {args.seed}, scale {args.scale:g}\n"
-                       f"{args.kind}:\n" + text.replace("num_prompts: 100", f"num_prompts: {measured}"))
+    profile.write_text(profile_text(args.kind, out.name, requests=args.requests, seed=args.seed,
+                                    scale=args.scale))
     console.print(f"wrote {args.requests} {args.kind} requests to {out} and the profile "
-                      f"{args.kind!r} to {profile}")
+                  f"{args.kind!r} to {profile}")
     return 0
 
 
