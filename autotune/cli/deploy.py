@@ -30,17 +30,15 @@ from autotune.study.output.tables import space_table, summary_table
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from autotune.modelgen.checkpoints import make_model
+    from autotune.modelgen.checkpoints import check_model_flags, make_model
 
     t0 = time.monotonic()
+    check_model_flags(kind=args.kind, mtp=args.mtp, trained=args.trained,
+                      constructed=args.constructed, mtp_acceptance=args.mtp_acceptance,
+                      reuse_base=args.reuse_base)
     if args.constructed:
         from autotune.modelgen.constructed import make_constructed
 
-        if args.trained or args.kind != "dense" or args.mtp:
-            raise ConfigError("--constructed makes a GLM-4-MoE+MTP model of its own: drop "
-                              "--kind, --mtp and --trained")
-        if args.mtp_acceptance is None:
-            raise ConfigError("--constructed needs --mtp-acceptance P (0..1), e.g. 0.8")
         info = make_constructed(args.out, shape=args.constructed, mtp_acceptance=args.mtp_acceptance,
                                 seed=args.seed, reuse_base=args.reuse_base)
         out.print(f"wrote a constructed {args.constructed} GLM-4-MoE+MTP model ({info.num_experts} "
@@ -48,8 +46,6 @@ def cmd_make_model(args: argparse.Namespace) -> int:
                   f"{time.monotonic() - t0:.1f} s: {(Path(args.out) / 'constructed.json').read_text().strip()}",
                   soft_wrap=True)
         return 0
-    if args.mtp_acceptance is not None or args.reuse_base:
-        raise ConfigError("--mtp-acceptance and --reuse-base need --constructed SHAPE")
     info = make_model(args.out, kind=args.kind, mtp=args.mtp, seed=args.seed, trained=args.trained)
     out.print(f"wrote {info.architecture} ({'MoE, ' + str(info.num_experts) + ' experts' if info.is_moe else 'dense'}"
               f"{', MTP layers: ' + str(info.mtp_layers) if info.has_mtp else ''}) to {args.out} "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import shlex
 from pathlib import Path
 
@@ -29,19 +28,13 @@ from autotune.core.analysis.recommendation import (
 )
 from autotune.core.analysis.recommendation import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData, format_params, noise_line
-from autotune.core.maths.numbers import number_text
-from autotune.core.metrics.registry import SUMMARY_METRICS
 from autotune.core.plan.request import DEFAULT_SPACE
-from autotune.core.trial.objectives import default_objectives, parse_objective
-from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError
-from autotune.shell.bench.files import locate_shipped, read_model_info, read_references, read_space
+from autotune.shell.bench.files import locate_shipped, read_model_info, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS
-from autotune.study.output.tables import front_table, trials_table
+from autotune.study.output.tables import front_table, relaunch_table, trials_table
 from autotune.study.output.terminal import studies_layout
 from autotune.study.run.study_plan import DEFAULT_REFERENCES
-
-_EPOCH = datetime.datetime(1970, 1, 1)
 
 
 def _data(args: argparse.Namespace):
@@ -179,25 +172,13 @@ def cmd_studies(args: argparse.Namespace) -> int:
     """Every study in the storage: its trials counted apart (served, rejected, failed), the
     front's size, when it was created. Reads only: a storage that does not exist is an error,
     never created."""
-    import optuna
-    from optuna.trial import TrialState
-
     from autotune.study.output.documents import study_record
-    from autotune.study.store.records import study_data
-    from autotune.study.store.storage import open_existing, redact, storage_errors
+    from autotune.study.store.records import stored_studies
+    from autotune.study.store.storage import redact
 
     storage = storage_of_args(args)
-    rdb = open_existing(storage)
-    with storage_errors(f"--storage {redact(storage)}: cannot read it"):
-        summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
-    rows = []
-    for s in sorted(summaries, key=lambda s: s.datetime_start or _EPOCH):
-        study = optuna.load_study(study_name=s.study_name, storage=rdb)
-        unfinished = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
-                                                                   TrialState.WAITING)))
-        created = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else ""
-        rows.append(study_record(s.study_name, study_data(study), trials=s.n_trials,
-                                 unfinished=unfinished, created=created))
+    rows = [study_record(s.name, s.data, trials=s.trials, unfinished=s.unfinished,
+                         created=s.created) for s in stored_studies(storage)]
     if args.format != "table":
         _print_document("studies", {"storage": redact(storage), "studies": rows}, rows, args.format)
         return 0
@@ -259,15 +240,7 @@ def _verify(args, study, trial, export) -> int:
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.failure_message}")
         return 1
-    table = Table(title=f"trial #{trial.number}: stored vs relaunched")
-    for col in ("profile", "metric", "stored", "relaunched", "difference"):
-        table.add_column(col, justify="right")
-    for name, result in measured.results.items():
-        for metric in SUMMARY_METRICS:
-            a, b = trial.value(name, metric), result.mean(metric)
-            # A TPOT of 0 is possible: every stream of that run arrived in one burst.
-            table.add_row(name, metric, number_text(a), number_text(b), f"{(b - a) / a * 100:+.1f}%" if a else "-")
-    out.print(table)
+    out.print(relaunch_table(trial, measured))
     return 0
 
 
@@ -287,24 +260,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from autotune.study.run.study_plan import model_context
-    from autotune.study.store.importer import import_results, read_results
-    from autotune.study.store.storage import check_url
+    from autotune.study.store.importer import import_results, read_import
 
     space = read_space(locate_shipped(args.space))
     ctx = model_context(space, read_model_info(args.model)) if args.model else None
-    refs = read_references(locate_shipped(args.references), space)
-    names = args.profile or ["low-concurrency", "high-concurrency"]
-    profiles = tuple(get_profile(n) for n in names)
-    objectives = (tuple(parse_objective(o, names) for o in args.objective)
-                  or default_objectives(profiles))
     storage = storage_of_args(args)
-    check_url(storage, created_folder=Path(args.workdir))
-    # Every row is read and checked before anything is created.
-    configs, skipped = read_results(Path(args.file), space, refs, profiles, objectives)
+    read = read_import(Path(args.file), space, references=args.references,
+                       profiles=args.profile or ["low-concurrency", "high-concurrency"],
+                       objectives=args.objective, storage=storage, workdir=Path(args.workdir))
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    study = import_results(args.study, storage, Path(args.file), configs, space=space, refs=refs,
-                           profiles=profiles, objectives=objectives, ctx=ctx)
-    for line in skipped:
+    study = import_results(args.study, storage, read, ctx=ctx)
+    for line in read.skipped:
         console.print(line)
     imported = [t for t in study.trials if t.user_attrs.get("imported_from")]
     out.print(f"study {args.study!r}: {len(imported)} imported trials "

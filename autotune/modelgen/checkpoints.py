@@ -154,6 +154,20 @@ def _unfuse_experts(state: dict) -> dict:
     return out
 
 
+def check_model_flags(*, kind: str, mtp: bool, trained: bool, constructed: str | None,
+                      mtp_acceptance: float | None, reuse_base: str | None) -> None:
+    """`make-model`'s flags that go together, checked before anything is written: a
+    constructed model is its own kind, and its two options need it."""
+    if constructed:
+        if trained or kind != "dense" or mtp:
+            raise ConfigError("--constructed makes a GLM-4-MoE+MTP model of its own: drop "
+                              "--kind, --mtp and --trained")
+        if mtp_acceptance is None:
+            raise ConfigError("--constructed needs --mtp-acceptance P (0..1), e.g. 0.8")
+    elif mtp_acceptance is not None or reuse_base:
+        raise ConfigError("--mtp-acceptance and --reuse-base need --constructed SHAPE")
+
+
 def make_model(
     out: str | Path, *, kind: str = "dense", mtp: bool = False, seed: int = 0,
     trained: bool = False, shape: ModelShape = ModelShape(),
