@@ -60,16 +60,31 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["confirm", "--study", "missing", "--rounds", "0"], "--rounds 0: must be >= 1"),
     (["import-results", "missing.json", "--study", "s"], "missing.json: cannot read"),
     (["import-results", "results.txt", "--study", "s"], "results.txt: expected a .csv or .json file"),
+    # argparse's own errors: its message, where help is, and no usage block
+    (["run", "--trials", "abc"], "argument --trials: invalid int value: 'abc'; try autotune run --help"),
+    (["pareto", "--no-such-flag"], "unrecognized arguments: --no-such-flag; try autotune pareto --help"),
+    (["recommend", "--for", "fast"], "argument --for: invalid choice: 'fast' (choose from "
+     "'interactive', 'throughput', 'balanced'); try autotune recommend --help"),
+    (["bench", "--model", "m"], "the following arguments are required: --url, --profile; try "
+     "autotune bench --help"),
+    (["no-such-command"], "argument command: invalid choice: 'no-such-command'"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials", "bad-time-budget",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
         "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
-        "confirm-zero-rounds", "import-missing-file", "import-wrong-format"])
+        "confirm-zero-rounds", "import-missing-file", "import-wrong-format", "argparse-bad-int",
+        "argparse-unknown-flag", "argparse-bad-choice", "argparse-missing", "argparse-no-command"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
     result = autotune_in(tmp_path, *args)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autotune: error: ") and message in lines[0]
     assert list(tmp_path.iterdir()) == []  # no studies/, no database, no model
+
+
+def test_help_is_argparses_own_usage_and_exits_0(autotune_in, tmp_path):
+    result = autotune_in(tmp_path, "run", "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: autotune run")
+    assert "--time-budget DURATION" in result.stdout and result.stderr == ""
 
 
 def test_a_read_only_command_on_an_existing_storage_names_the_studies_there(autotune_in, tmp_path):
