@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
 from autotune.core.deployment.slots import Slot, slots_for
+from autotune.core.plan.settings import DEFAULTS, Setting
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, profiles_of
 from autotune.errors import ConfigError
@@ -45,21 +45,16 @@ def print_fitting(build: Callable[[bool, int | None], Table], changes: Sequence[
         out.print(line, soft_wrap=False, markup=False)
 
 
-def add_smallest_difference(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--smallest-difference", metavar="PCT",
-                   help="the smallest difference worth caring about, in percent (5%% or 5: "
-                        "five percent): equivalent means within it; an undecided comparison "
-                        "says how many confirmation rounds would decide it at 80%% power "
-                        f"(default: the study's own, else {SMALLEST_DIFFERENCE * 100:g}%%)")
-
-
-def add_precision(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", metavar="PCT",
-                   help="a fixed profile's run stops once the 95%% interval of every metric the "
-                        "study uses from it is within PCT of its value, at whole waves, after at "
-                        "least 10 requests and 2 waves, at most the profile's num_prompts "
-                        "(default: the balanced length, where more requests buy less than "
-                        "another deployment; 0: every run sends num_prompts; docs/precision.md)")
+def add_setting(p: argparse.ArgumentParser, s: Setting) -> None:
+    """A plan setting's flag (``core.plan.settings``). Not given, a field's is None (the
+    request takes the setting's default); one the CLI reads itself has its default."""
+    options: dict = {"help": s.help.replace("%", "%%"), "default": None if s.field else s.default}
+    if s.kind is bool:
+        options["action"] = argparse.BooleanOptionalAction if s.negatable else "store_true"
+    else:
+        options |= {"type": s.kind, "metavar": s.metavar, "choices": s.choices,
+                    "action": "append" if s.many else "store"}
+    p.add_argument(s.flag, **options)
 
 
 def storage_of_args(args: argparse.Namespace) -> str:
@@ -149,7 +144,8 @@ def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True,
     g.add_argument("--kv-cache-gib", type=float, default=1.0,
                    help="CPU build only: VLLM_CPU_KVCACHE_SPACE (default 1)")
     if startup_timeout:
-        g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
+        g.add_argument("--startup-timeout", type=float, default=DEFAULTS.startup_timeout_s,
+                       help=f"seconds (default {DEFAULTS.startup_timeout_s:g})")
     g.add_argument("--entrypoint", help="command that starts vLLM, e.g. 'vllm serve' "
                    "(default: vllm serve for the GPU build, the module entry point for the CPU build)")
     if study:

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.table import Table
 
 from autotune.cli.common import (
-    add_smallest_difference,
+    add_setting,
     add_study_args,
     console,
     out,
@@ -28,13 +28,13 @@ from autotune.core.analysis.recommendation import (
 )
 from autotune.core.analysis.recommendation import table as recommendation_table
 from autotune.core.analysis.study_data import StudyData, format_params, noise_line
-from autotune.core.plan.request import DEFAULT_SPACE
+from autotune.core.plan.request import DEFAULT_REFERENCES, DEFAULT_SPACE
+from autotune.core.plan.settings import SETTINGS_BY_FLAG
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import locate_shipped, read_model_info, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS
 from autotune.study.output.tables import front_table, relaunch_table, trials_table
 from autotune.study.output.terminal import studies_layout
-from autotune.study.run.study_plan import DEFAULT_REFERENCES
 
 
 def _data(args: argparse.Namespace):
@@ -318,7 +318,7 @@ def add_format(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pareto", help="the front of the study's objectives, with intervals")
     add_study_args(p)
-    add_smallest_difference(p)
+    add_setting(p, SETTINGS_BY_FLAG["--smallest-difference"])
     add_format(p)
     p.set_defaults(handler=cmd_pareto)
 
@@ -339,7 +339,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explain", action="store_true",
                    help="the full text of each recommendation: why, what is undecided, what "
                         "deciding it takes")
-    add_smallest_difference(p)
+    add_setting(p, SETTINGS_BY_FLAG["--smallest-difference"])
     add_format(p)
     p.set_defaults(handler=cmd_recommend)
 

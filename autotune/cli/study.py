@@ -12,10 +12,9 @@ from pathlib import Path
 from autotune.cli.common import (
     add_deploy_args,
     add_load_args,
-    add_precision,
     add_profile_args,
     add_profile_overrides,
-    add_smallest_difference,
+    add_setting,
     add_study_args,
     asked_profiles,
     console,
@@ -25,23 +24,17 @@ from autotune.cli.common import (
     storage_of_args,
 )
 from autotune.cli.results import print_trials
-from autotune.core.analysis.recommendation import TieSettings, parse_smallest_difference
-from autotune.core.deployment.baseline import VLLM_DEFAULTS
+from autotune.core.analysis.recommendation import TieSettings
 from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import parse_duration
 from autotune.core.plan.budget import TimeLeft
-from autotune.core.plan.confirmation import trial_numbers
-from autotune.core.plan.estimate import UNBOUNDED_TRIALS
-from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
-from autotune.core.space.exploration import EXPLORATIONS
-from autotune.core.trial.precision import parse_precision
+from autotune.core.plan.confirmation import CONFIRM_ROUNDS, trial_numbers
+from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.settings import DEFAULTS, PLAN_SETTINGS, plan_fields
 from autotune.errors import ConfigError
 from autotune.study.output.progress import ProgressLines, study_budget_text
-from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
-from autotune.study.run.samplers import SAMPLERS
-from autotune.study.run.study_plan import DEFAULT_REFERENCES, StudyPlan
-
-DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
+from autotune.study.run.confirm_rounds import check_rounds
+from autotune.study.run.study_plan import StudyPlan
 
 
 def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
@@ -60,23 +53,13 @@ def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
-    names = args.profile or ["low-concurrency"]
-    budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
-    trials = args.trials if args.trials is not None else (
-        UNBOUNDED_TRIALS if budget is not None else DEFAULTS.trials)
+    """`run`'s flags as the study's request: the settings' fields (``plan_fields``), the
+    profiles with their overrides, and where the references go."""
     return PlanRequest(
-        workdir=Path(args.workdir), profiles=asked_profiles(args, names), model=args.model,
-        space_path=args.space, references_path=args.references if args.seed_references else None,
-        trials=trials, repeats=args.repeats, race=args.race, time_budget_s=budget,
-        seed=args.seed, sampler=args.sampler, study_name=args.study,
-        storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
-        tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
-        smallest_difference=parse_smallest_difference(args.smallest_difference),
-        precision=parse_precision(args.precision),
-        startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
-        baseline=args.baseline, baseline_references=args.references, calibrate=args.calibrate,
-        exploration=args.exploration,
-    )
+        workdir=Path(args.workdir), profiles=asked_profiles(args, args.profile or ["low-concurrency"]),
+        references_path=args.references if args.seed_references else None,
+        baseline_references=args.references, startup_timeout_s=args.startup_timeout,
+        **plan_fields(vars(args)))
 
 
 def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
@@ -197,72 +180,8 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a multi-objective study over real deployments")
     add_profile_args(p, default="low-concurrency")
-    p.add_argument("--model", help="model folder or cached hub id "
-                   "(default without GPU: a generated tiny MoE+MTP model)")
-    p.add_argument("--space", default=DEFAULT_SPACE, help=f"search space (default {DEFAULT_SPACE})")
-    p.add_argument("--references", default=DEFAULT_REFERENCES,
-                   help=f"reference configs (default {DEFAULT_REFERENCES})")
-    p.add_argument("--seed-references", action="store_true",
-                   help="run the applicable reference configs after the baseline (enqueued once "
-                        "per study)")
-    p.add_argument("--baseline", default=VLLM_DEFAULTS, metavar="WHAT",
-                   help="what you run today, measured first and compared with every pick: "
-                        f"{VLLM_DEFAULTS} (default: no tuned flag, the model's native context); "
-                        "your own command ('vllm serve MODEL --max-num-seqs 128 ...') or flags "
-                        "('--max-num-seqs 128'), read by vLLM's parser: the flags the space tunes "
-                        "set the baseline's values, every other one is kept on every trial and "
-                        "export; a vllm serve --config YAML, a file `autotune export` wrote; or a "
-                        "reference name of --references (docs/studies.md)")
-    p.add_argument("--exploration", choices=EXPLORATIONS, default=EXPLORATIONS[0],
-                   help="after the baseline, measure first: order (default) the single changes "
-                        "the reference study's effects expect to help most, then the sampler; "
-                        "sampler: the sampler from the start (chosen by replay, docs/answers.md)")
-    p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=False,
-                   help="deploy the baseline a second time right after it is served, to measure "
-                        "the spread between deployments from the start (default off: the spread "
-                        "is inherited from this storage's studies of the same model, machine and "
-                        "vLLM, else assumed, and learned from confirmations; docs/noise.md)")
-    p.add_argument("--trials", type=int,
-                   help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
-                        "--time-budget alone, the time decides)")
-    p.add_argument("--time-budget", metavar="DURATION",
-                   help="wall clock for the study, confirmation included, e.g. 20m or 2h: no "
-                        "deployment starts whose expected end (at the measured cost of a "
-                        "deployment) passes it; a redeployment of each finalist whose verdict is "
-                        "in question is kept in reserve, and the confirmation is shrunk or skipped "
-                        "where it no longer fits")
-    p.add_argument("--race", action="store_true",
-                   help="stop measuring a trial once the front beats it beyond the noise (off by "
-                        "default: docs/samplers.md says when it pays)")
-    p.add_argument("--cap-cuda-graphs", action="store_true",
-                   help="capture CUDA graphs only up to the study's highest concurrency x (1 + "
-                        "speculative tokens), alike for every trial, the baseline and the export "
-                        "(off by default: docs/startup.md)")
-    p.add_argument("--study", help="study name (default: from model, space and profiles)")
-    p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
-                   "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "
-                   "sqlite:///<workdir>/autotune.db")
-    p.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
-                   help=f"runs per profile per deployment (default {DEFAULTS.repeats}: a trial's "
-                        "interval comes from the spread between deployments, docs/noise.md)")
-    p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
-    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
-                   help="tpe (default; chosen by replaying samplers against a recorded table, "
-                        "see docs/samplers.md), random, nsga2 or gp")
-    p.add_argument("--objective", action="append", default=[],
-                   help="PROFILE:METRIC[:min|max] (repeatable; default: mean E2EL at the lowest "
-                        "concurrency against output throughput at the highest)")
-    p.add_argument("--slo", action="append", default=[],
-                   help="repeatable: a constraint on a profile, e.g. 'high-concurrency:"
-                        "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
-                        "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
-    add_smallest_difference(p)
-    add_precision(p)
-    p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
-                   help=f"at the end, redeploy up to K front members and the baseline, up to "
-                        f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")
-    p.add_argument("--max-model-len", type=int, help="override the space's deployment setting")
-    p.add_argument("--tp", type=int, help="override the space's tensor parallel size")
+    for setting in PLAN_SETTINGS:
+        add_setting(p, setting)
     p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
     add_profile_overrides(p)
     add_load_args(p)

@@ -31,6 +31,8 @@ from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.errors import ConfigError
 
+CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
+
 
 def trial_numbers(text: str) -> list[int]:
     """`confirm --trials 3,7`: trial numbers, each once."""
