@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from autotune.cli import deploy, housekeeping, results, study
-from autotune.cli.common import DEFAULT_WORKDIR, console, only_study
+from autotune.cli.common import DEFAULT_WORKDIR, console, storage_of_args
 from autotune.errors import AutotuneError, ConfigError
-from autotune.study.store.storage import close_readers
+from autotune.study.store.storage import close_readers, only_study
 
 FAMILIES = (deploy, study, results, housekeeping)
 
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         if getattr(args, "study_from_storage", False) and args.study is None:
-            args.study = only_study(args)
+            args.study = only_study(storage_of_args(args))
         return args.handler(args, extra) if passes else args.handler(args)
     except ConfigError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)  # one line, never wrapped or styled

@@ -17,7 +17,6 @@ from autotune.core.deployment.slots import Slot, slots_for
 from autotune.core.plan.settings import DEFAULTS, Setting
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, profiles_of
-from autotune.errors import ConfigError
 from autotune.shell.bench.files import read_profiles
 from autotune.study.output.terminal import fitted_tables, fitted_with_changes
 from autotune.study.store.storage import storage_url
@@ -65,7 +64,7 @@ def storage_of_args(args: argparse.Namespace) -> str:
 
 def add_study_args(p: argparse.ArgumentParser, *, missing: str = "only") -> None:
     """--study and --storage. ``missing``: what no --study means: ``only``, the storage's one
-    study (resolved by ``main`` before the command runs, ``only_study``); ``all``, every study
+    study (resolved by ``main`` before the command runs, ``storage.only_study``); ``all``, every study
     (the dashboard); ``required``, an error (a command that creates the study it names)."""
     default = {"only": " (default: the storage's only study)", "all": " (default: all of them)",
                "required": ""}[missing]
@@ -74,22 +73,6 @@ def add_study_args(p: argparse.ArgumentParser, *, missing: str = "only") -> None
     p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
                    "sqlite:///<workdir>/autotune.db)")
     p.set_defaults(study_from_storage=missing == "only")
-
-
-def only_study(args: argparse.Namespace) -> str:
-    """The one study of the storage a command without --study reads; a one-line error where
-    the storage holds none or several (naming them), or is not there (nothing created)."""
-    from autotune.study.store.storage import redact, study_names
-
-    storage = storage_of_args(args)
-    names = study_names(storage)
-    if len(names) == 1:
-        return names[0]
-    if not names:
-        raise ConfigError(f"--study: no study in {redact(storage)}; studies are created by "
-                          "`autotune run`")
-    raise ConfigError(f"--study: {redact(storage)} holds {len(names)} studies, name one: "
-                      f"{', '.join(names)}")
 
 
 def add_profile_overrides(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ from autotune.core.metrics.summary import SloLimits, to_vllm_json
 from autotune.core.space.search_space import inapplicable, space_size
 from autotune.errors import ConfigError
 from autotune.modelgen.constructed import SHAPES
-from autotune.shell.bench.files import read_model_info, read_references, read_space
+from autotune.shell.bench.files import read_model_info, read_space
 from autotune.study.output.tables import space_table, summary_table
 
 
@@ -154,25 +154,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         out.print(f"configurations: {space_size(space, ctx):g} drawable")
         out.print("vLLM's parser is not available here: flags were not checked by it")
         return 0
-    from autotune.shell.server.install import vllm_version
-    from autotune.shell.server.validation import engine_identity
-    from autotune.study.run.space_check import check_references, check_samples, count_engines
+    from autotune.study.run.space_check import validate_space
 
-    count = count_engines(space, ctx, lambda argv: engine_identity(validator, model.name, argv))
-    out.print(f"configurations for {model.name} on {vllm_version()}: {count.text}")
-
-    refs = read_references(args.references, space).configs if args.references else ()
-    references = check_references(validator, space, ctx, refs)
-    for ref in references:
-        out.print(f"reference {ref.name}: " + ("skipped, " + ref.reason if ref.skipped else
-                                               "accepted by vLLM" if ref.accepted else
-                                               f"rejected by vLLM: {ref.reason}"))
-    drawn = check_samples(validator, space, ctx, samples=args.samples, seed=args.seed)
-    out.print(f"{drawn.samples} random samples: {drawn.samples - drawn.rejected_count} accepted "
-              f"by vLLM, {drawn.rejected_count} rejected")
-    for message, times in drawn.rejected:
-        out.print(f"  {times} x {message}")
-    return 1 if any(r.rejected for r in references) else 0
+    return 1 if validate_space(validator, space, ctx, references=args.references,
+                               samples=args.samples, seed=args.seed, say=out.print) else 0
 
 
 def cmd_make_workload(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from autotune.cli.common import (
 from autotune.core.analysis.recommendation import (
     USES,
     TieSettings,
+    default_uses,
     legend,
     parse_smallest_difference,
     recommend_each,
@@ -32,7 +33,7 @@ from autotune.core.plan.request import DEFAULT_REFERENCES, DEFAULT_SPACE
 from autotune.core.plan.settings import SETTINGS_BY_FLAG
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import locate_shipped, read_model_info, read_space
-from autotune.study.output.documents import OUTPUT_FORMATS
+from autotune.study.output.documents import OUTPUT_FORMATS, study_document
 from autotune.study.output.tables import front_table, relaunch_table, trials_table
 from autotune.study.output.terminal import studies_layout
 
@@ -62,10 +63,6 @@ def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
     return True
 
 
-def uses_of(data: StudyData) -> tuple[str, ...]:
-    return USES if len(data.objectives) > 1 else ("throughput",)  # one objective: the best
-
-
 def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
                           uses: tuple[str, ...], *, explain: bool = False) -> None:
     """One compact table (a row per use, 80 columns, export commands under it); with
@@ -82,7 +79,7 @@ def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
 def print_front_and_recommendations(data: StudyData, title: str,
                                     tie: TieSettings | None = None) -> None:
     if print_front(data, title, noise=False):  # the recommendations' table ends with it
-        print_recommendations(data, tie.study if tie else title, tie, uses_of(data))
+        print_recommendations(data, tie.study if tie else title, tie, default_uses(data))
         out.print("why, in full: autotune recommend --explain --study "
                   f"{shlex.quote(tie.study if tie else title)}", soft_wrap=True,
                   markup=False, highlight=False)
@@ -104,16 +101,6 @@ def _print_document(command: str, document: dict, rows: list, fmt: str) -> None:
               highlight=False)
 
 
-def _head(args: argparse.Namespace, data: StudyData) -> dict:
-    """What every study's JSON document opens with: the study, its objectives and baseline,
-    the smallest difference in force, and how much it measured."""
-    from autotune.study.output.documents import search_fields
-
-    return {"study": args.study, "objectives": [o.name for o in data.objectives],
-            "baseline": data.baseline.number if data.baseline else None,
-            "smallest_difference_pct": 100 * data.smallest_difference, **search_fields(data)}
-
-
 def _judged(args: argparse.Namespace) -> StudyData:
     """The study's data judged at --smallest-difference where given (checked before the
     storage is opened: bad input is refused first), else at the study's own."""
@@ -131,7 +118,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from autotune.study.output.documents import front_records
 
     rows = front_records(data)
-    _print_document("pareto", {**_head(args, data), "front": rows}, rows, args.format)
+    _print_document("pareto", study_document("pareto", args.study, data, rows), rows, args.format)
     return 0
 
 
@@ -145,7 +132,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
         print_trials(data)
         return 0
     rows = [trial_record(data, t) for t in data.outcomes]
-    _print_document("trials", {**_head(args, data), "trials": rows}, rows, args.format)
+    _print_document("trials", study_document("trials", args.study, data, rows), rows, args.format)
     return 0
 
 
@@ -154,7 +141,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if not data.feasible:
         raise ConfigError(f"--study {args.study}: no feasible trial in the study yet: "
                           "run more trials first")
-    uses = (args.use,) if args.use else uses_of(data)
+    uses = (args.use,) if args.use else default_uses(data)
     tie = TieSettings(args.study, data.smallest_difference)
     if args.format == "table":
         print_recommendations(data, args.study, tie, uses, explain=args.explain)
@@ -163,7 +150,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     rows = [recommendation_record(data, r, use, tie.smallest_difference)
             for use, r in zip(uses, recommend_each(data, uses, tie), strict=True)]
-    _print_document("recommend", {**_head(args, data), "recommendations": rows}, rows,
+    _print_document("recommend", study_document("recommend", args.study, data, rows), rows,
                     args.format)
     return 0
 

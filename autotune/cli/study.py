@@ -40,14 +40,17 @@ from autotune.study.run.study_plan import StudyPlan
 def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
     """The plan on this node, as the flags say where and how it deploys (`confirm` has no
     worker flags: it runs no worker)."""
+    from autotune.shell.server.worker_pool import worker_options
     from autotune.study.run.session import Node, StudySession
     from autotune.study.store.storage import Heartbeat
 
-    workers = hasattr(args, "max_retry")
+    beat = (args.heartbeat_interval, args.grace_period, args.max_retry) if hasattr(
+        args, "max_retry") else None
     node = Node(tuple(slots), entrypoint_of(args), preimport=not args.no_preimport,
-                heartbeat=Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-                if workers else Heartbeat(),
-                worker_options=tuple(_worker_options(args, plan.model.name)) if workers else ())
+                heartbeat=Heartbeat(*beat) if beat else Heartbeat(),
+                worker_options=tuple(worker_options(
+                    plan.model.name, heartbeat=beat, entrypoint=args.entrypoint,
+                    preimport=not args.no_preimport)) if beat else ())
     return StudySession.on_this_node(plan, node, say=console.print,
                                      dry_run=getattr(args, "dry_run", False))
 
@@ -60,17 +63,6 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
         references_path=args.references if args.seed_references else None,
         baseline_references=args.references, startup_timeout_s=args.startup_timeout,
         **plan_fields(vars(args)))
-
-
-def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
-    """Flags a slot's worker process gets from `run` or a multi-slot `worker`."""
-    options = ["--model", model, "--heartbeat-interval", str(args.heartbeat_interval),
-               "--grace-period", str(args.grace_period), "--max-retry", str(args.max_retry)]
-    if args.entrypoint:
-        options += ["--entrypoint", args.entrypoint]
-    if args.no_preimport:
-        options.append("--no-preimport")
-    return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
 
 
 def _finish(session, code: int) -> int:

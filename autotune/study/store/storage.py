@@ -255,6 +255,19 @@ def study_names(url: str) -> list[str]:
         return sorted(s.study_name for s in storage.get_all_studies())
 
 
+def only_study(url: str) -> str:
+    """The one study of a storage, read by a command given no --study; a one-line error where
+    the storage holds none or several (naming them), or is not there (nothing created)."""
+    names = study_names(url)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ConfigError(f"--study: no study in {redact(url)}; studies are created by "
+                          "`autotune run`")
+    raise ConfigError(f"--study: {redact(url)} holds {len(names)} studies, name one: "
+                      f"{', '.join(names)}")
+
+
 def load_existing(study_name: str, url: str, *, writable: bool = False) -> optuna.Study:
     """An existing study (read-only unless ``writable``); a one-line error listing the studies
     there otherwise."""
