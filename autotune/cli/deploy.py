@@ -93,38 +93,24 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autotune.shell.bench.client import Target, check_answers, checked_url, run_profile
-    from autotune.shell.bench.workloads import load_tokenizer, sources_for
+    from autotune.shell.bench.client import Target, bench_inputs, check_answers, checked_url, run_profile
 
     url = checked_url(args.url)
-    tokenizer = load_tokenizer(args.tokenizer or args.model)
-    vocab = args.vocab_size or (tokenizer.vocab_size if tokenizer is not None
-                                else read_model_info(args.model).vocab_size)
+    inputs = bench_inputs(asked_profiles(args, args.profile), model=args.model,
+                          tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                          endpoint=args.endpoint, max_model_len=args.max_model_len)
     api_key = os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
     target = Target(url=url, model=args.model, api_key=api_key, endpoint=args.endpoint,
                     request_timeout_s=args.request_timeout)
-    text_prompt = None
-    if args.endpoint == "chat":  # chat takes text: token-id prompts are decoded
-        if tokenizer is None:
-            raise ConfigError("--endpoint chat: needs the model's tokenizer (--tokenizer FOLDER)")
-        text_prompt = tokenizer.decode
     slo = SloLimits(args.goodput_ttft_ms, args.goodput_tpot_ms, args.goodput_e2el_ms)
     rows = {}
-    profiles = asked_profiles(args, args.profile)
-    for profile in profiles:
-        if profile.capacity is not None:
-            raise ConfigError(f"--profile {profile.name}: bench runs fixed workloads; a capacity "
-                              f"profile searches its load: `autotune run --profile {profile.name} "
-                              "--slo ...`")
-    profiles, sources = sources_for(profiles, vocab_size=vocab, tokenizer=tokenizer,
-                                    max_model_len=args.max_model_len)
     check_answers(target)
-    for profile in profiles:
+    for profile in inputs.profiles:
         name = profile.name
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
-            run = run_profile(target, profile, seed=args.seed, source=sources[name], slo=slo,
-                              text_prompt=text_prompt,
+            run = run_profile(target, profile, seed=args.seed, source=inputs.sources[name], slo=slo,
+                              text_prompt=inputs.text_prompt,
                               on_progress=lambda done, total, t=task: bar.update(t, completed=done))
         rows[name] = to_vllm_json(run.summary)
         if not run.summary.valid:
