@@ -18,7 +18,7 @@ from autotune.core.plan.settings import DEFAULTS, Setting
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, profiles_of
 from autotune.shell.bench.files import read_profiles
-from autotune.study.output.terminal import fitted_tables, fitted_with_changes
+from autotune.study.output.terminal import Line, Shown, fitted_tables
 from autotune.study.store.storage import storage_url
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
@@ -27,21 +27,19 @@ out = Console(highlight=False, soft_wrap=True)  # results
 DEFAULT_WORKDIR = "studies"
 
 
+def show(view: Callable[[Console], Sequence[Shown]]) -> None:
+    """Prints what ``view`` makes for this terminal (``study.output.terminal``): tables, whose
+    titles too wrap at the terminal, and lines, never markup."""
+    for item in view(out):
+        if isinstance(item, Line):
+            out.print(item.text, soft_wrap=not item.wrap, markup=False, highlight=False)
+        else:
+            out.print(item, soft_wrap=False)
+
+
 def print_table(build: Callable[[int | None], Table], keep: int = 1) -> None:
     """The table ``build(width)`` makes, fitted to the terminal (``terminal.fitted_tables``)."""
-    for part in fitted_tables(build, out, keep):
-        out.print(part, soft_wrap=False)  # its title too wraps at the terminal
-
-
-def print_fitting(build: Callable[[bool, int | None], Table], changes: Sequence[tuple[str, str]],
-                  heading: str) -> None:
-    """A table with a column of parameter changes, or without it and the changes listed
-    below (``terminal.fitted_with_changes``)."""
-    tables, lines = fitted_with_changes(build, changes, heading, out)
-    for table in tables:
-        out.print(table, soft_wrap=False)
-    for line in lines:
-        out.print(line, soft_wrap=False, markup=False)
+    show(lambda console: fitted_tables(build, console, keep))
 
 
 def add_setting(p: argparse.ArgumentParser, s: Setting) -> None:
@@ -150,12 +148,3 @@ def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
     return slots_for(platform, tp, os.sched_getaffinity(0), gpus=getattr(args, "gpus", None),
                      cores=getattr(args, "cores", None), cores_per_rank=args.cores_per_rank,
                      kv_cache_gib=args.kv_cache_gib)
-
-
-def print_wrapped(text: str) -> None:
-    """A line of results wrapped at the terminal's width between words (never inside one)."""
-    import textwrap
-
-    for line in textwrap.wrap(text, out.width, subsequent_indent="  ", break_on_hyphens=False,
-                              break_long_words=False):
-        out.print(line, markup=False, highlight=False)

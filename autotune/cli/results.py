@@ -5,37 +5,37 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 from pathlib import Path
-
-from rich.table import Table
 
 from autotune.cli.common import (
     add_setting,
     add_study_args,
     console,
     out,
-    print_fitting,
-    print_wrapped,
+    show,
     storage_of_args,
 )
 from autotune.core.analysis.recommendation import (
     USES,
     TieSettings,
     default_uses,
-    legend,
     parse_smallest_difference,
     recommend_each,
 )
-from autotune.core.analysis.recommendation import table as recommendation_table
-from autotune.core.analysis.study_data import StudyData, format_params, noise_line
+from autotune.core.analysis.study_data import StudyData
 from autotune.core.plan.request import DEFAULT_REFERENCES, DEFAULT_SPACE
 from autotune.core.plan.settings import SETTINGS_BY_FLAG
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import locate_shipped, read_model_info, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS, study_document
-from autotune.study.output.tables import front_table, relaunch_table, trials_table
-from autotune.study.output.terminal import studies_layout
+from autotune.study.output.tables import relaunch_table
+from autotune.study.output.terminal import (
+    closing_view,
+    front_view,
+    recommendations_view,
+    studies_view,
+    trials_view,
+)
 
 
 def _data(args: argparse.Namespace):
@@ -45,52 +45,16 @@ def _data(args: argparse.Namespace):
     return study_data(load_existing(args.study, storage_of_args(args)))
 
 
-def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
-    """The front table and its legend (the smallest difference in force), with the noise its
-    intervals rest on (``noise``: left to the recommendations' table where it follows); False
-    when nothing is feasible yet."""
-    print_fitting(lambda column, width: front_table(data, title, changes_column=column, width=width),
-                  [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
-                   for t in data.front()], f"what each front member changes from {data.reference_point}")
-    if not data.front():
-        out.print("no feasible trial yet")
-        return False
-    if data.baseline is not None:
-        print_wrapped("vs baseline: the row's change against the baseline; "
-                      + legend(data.smallest_difference))
-    if noise:
-        print_wrapped(noise_line(data))
-    return True
-
-
-def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
-                          uses: tuple[str, ...], *, explain: bool = False) -> None:
-    """One compact table (a row per use, 80 columns, export commands under it); with
-    ``explain``, every use's full text instead, wrapped at the terminal's width."""
-    recs = recommend_each(data, uses, tie)
-    if explain:
-        for r in recs:
-            print_wrapped(r if isinstance(r, str) else f"{r.use}: {r.reason}")
-        return
-    for line in recommendation_table(data, recs, study):
-        out.print(line, soft_wrap=True, markup=False, highlight=False)
-
-
-def print_front_and_recommendations(data: StudyData, title: str,
-                                    tie: TieSettings | None = None) -> None:
-    if print_front(data, title, noise=False):  # the recommendations' table ends with it
-        print_recommendations(data, tie.study if tie else title, tie, default_uses(data))
-        out.print("why, in full: autotune recommend --explain --study "
-                  f"{shlex.quote(tie.study if tie else title)}", soft_wrap=True,
-                  markup=False, highlight=False)
+def print_front(data: StudyData, title: str) -> None:
+    show(lambda console: front_view(data, title, console))
 
 
 def print_trials(data: StudyData) -> None:
-    """The trial table (``trials_table``), fitted to the terminal."""
-    shown = [t for t in data.outcomes if not t.skipped]
-    print_fitting(lambda column, width: trials_table(data, changes_column=column, width=width),
-                  [(t.label, format_params(data.differences(t)) or "-") for t in shown],
-                  f"what each trial changes from {data.reference_point}")
+    show(lambda console: trials_view(data, console))
+
+
+def print_closing(data: StudyData, title: str, tie: TieSettings | None = None) -> None:
+    show(lambda console: closing_view(data, title, tie, console))
 
 
 def _print_document(command: str, document: dict, rows: list, fmt: str) -> None:
@@ -144,7 +108,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     uses = (args.use,) if args.use else default_uses(data)
     tie = TieSettings(args.study, data.smallest_difference)
     if args.format == "table":
-        print_recommendations(data, args.study, tie, uses, explain=args.explain)
+        show(lambda console: recommendations_view(data, args.study, tie, uses, console,
+                                                  explain=args.explain))
         return 0
     from autotune.study.output.documents import recommendation_record
 
@@ -173,18 +138,8 @@ def cmd_studies(args: argparse.Namespace) -> int:
         out.print(f"no study in {redact(storage)}", soft_wrap=True)
         return 0
     out.print(f"studies in {redact(storage)}", soft_wrap=True, markup=False, highlight=False)
-    print_studies(rows)
+    show(lambda console: studies_view(rows, console))
     return 0
-
-
-def print_studies(rows: list) -> None:
-    """The studies in the first layout that fits the terminal (``terminal.studies_layout``)."""
-    layout = studies_layout(rows, out)
-    if isinstance(layout, Table):
-        out.print(layout, soft_wrap=False)
-        return
-    for line in layout:
-        out.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -270,24 +225,15 @@ def cmd_dashboard(args: argparse.Namespace, serve=None) -> int:
     storage must exist (never created here) and is opened for writing: notes edited in the
     dashboard are saved in it. ``serve``: optuna-dashboard's ``run_server`` unless given (a
     test serves the app in process)."""
-    import optuna
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
-    from autotune.study.store import optuna_internals
-    from autotune.study.store.storage import open_to_annotate, redact
+    from autotune.study.store.storage import dashboard_page, open_to_annotate, redact
 
     storage = storage_of_args(args)
     rdb = open_to_annotate(storage)
     artifacts = Path(args.workdir) / "artifacts"  # read where it exists; never created here
-    names = [s.study_name for s in rdb.get_all_studies()]
-    if args.study is not None and args.study not in names:
-        raise ConfigError(f"--study {args.study!r}: no such study in {redact(storage)}; "
-                          f"studies there: {', '.join(sorted(names)) or 'none'}")
-    shown = args.study or (names[0] if len(names) == 1 else None)  # one study: its page
-    url = f"http://127.0.0.1:{args.port}/dashboard"
-    if shown is not None:
-        url += f"/studies/{optuna_internals.study_id(optuna.load_study(study_name=shown, storage=rdb))}"
+    url = f"http://127.0.0.1:{args.port}{dashboard_page(rdb, storage, args.study)}"
     console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts}; notes "
                   "edited there are saved in the storage)")
     out.print(url, soft_wrap=True)

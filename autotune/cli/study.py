@@ -23,7 +23,7 @@ from autotune.cli.common import (
     slots_of,
     storage_of_args,
 )
-from autotune.cli.results import print_trials
+from autotune.cli.results import print_closing, print_trials
 from autotune.core.analysis.recommendation import TieSettings
 from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import parse_duration
@@ -66,13 +66,10 @@ def request_of(args: argparse.Namespace) -> PlanRequest:
 
 
 def _finish(session, code: int) -> int:
-    from autotune.cli.results import print_front_and_recommendations
-
     data = session.data()  # the numbers `trials` and `pareto` show: confirmations included
     plan = session.plan
     print_trials(data)
-    print_front_and_recommendations(data, plan.study_name,
-                                    TieSettings(plan.study_name, plan.request.smallest_difference))
+    print_closing(data, plan.study_name, TieSettings(plan.study_name, plan.request.smallest_difference))
     return code
 
 

@@ -302,8 +302,8 @@ def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch)
 
 
 def test_the_front_and_the_recommendations_say_a_load_not_reached():
-    from autotune.cli.results import front_table
     from autotune.core.analysis.recommendation import TieSettings, recommend, table
+    from autotune.study.output.tables import front_table
 
     data = _counted_study()
     rec = recommend(data, "throughput", TieSettings("s"))

@@ -1,17 +1,41 @@
-"""Tables fitted to a terminal without breaking a word: which width of names, which columns
-and which split make a table fit. Measures with the console it is given and returns tables
-and lines; the CLI prints them (it is the one that prints)."""
+"""What the terminal shows of a study: tables fitted without breaking a word (which width of
+names, which columns and which split make a table fit), and the lines around them. Measures
+with the console it is given and returns tables and ``Line``s; the CLI prints them (it is the
+one that prints)."""
 
 from __future__ import annotations
 
+import shlex
+import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from autotune.core.analysis.recommendation import counted
-from autotune.study.output.tables import studies_table
+from autotune.core.analysis.recommendation import (
+    TieSettings,
+    counted,
+    default_uses,
+    legend,
+    recommend_each,
+)
+from autotune.core.analysis.recommendation import table as recommendation_table
+from autotune.core.analysis.study_data import StudyData, format_params, noise_line
+from autotune.study.output.tables import front_table, studies_table, trials_table
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line of text, never markup. ``wrap``: the terminal wraps it between words (a list of
+    changes); else it is printed as it is (already wrapped, or a line to copy whole)."""
+
+    text: str
+    wrap: bool = False
+
+
+Shown = Table | Line
 
 # The longest line a name may keep in a table cell, tried in turn until the table fits the
 # terminal (None: names whole).
@@ -95,25 +119,81 @@ def fitted_tables(build: Callable[[int | None], Table], console: Console,
 
 def fitted_with_changes(build: Callable[[bool, int | None], Table],
                         changes: Sequence[tuple[str, str]], heading: str,
-                        console: Console) -> tuple[list[Table], list[str]]:
+                        console: Console) -> list[Shown]:
     """A table whose last column lists parameter changes: with that column where every word
     then fits; else without it (``fitted_tables``), and the changes as lines below, one trial
-    a line, so that no cell ever breaks a name. The tables, then the lines."""
+    a line, so that no cell ever breaks a name."""
     table = fitted(lambda width: build(True, width), console)
     if table is not None:
-        return [_settled(table, console)], []
-    return (fitted_tables(lambda width: build(False, width), console),
-            [f"{heading}:", *(f"  {label}: {text}" for label, text in changes)])
+        return [_settled(table, console)]
+    return [*fitted_tables(lambda width: build(False, width), console),
+            *(Line(text, wrap=True) for text in
+              [f"{heading}:", *(f"  {label}: {text}" for label, text in changes)])]
 
 
-def studies_layout(rows: list, console: Console) -> Table | list[str]:
+def wrapped(text: str, console: Console) -> list[Line]:
+    """``text`` wrapped at the console's width between words (never inside one)."""
+    return [Line(line) for line in textwrap.wrap(text, console.width, subsequent_indent="  ",
+                                                 break_on_hyphens=False, break_long_words=False)]
+
+
+def front_view(data: StudyData, title: str, console: Console, *, noise: bool = True) -> list[Shown]:
+    """The front table and its legend (the smallest difference in force), with the noise its
+    intervals rest on (``noise``: left to the recommendations' table where it follows)."""
+    shown = fitted_with_changes(
+        lambda column, width: front_table(data, title, changes_column=column, width=width),
+        [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
+         for t in data.front()], f"what each front member changes from {data.reference_point}",
+        console)
+    if not data.front():
+        return [*shown, Line("no feasible trial yet")]
+    if data.baseline is not None:
+        shown += wrapped("vs baseline: the row's change against the baseline; "
+                         + legend(data.smallest_difference), console)
+    return shown + (wrapped(noise_line(data), console) if noise else [])
+
+
+def trials_view(data: StudyData, console: Console) -> list[Shown]:
+    """The trial table (``trials_table``), fitted to the console."""
+    shown = [t for t in data.outcomes if not t.skipped]
+    return fitted_with_changes(
+        lambda column, width: trials_table(data, changes_column=column, width=width),
+        [(t.label, format_params(data.differences(t)) or "-") for t in shown],
+        f"what each trial changes from {data.reference_point}", console)
+
+
+def recommendations_view(data: StudyData, study: str, tie: TieSettings | None,
+                         uses: tuple[str, ...], console: Console, *,
+                         explain: bool = False) -> list[Shown]:
+    """One compact table (a row per use, 80 columns, export commands under it); with
+    ``explain``, every use's full text instead, wrapped at the console's width."""
+    recs = recommend_each(data, uses, tie)
+    if explain:
+        return [line for r in recs for line in
+                wrapped(r if isinstance(r, str) else f"{r.use}: {r.reason}", console)]
+    return [Line(line) for line in recommendation_table(data, recs, study)]
+
+
+def closing_view(data: StudyData, title: str, tie: TieSettings | None,
+                 console: Console) -> list[Shown]:
+    """What a study's run ends with: the front, and where anything is feasible, the
+    recommendations (whose table ends with the noise) and how to read them in full."""
+    shown = front_view(data, title, console, noise=False)
+    if not data.front():
+        return shown
+    study = tie.study if tie else title
+    return [*shown, *recommendations_view(data, study, tie, default_uses(data), console),
+            Line(f"why, in full: autotune recommend --explain --study {shlex.quote(study)}")]
+
+
+def studies_view(rows: list, console: Console) -> list[Shown]:
     """The studies in the first layout that fits with every name whole: boxed, then with
     dates only, then without borders; else lines, one study per paragraph."""
     for boxed, date_only in ((True, False), (True, True), (False, True)):
         table = studies_table(rows, boxed=boxed, date_only=date_only)
         if fits(table, console):
-            return table
-    return [line for r in rows for line in (
+            return [table]
+    return [Line(line) for r in rows for line in (
         r.study, f"  {counted(r.trials, 'trial')}: {r.served:,} served, {r.rejected:,} rejected, "
                  f"{r.failed:,} failed; front {'-' if r.front is None else r.front}; "
                  f"created {r.created or '-'}")]

@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.errors import ConfigError, StudyError
+from autotune.study.store.optuna_internals import study_id
 
 STORAGE_ENV = "AUTOTUNE_STORAGE"  # keeps a password out of argv (ps) and shell history
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -245,6 +246,19 @@ def open_to_annotate(url: str) -> RDBStorage:
     with storage_errors(f"--storage {redact(url)}: cannot read it"):
         storage.get_all_studies()  # a database without Optuna's tables fails here, untouched
     return storage
+
+
+def dashboard_page(storage: RDBStorage, url: str, study: str | None) -> str:
+    """The dashboard's page to open: ``study``'s, or the one study's where the storage holds
+    one, else the list of studies; a one-line error where ``study`` is not in the storage."""
+    names = [s.study_name for s in storage.get_all_studies()]
+    if study is not None and study not in names:
+        raise ConfigError(f"--study {study!r}: no such study in {redact(url)}; "
+                          f"studies there: {', '.join(sorted(names)) or 'none'}")
+    shown = study or (names[0] if len(names) == 1 else None)
+    if shown is None:
+        return "/dashboard"
+    return f"/dashboard/studies/{study_id(optuna.load_study(study_name=shown, storage=storage))}"
 
 
 def study_names(url: str) -> list[str]:
