@@ -32,7 +32,7 @@ from autotune.core.plan.confirmation import CONFIRM_ROUNDS, trial_numbers
 from autotune.core.plan.request import PlanRequest
 from autotune.core.plan.settings import DEFAULTS, PLAN_SETTINGS, plan_fields
 from autotune.errors import ConfigError
-from autotune.study.output.progress import ProgressLines, study_budget_text
+from autotune.study.output.progress import ProgressLines, opening_line
 from autotune.study.run.confirm_rounds import check_rounds
 from autotune.study.run.study_plan import StudyPlan
 
@@ -82,7 +82,7 @@ def _confirmed(session, started: float | None = None, **asked) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
     from autotune.study.run.study_plan import build_plan
-    from autotune.study.store.storage import hostname, redact
+    from autotune.study.store.storage import hostname
 
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
@@ -96,10 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 out.print(line, soft_wrap=True, markup=False, highlight=False)
             return 0
         notes, created = session.create(started)
-        console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
-                      f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
-                      f"{', '.join(o.name for o in plan.objectives)}, budget {study_budget_text(plan)}, "
-                      f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        console.print(opening_line(plan, slots))
         if created:
             console.print(plan.exploration_text, soft_wrap=True, markup=False)
         for note in notes:
@@ -116,31 +113,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.study.run.study_plan import build_plan, set_budget, stored_request
-    from autotune.study.store.storage import hostname, load_existing, redact
+    from autotune.study.run.study_plan import joined_plan
+    from autotune.study.store.storage import hostname
 
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: must be >= 1")
-    workdir, storage = Path(args.workdir), storage_of_args(args)
-    study = load_existing(args.study, storage, writable=True)
-    request = stored_request(study, storage=storage, workdir=workdir, model=args.model,
-                             trials=args.trials)
-    plan = build_plan(request)
-    if args.trials is not None:
-        set_budget(study, args.trials)
+    plan = joined_plan(args.study, storage_of_args(args), workdir=Path(args.workdir),
+                       model=args.model, trials=args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     with _session(plan, args, slots) as session:
         label = args.worker_label or hostname()
-        console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
-                      f"{study_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        console.print(opening_line(plan, slots, worker=label))
         code = session.work(label=label, progress=ProgressLines(console.print, label))
         return code if args.no_table else _finish(session, code)
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.study.run.study_plan import build_plan, stored_request
-    from autotune.study.store.storage import load_existing
+    from autotune.study.run.study_plan import joined_plan
 
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")
@@ -148,10 +138,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     budget = (parse_duration(args.time_budget, "--time-budget")
               if args.time_budget is not None else None)
     trials = trial_numbers(args.trials) if args.trials is not None else None
-    storage = storage_of_args(args)
-    study = load_existing(args.study, storage, writable=True)
-    plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
-                                     model=args.model, trials=None))
+    plan = joined_plan(args.study, storage_of_args(args), workdir=Path(args.workdir),
+                       model=args.model)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[:1]
     with _session(plan, args, slots) as session:
         _confirmed(session, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)

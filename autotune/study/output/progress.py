@@ -5,16 +5,18 @@ the numbering (#N, as every table names a trial) and the clock are defined once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rich.markup import escape
 
+from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import duration_text
 from autotune.core.maths.numbers import number_text
 from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS
 from autotune.core.trial.capacity_search import boundary_text
 from autotune.core.trial.outcome import TrialOutcome
+from autotune.study.store.storage import redact
 
 
 def study_budget_text(plan) -> str:
@@ -25,6 +27,18 @@ def study_budget_text(plan) -> str:
     if limit is None:
         return trials
     return duration_text(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {duration_text(limit)}"
+
+
+def opening_line(plan, slots: Sequence[Slot], *, worker: str | None = None) -> str:
+    """The first line of `run` (the study it works on: model, space, profiles, objectives,
+    budget, slots) or of a `worker` (who joins which study, the budget, the slots)."""
+    devices = f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}"
+    budget = f"budget {study_budget_text(plan)}, {devices}"
+    if worker is not None:
+        return f"worker {worker} joins study {plan.study_name!r} in {redact(plan.storage)}: {budget}"
+    return (f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, space "
+            f"{plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
+            f"{', '.join(o.name for o in plan.objectives)}, {budget}")
 
 
 class ProgressLines:
