@@ -30,29 +30,22 @@ from autotune.study.output.tables import space_table, summary_table
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from autotune.modelgen.checkpoints import check_model_flags, make_model
+    from autotune.modelgen.checkpoints import check_model_flags, made_lines, make_model
+    from autotune.modelgen.constructed import made_line, make_constructed
 
     t0 = time.monotonic()
     check_model_flags(kind=args.kind, mtp=args.mtp, trained=args.trained,
                       constructed=args.constructed, mtp_acceptance=args.mtp_acceptance,
                       reuse_base=args.reuse_base)
     if args.constructed:
-        from autotune.modelgen.constructed import make_constructed
-
         info = make_constructed(args.out, shape=args.constructed, mtp_acceptance=args.mtp_acceptance,
                                 seed=args.seed, reuse_base=args.reuse_base)
-        out.print(f"wrote a constructed {args.constructed} GLM-4-MoE+MTP model ({info.num_experts} "
-                  f"experts, MTP right for {args.mtp_acceptance:.0%} of tokens) to {args.out} in "
-                  f"{time.monotonic() - t0:.1f} s: {(Path(args.out) / 'constructed.json').read_text().strip()}",
-                  soft_wrap=True)
+        out.print(made_line(info, args.out, time.monotonic() - t0, shape=args.constructed,
+                            mtp_acceptance=args.mtp_acceptance), soft_wrap=True)
         return 0
     info = make_model(args.out, kind=args.kind, mtp=args.mtp, seed=args.seed, trained=args.trained)
-    out.print(f"wrote {info.architecture} ({'MoE, ' + str(info.num_experts) + ' experts' if info.is_moe else 'dense'}"
-              f"{', MTP layers: ' + str(info.mtp_layers) if info.has_mtp else ''}) to {args.out} "
-              f"in {time.monotonic() - t0:.1f} s")
-    report = Path(args.out) / "training.json"
-    if args.trained and report.exists():
-        out.print(f"training: {report.read_text().strip()}", soft_wrap=True)
+    for line in made_lines(info, args.out, time.monotonic() - t0, trained=args.trained):
+        out.print(line, soft_wrap=True)
     return 0
 
 

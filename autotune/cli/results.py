@@ -143,7 +143,7 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune.study.output.export import export_of, pick_trial
+    from autotune.study.output.export import export_of, pick_trial, writable_file
     from autotune.study.store.storage import load_existing
 
     output = writable_file(args.output, "--output") if args.output else None
@@ -161,18 +161,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def writable_file(text: str, flag: str) -> Path:
-    """The file ``flag`` names, checked before anything is read or written: its folder must
-    exist, and it must not be a folder."""
-    path = Path(text)
-    if path.is_dir():
-        raise ConfigError(f"{flag} {text}: a folder; give a file name, e.g. {path / 'serve.yaml'}")
-    if not path.parent.is_dir():
-        raise ConfigError(f"{flag} {text}: folder {path.parent}/ does not exist; create it or "
-                          "write into an existing folder")
-    return path
-
-
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
     from autotune.study.run.session import relaunch
@@ -187,13 +175,10 @@ def _verify(args, study, trial, export) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.study.output.report import write_report
+    from autotune.study.output.report import report_folder, write_report
     from autotune.study.store.storage import load_existing
 
-    out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir}: a file, not a folder; give a folder (it is created "
-                          "if missing; its report files are replaced)")
+    out_dir = report_folder(Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study)
     study = load_existing(args.study, storage_of_args(args))
     for path in write_report(study, out_dir):
         out.print(f"wrote {path}")

@@ -168,6 +168,16 @@ def check_model_flags(*, kind: str, mtp: bool, trained: bool, constructed: str |
         raise ConfigError("--mtp-acceptance and --reuse-base need --constructed SHAPE")
 
 
+def made_lines(info: ModelInfo, out: str | Path, seconds: float, *, trained: bool) -> list[str]:
+    """What `make-model` says it wrote: the architecture, experts and MTP layers, where, in how
+    long; a trained model's training report after it."""
+    kind = f"MoE, {info.num_experts} experts" if info.is_moe else "dense"
+    mtp = f", MTP layers: {info.mtp_layers}" if info.has_mtp else ""
+    lines = [f"wrote {info.architecture} ({kind}{mtp}) to {out} in {seconds:.1f} s"]
+    report = Path(out) / "training.json"
+    return lines + ([f"training: {report.read_text().strip()}"] if trained and report.exists() else [])
+
+
 def make_model(
     out: str | Path, *, kind: str = "dense", mtp: bool = False, seed: int = 0,
     trained: bool = False, shape: ModelShape = ModelShape(),
