@@ -1,7 +1,6 @@
-"""What every command shares: the consoles, printing the tables fitted to the terminal
-(``study.output.terminal``), option groups, vLLM's parser as the validator, and turning flags into
-the records the layers below take (profiles, slots, storage URL, entry point, durations,
-percentages)."""
+"""What every command shares: the consoles, printing what ``study.output.terminal`` fits to
+the terminal, option groups, and turning flags into the records the layers below take
+(profiles, slots, storage URL, entry point)."""
 
 from __future__ import annotations
 

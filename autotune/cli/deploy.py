@@ -22,7 +22,7 @@ from autotune.cli.common import (
     slots_of,
 )
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
-from autotune.core.space.search_space import inapplicable, space_size
+from autotune.core.space.search_space import inapplicable
 from autotune.errors import ConfigError
 from autotune.modelgen.constructed import SHAPES
 from autotune.shell.bench.files import read_model_info, read_space
@@ -51,8 +51,7 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 
 def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.shell.server.processes import session_pids
-    from autotune.shell.server.server import DeploymentSpec, ServerProcess
+    from autotune.shell.server.server import DeploymentSpec, serve_once
     from autotune.study.run.study_plan import model_info
 
     platform = detect_platform()
@@ -60,27 +59,11 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
     options = ["--tensor-parallel-size", str(args.tp)]
     if args.max_model_len:
         options += ["--max-model-len", str(args.max_model_len)]
-    options += list(vllm_flags)
-    log = Path(args.workdir) / "check-deploy" / f"server-{int(time.time())}.log"
-    slot = slots_of(args, args.tp, platform)[0]
     spec = DeploymentSpec(
-        model=model.name, options=tuple(options), slot=slot, entrypoint=entrypoint_of(args),
-        startup_timeout_s=args.startup_timeout, log_path=log,
-    )
-    t0 = time.monotonic()
-    dep = ServerProcess(spec, on_phase=lambda ph: console.print(
-        f"[{time.monotonic() - t0:6.1f} s] {ph}"))
-    with dep:
-        text = dep.complete(args.prompt, max_tokens=16)
-        out.print(f"ready in {dep.startup_s:.1f} s on {slot.devices_text()}; "
-                  f"memory: {dep.rss_bytes() / 2**30:.2f} GiB RSS over "
-                  f"{len(session_pids(dep.pid))} processes")
-        out.print(f"completion: {text!r}")
-    report = dep.teardown
-    assert report is not None
-    out.print(f"torn down in {report.seconds:.1f} s; processes left: {len(report.leftover_pids)}; "
-              f"port free: {report.port_free}; log: {log}")
-    return 0 if report.clean else 1
+        model=model.name, options=(*options, *vllm_flags), slot=slots_of(args, args.tp, platform)[0],
+        entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
+        log_path=Path(args.workdir) / "check-deploy" / f"server-{int(time.time())}.log")
+    return 0 if serve_once(spec, args.prompt, say=out.print, progress=console.print) else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -120,21 +103,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.study.run.session import vllm_validator
+    from autotune.study.run.space_check import validate_space
     from autotune.study.run.study_plan import model_context
 
-    space = read_space(args.space)
-    model = read_model_info(args.model)
+    space, model = read_space(args.space), read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-
     ctx = model_context(space, model, args.max_model_len)
-    skip = inapplicable(space, ctx)
-    print_table(lambda width: space_table(space, skip, width))
-    if validator is None:
-        out.print(f"configurations: {space_size(space, ctx):g} drawable")
-        out.print("vLLM's parser is not available here: flags were not checked by it")
-        return 0
-    from autotune.study.run.space_check import validate_space
-
+    print_table(lambda width: space_table(space, inapplicable(space, ctx), width))
     return 1 if validate_space(validator, space, ctx, references=args.references,
                                samples=args.samples, seed=args.seed, say=out.print) else 0
 

@@ -7,14 +7,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from autotune.cli.common import (
-    add_setting,
-    add_study_args,
-    console,
-    out,
-    show,
-    storage_of_args,
-)
+from autotune.cli.common import add_setting, add_study_args, console, out, show, storage_of_args
 from autotune.core.analysis.recommendation import (
     USES,
     TieSettings,

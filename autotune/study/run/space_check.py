@@ -131,12 +131,16 @@ def count_engines(space: SearchSpace, ctx: ModelContext,
     return EngineCount(combinations, drawable, len(found), rejected)
 
 
-def validate_space(validator: VllmValidator, space: SearchSpace, ctx: ModelContext, *,
+def validate_space(validator: VllmValidator | None, space: SearchSpace, ctx: ModelContext, *,
                    references: str | None, samples: int, seed: int,
                    say: Callable[[str], object]) -> bool:
     """`validate`: the engines the space resolves to, each reference of the file
-    ``references`` and ``samples`` random draws put to vLLM's parser, said a line each as
-    they are known; True where vLLM rejected a reference."""
+    ``references`` and ``samples`` random draws put to vLLM's parser (None: not available
+    here, said), a line each as they are known; True where vLLM rejected a reference."""
+    if validator is None:
+        say(f"configurations: {space_size(space, ctx):g} drawable")
+        say("vLLM's parser is not available here: flags were not checked by it")
+        return False
     count = count_engines(space, ctx, lambda argv: engine_identity(validator, ctx.model.name, argv))
     say(f"configurations for {ctx.model.name} on {vllm_version()}: {count.text}")
     refs = read_references(references, space).configs if references else ()
