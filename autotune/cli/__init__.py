@@ -11,17 +11,26 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from autotune.cli import deploy, housekeeping, results, study
-from autotune.cli.common import DEFAULT_WORKDIR, console, only_study
+from autotune.cli.common import DEFAULT_WORKDIR, console, storage_of_args
 from autotune.errors import AutotuneError, ConfigError
-from autotune.study.store.storage import close_readers
+from autotune.study.store.storage import close_readers, only_study
 
 FAMILIES = (deploy, study, results, housekeeping)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's own errors (an unknown flag, a bad choice or value, a missing one) as every
+    bad input: one line naming the flag and where help is, exit 2, instead of the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"autotune: error: {message}; try {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="autotune", description="Find the best vLLM deployment for a workload.")
     parser.add_argument("--workdir", default=DEFAULT_WORKDIR,
                         help="home of study storage, artifacts and generated models (default studies)")
@@ -41,13 +50,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    passes = getattr(args, "passes_vllm_flags", False)
-    if extra and not passes:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        args, extra = parser.parse_known_args(argv)
+        passes = getattr(args, "passes_vllm_flags", False)
+        if extra and not passes:
+            Parser(prog=f"{parser.prog} {args.command}").error(
+                f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # --help (0) or a bad flag (2), said by the parser
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         if getattr(args, "study_from_storage", False) and args.study is None:
-            args.study = only_study(args)
+            args.study = only_study(storage_of_args(args))
         return args.handler(args, extra) if passes else args.handler(args)
     except ConfigError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)  # one line, never wrapped or styled

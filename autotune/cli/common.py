@@ -1,205 +1,56 @@
-"""What every command shares: the consoles, number formatting, tables fitted to the terminal
-without breaking a word, option groups, vLLM's parser as the validator, and turning flags into
-the records the layers below take (profiles, slots, storage URL, entry point, durations,
-percentages)."""
+"""What every command shares: the consoles, printing what ``study.output.terminal`` fits to
+the terminal, option groups, and turning flags into the records the layers below take
+(profiles, slots, storage URL, entry point)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
-from autotune.core.analysis.recommendation import SMALLEST_DIFFERENCE
-from autotune.core.deployment.slots import Slot, make_slots, parse_device_list
-from autotune.core.maths.platforms import GPU
+from autotune.core.deployment.slots import Slot, slots_for
+from autotune.core.plan.settings import DEFAULTS, Setting
 from autotune.core.workload.capacity_spec import LOADS
-from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, get_profile
-from autotune.errors import ConfigError
+from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, profiles_of
 from autotune.shell.bench.files import read_profiles
+from autotune.study.output.terminal import Line, Shown, fitted_tables
 from autotune.study.store.storage import storage_url
-
-if TYPE_CHECKING:
-    pass
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages
 out = Console(highlight=False, soft_wrap=True)  # results
 
 DEFAULT_WORKDIR = "studies"
-RATE_RANGE = {"low": 0.25, "high": 64.0}
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """Seconds of ``2h``, ``20m``, ``90s`` or ``1h30m``; a one-line error naming ``flag``."""
-    m = _DURATION.match(text.strip().lower())
-    if not text.strip() or m is None or not any(m.groups()):
-        raise ConfigError(f"{flag} {text!r}: expected a duration such as 20m, 2h, 1h30m or 90s")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ConfigError(f"{flag} {text!r}: must be more than zero")
-    return total
-
-
-# The longest line a name may keep in a table cell, tried in turn until the table fits the
-# terminal (None: names whole).
-NAME_WIDTHS: tuple[int | None, ...] = (None, 16, 12, 8)
-
-
-def _lows_highs(table: Table) -> tuple[list[int], list[int], int]:
-    """Per column, the narrowest it may be (its longest word; a ``no_wrap`` column's longest
-    line: an interval is never broken) and the widest it would take; and the table's width
-    beyond its columns (borders and padding)."""
-    wide = out.options.update_width(10_000)
-    ranges = [[Measurement.get(out, wide, cell) for cell in (c.header, *c.cells)] for c in table.columns]
-    rich_low = [max(m.minimum for m in r) for r in ranges]
-    high = [max(m.maximum for m in r) for r in ranges]
-    low = [h if c.no_wrap else lo for c, lo, h in zip(table.columns, rich_low, high, strict=True)]
-    return low, high, Measurement.get(out, wide, table).minimum - sum(rich_low)
-
-
-def fits(table: Table) -> bool:
-    """Whether every word of ``table`` fits the terminal whole (rich then breaks none), and
-    every line of a ``no_wrap`` column."""
-    low, _, overhead = _lows_highs(table)
-    return overhead + sum(low) <= out.width
-
-
-def _settled(table: Table) -> Table:
-    """``table`` with widths that keep each column's longest word (a ``no_wrap`` column's
-    longest line) whole where the terminal is narrower than the table: rich's own narrowing
-    can cut a column below its longest word even where the words fit (it shrinks the widest
-    columns first), so each column gets its longest word and a share of the room left in
-    proportion to what it would take beyond that."""
-    low, high, overhead = _lows_highs(table)
-    room = out.width - overhead
-    if sum(high) <= room or sum(low) > room:
-        return table
-    spare = room - sum(low)
-    want = [h - lo for h, lo in zip(high, low, strict=True)]
-    for column, lo, w in zip(table.columns, low, want, strict=True):
-        column.width = lo + spare * w // max(sum(want), 1)
-    return table
-
-
-def fitted(build: Callable[[int | None], Table]) -> Table | None:
-    """``build(width)`` for the first of ``NAME_WIDTHS`` whose table fits; None if none does."""
-    return next((t for t in map(build, NAME_WIDTHS) if fits(t)), None)
-
-
-def _columns(table: Table, indexes: Sequence[int], title: str | None) -> Table:
-    part = Table(title=title)
-    for i in indexes:
-        c = table.columns[i]
-        part.add_column(c.header, justify=c.justify, overflow=c.overflow, no_wrap=c.no_wrap)
-    for row in zip(*(list(table.columns[i].cells) for i in indexes), strict=True):
-        part.add_row(*row)
-    return part
-
-
-def split_to_fit(table: Table, keep: int = 1) -> list[Table]:
-    """``table`` as consecutive tables of as many of its columns as fit the terminal, each
-    beginning with its first ``keep`` columns (the row's name): too many columns for one."""
-    parts: list[list[int]] = []
-    for i in range(keep, len(table.columns)):
-        if parts and fits(_columns(table, [*range(keep), *parts[-1], i], None)):
-            parts[-1].append(i)
+def show(view: Callable[[Console], Sequence[Shown]]) -> None:
+    """Prints what ``view`` makes for this terminal (``study.output.terminal``): tables, whose
+    titles too wrap at the terminal, and lines, never markup."""
+    for item in view(out):
+        if isinstance(item, Line):
+            out.print(item.text, soft_wrap=not item.wrap, markup=False, highlight=False)
         else:
-            parts.append([i])
-    title = table.title if isinstance(table.title, str) else None
-    return [_columns(table, [*range(keep), *part], title if n == 0 else "(continued)")
-            for n, part in enumerate(parts)] or [table]
+            out.print(item, soft_wrap=False)
 
 
 def print_table(build: Callable[[int | None], Table], keep: int = 1) -> None:
-    """The table ``build(width)`` makes with names as whole as the terminal allows
-    (``fitted``); where no width fits, its columns in several tables (``split_to_fit``)."""
-    table = fitted(build)
-    for part in [table] if table is not None else split_to_fit(build(NAME_WIDTHS[-1]), keep):
-        out.print(_settled(part), soft_wrap=False)  # its title too wraps at the terminal
+    """The table ``build(width)`` makes, fitted to the terminal (``terminal.fitted_tables``)."""
+    show(lambda console: fitted_tables(build, console, keep))
 
 
-def print_fitting(build: Callable[[bool, int | None], Table], changes: Sequence[tuple[str, str]],
-                  heading: str) -> None:
-    """A table whose last column lists parameter changes, built with names as whole as the
-    terminal allows (``fitted``): with that column where every word then fits; else without
-    it (in several tables where it has too many columns), the changes listed below one trial
-    a line (wrapped between parameters), so that no cell ever breaks a name."""
-    table = fitted(lambda width: build(True, width))
-    if table is not None:
-        out.print(_settled(table), soft_wrap=False)
-        return
-    print_table(lambda width: build(False, width))
-    out.print(f"{heading}:", soft_wrap=False)
-    for label, text in changes:
-        out.print(f"  {label}: {text}", soft_wrap=False, markup=False)
-
-
-def parse_percent(text: str, flag: str) -> float:
-    """``5%`` or ``5`` as the fraction 0.05 (more than 0, less than 100%); a one-line error
-    naming ``flag``."""
-    try:
-        value = float(text.strip().removesuffix("%")) / 100
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise ConfigError(f"{flag} {text!r}: expected a percentage above 0 and below 100, "
-                          "e.g. 5%")
-    return value
-
-
-SMALLEST_DIFFERENCE_FLOOR_PCT = 0.5  # below this, '0.05' was meant as a fraction: 5%
-
-
-def parse_smallest_difference(text: str | None) -> float:
-    """``--smallest-difference``: ``5%`` or ``5`` (both five percent) as the fraction 0.05;
-    not given, the default. A value below 0.5 is refused, naming the percentage it most likely
-    meant ('0.05': did you mean 5%?), rather than read as a twentieth of a percent."""
-    if text is None:
-        return SMALLEST_DIFFERENCE
-    value = parse_percent(text, "--smallest-difference")
-    if 100 * value < SMALLEST_DIFFERENCE_FLOOR_PCT:
-        raise ConfigError(f"--smallest-difference {text!r}: a percentage, at least "
-                          f"{SMALLEST_DIFFERENCE_FLOOR_PCT:g}; did you mean {10_000 * value:g}%?")
-    return value
-
-
-def add_smallest_difference(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--smallest-difference", metavar="PCT",
-                   help="the smallest difference worth caring about, in percent (5%% or 5: "
-                        "five percent): equivalent means within it; an undecided comparison "
-                        "says how many confirmation rounds would decide it at 80%% power "
-                        f"(default: the study's own, else {SMALLEST_DIFFERENCE * 100:g}%%)")
-
-
-def add_precision(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", metavar="PCT",
-                   help="a fixed profile's run stops once the 95%% interval of every metric the "
-                        "study uses from it is within PCT of its value, at whole waves, after at "
-                        "least 10 requests and 2 waves, at most the profile's num_prompts "
-                        "(default: the balanced length, where more requests buy less than "
-                        "another deployment; 0: every run sends num_prompts; docs/precision.md)")
-
-
-def parse_precision(text: str | None) -> float | None:
-    """``--precision``: ``1.25%`` or ``1.25`` as 0.0125, ``0`` as off; None (not given): the
-    balanced length. A one-line error otherwise."""
-    if text is None:
-        return None
-    if text.strip().removesuffix("%").strip() in ("0", "0.0"):
-        return 0.0
-    return parse_percent(text, "--precision")
+def add_setting(p: argparse.ArgumentParser, s: Setting) -> None:
+    """A plan setting's flag (``core.plan.settings``). Not given, a field's is None (the
+    request takes the setting's default); one the CLI reads itself has its default."""
+    options: dict = {"help": s.help.replace("%", "%%"), "default": None if s.field else s.default}
+    if s.kind is bool:
+        options["action"] = argparse.BooleanOptionalAction if s.negatable else "store_true"
+    else:
+        options |= {"type": s.kind, "metavar": s.metavar, "choices": s.choices,
+                    "action": "append" if s.many else "store"}
+    p.add_argument(s.flag, **options)
 
 
 def storage_of_args(args: argparse.Namespace) -> str:
@@ -210,7 +61,7 @@ def storage_of_args(args: argparse.Namespace) -> str:
 
 def add_study_args(p: argparse.ArgumentParser, *, missing: str = "only") -> None:
     """--study and --storage. ``missing``: what no --study means: ``only``, the storage's one
-    study (resolved by ``main`` before the command runs, ``only_study``); ``all``, every study
+    study (resolved by ``main`` before the command runs, ``storage.only_study``); ``all``, every study
     (the dashboard); ``required``, an error (a command that creates the study it names)."""
     default = {"only": " (default: the storage's only study)", "all": " (default: all of them)",
                "required": ""}[missing]
@@ -219,22 +70,6 @@ def add_study_args(p: argparse.ArgumentParser, *, missing: str = "only") -> None
     p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
                    "sqlite:///<workdir>/autotune.db)")
     p.set_defaults(study_from_storage=missing == "only")
-
-
-def only_study(args: argparse.Namespace) -> str:
-    """The one study of the storage a command without --study reads; a one-line error where
-    the storage holds none or several (naming them), or is not there (nothing created)."""
-    from autotune.study.store.storage import redact, study_names
-
-    storage = storage_of_args(args)
-    names = study_names(storage)
-    if len(names) == 1:
-        return names[0]
-    if not names:
-        raise ConfigError(f"--study: no study in {redact(storage)}; studies are created by "
-                          "`autotune run`")
-    raise ConfigError(f"--study: {redact(storage)} holds {len(names)} studies, name one: "
-                      f"{', '.join(names)}")
 
 
 def add_profile_overrides(p: argparse.ArgumentParser) -> None:
@@ -263,28 +98,8 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
                    help="loads searched (default 1,256 concurrent; 0.25,64 req/s with --load rate)")
 
 
-def _with_load(profile: WorkloadProfile, args: argparse.Namespace) -> WorkloadProfile:
-    """A capacity profile with --load and --load-range applied."""
-    load, bounds = getattr(args, "load", None), getattr(args, "load_range", None)
-    if profile.capacity is None or (load is None and bounds is None):
-        return profile
-    changes: dict = {}
-    if load is not None and load != profile.capacity.load:
-        changes = {"load": load, **(RATE_RANGE if load == "rate" else {"low": 1.0, "high": 256.0})}
-    if bounds is not None:
-        try:
-            low, high = (float(x) for x in bounds.split(","))
-        except ValueError:
-            raise ConfigError(f"--load-range {bounds!r}: expected LOW,HIGH, e.g. 1,64") from None
-        changes.update(low=low, high=high)
-    try:
-        spec = dataclasses.replace(profile.capacity, **changes)
-    except ConfigError as exc:
-        raise ConfigError(f"--load {load or profile.capacity.load} --load-range {bounds}: {exc}") from None
-    return dataclasses.replace(profile, capacity=spec)
-
-
-def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadProfile, ...]:
+def asked_profiles(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadProfile, ...]:
+    """The profiles ``names`` with the flags' overrides (``profiles_of``); --profile-file read."""
     defined = read_profiles(args.profile_file) if getattr(args, "profile_file", None) else None
     overrides = ProfileOverrides(
         num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len,
@@ -293,7 +108,8 @@ def profiles_of(args: argparse.Namespace, names: list[str]) -> tuple[WorkloadPro
         burstiness=getattr(args, "burstiness", None),
         timeout_s=getattr(args, "time_limit", None), token_ids=getattr(args, "token_ids", None),
     )
-    return tuple(_with_load(get_profile(name, overrides, defined), args) for name in names)
+    return profiles_of(names, overrides, defined, load=getattr(args, "load", None),
+                       load_range=getattr(args, "load_range", None))
 
 
 def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True, study: bool = False) -> None:
@@ -308,7 +124,8 @@ def add_deploy_args(p: argparse.ArgumentParser, *, startup_timeout: bool = True,
     g.add_argument("--kv-cache-gib", type=float, default=1.0,
                    help="CPU build only: VLLM_CPU_KVCACHE_SPACE (default 1)")
     if startup_timeout:
-        g.add_argument("--startup-timeout", type=float, default=600.0, help="seconds (default 600)")
+        g.add_argument("--startup-timeout", type=float, default=DEFAULTS.startup_timeout_s,
+                       help=f"seconds (default {DEFAULTS.startup_timeout_s:g})")
     g.add_argument("--entrypoint", help="command that starts vLLM, e.g. 'vllm serve' "
                    "(default: vllm serve for the GPU build, the module entry point for the CPU build)")
     if study:
@@ -325,30 +142,8 @@ def entrypoint_of(args: argparse.Namespace):
 
 
 def slots_of(args: argparse.Namespace, tp: int, platform: str) -> list[Slot]:
-    """The deployment slots the flags ask for: GPU sets of ``tp`` GPUs from --gpus (default the
-    first ``tp``), or CPU core sets from --cores (default one slot over every core)."""
-    gpus, cores = getattr(args, "gpus", None), getattr(args, "cores", None)
-    if platform == GPU:
-        if cores:
-            raise ConfigError("--cores is for vLLM's CPU build; on GPUs use --gpus 0,1,...")
-        return make_slots(GPU, parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
-    if gpus:
-        raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
-    if not cores:
-        from autotune.study.run.session import cpu_slot
-
-        return [cpu_slot(tp, args.kv_cache_gib)]
-    ids = parse_device_list(cores, "--cores")
-    allowed = sorted(os.sched_getaffinity(0))
-    if not set(ids) <= set(allowed):
-        raise ConfigError(f"--cores {cores}: this process may use cores {','.join(map(str, allowed))}")
-    return make_slots("cpu", ids, tp, per_rank=args.cores_per_rank, kv_cache_gib=args.kv_cache_gib)
-
-
-def print_wrapped(text: str) -> None:
-    """A line of results wrapped at the terminal's width between words (never inside one)."""
-    import textwrap
-
-    for line in textwrap.wrap(text, out.width, subsequent_indent="  ", break_on_hyphens=False,
-                              break_long_words=False):
-        out.print(line, markup=False, highlight=False)
+    """The deployment slots the device flags ask for (``slots_for``), on the cores this
+    process may use."""
+    return slots_for(platform, tp, os.sched_getaffinity(0), gpus=getattr(args, "gpus", None),
+                     cores=getattr(args, "cores", None), cores_per_rank=args.cores_per_rank,
+                     kv_cache_gib=args.kv_cache_gib)

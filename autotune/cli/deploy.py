@@ -9,62 +9,49 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from autotune.cli.common import (
     add_deploy_args,
     add_profile_args,
     add_profile_overrides,
+    asked_profiles,
     console,
     entrypoint_of,
     out,
     print_table,
-    profiles_of,
     slots_of,
 )
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
-from autotune.core.space.search_space import inapplicable, space_size
+from autotune.core.space.search_space import inapplicable
 from autotune.errors import ConfigError
 from autotune.modelgen.constructed import SHAPES
-from autotune.shell.bench.files import read_model_info, read_references, read_space
+from autotune.shell.bench.files import read_model_info, read_space
 from autotune.study.output.tables import space_table, summary_table
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
-    from autotune.modelgen.checkpoints import make_model
+    from autotune.modelgen.checkpoints import check_model_flags, made_lines, make_model
+    from autotune.modelgen.constructed import made_line, make_constructed
 
     t0 = time.monotonic()
+    check_model_flags(kind=args.kind, mtp=args.mtp, trained=args.trained,
+                      constructed=args.constructed, mtp_acceptance=args.mtp_acceptance,
+                      reuse_base=args.reuse_base)
     if args.constructed:
-        from autotune.modelgen.constructed import make_constructed
-
-        if args.trained or args.kind != "dense" or args.mtp:
-            raise ConfigError("--constructed makes a GLM-4-MoE+MTP model of its own: drop "
-                              "--kind, --mtp and --trained")
-        if args.mtp_acceptance is None:
-            raise ConfigError("--constructed needs --mtp-acceptance P (0..1), e.g. 0.8")
         info = make_constructed(args.out, shape=args.constructed, mtp_acceptance=args.mtp_acceptance,
                                 seed=args.seed, reuse_base=args.reuse_base)
-        out.print(f"wrote a constructed {args.constructed} GLM-4-MoE+MTP model ({info.num_experts} "
-                  f"experts, MTP right for {args.mtp_acceptance:.0%} of tokens) to {args.out} in "
-                  f"{time.monotonic() - t0:.1f} s: {(Path(args.out) / 'constructed.json').read_text().strip()}",
-                  soft_wrap=True)
+        out.print(made_line(info, args.out, time.monotonic() - t0, shape=args.constructed,
+                            mtp_acceptance=args.mtp_acceptance), soft_wrap=True)
         return 0
-    if args.mtp_acceptance is not None or args.reuse_base:
-        raise ConfigError("--mtp-acceptance and --reuse-base need --constructed SHAPE")
     info = make_model(args.out, kind=args.kind, mtp=args.mtp, seed=args.seed, trained=args.trained)
-    out.print(f"wrote {info.architecture} ({'MoE, ' + str(info.num_experts) + ' experts' if info.is_moe else 'dense'}"
-              f"{', MTP layers: ' + str(info.mtp_layers) if info.has_mtp else ''}) to {args.out} "
-              f"in {time.monotonic() - t0:.1f} s")
-    report = Path(args.out) / "training.json"
-    if args.trained and report.exists():
-        out.print(f"training: {report.read_text().strip()}", soft_wrap=True)
+    for line in made_lines(info, args.out, time.monotonic() - t0, trained=args.trained):
+        out.print(line, soft_wrap=True)
     return 0
 
 
 def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.shell.server.processes import session_pids
-    from autotune.shell.server.server import DeploymentSpec, ServerProcess
+    from autotune.shell.server.server import DeploymentSpec, serve_once
     from autotune.study.run.study_plan import model_info
 
     platform = detect_platform()
@@ -72,80 +59,34 @@ def cmd_check_deploy(args: argparse.Namespace, vllm_flags: Sequence[str]) -> int
     options = ["--tensor-parallel-size", str(args.tp)]
     if args.max_model_len:
         options += ["--max-model-len", str(args.max_model_len)]
-    options += list(vllm_flags)
-    log = Path(args.workdir) / "check-deploy" / f"server-{int(time.time())}.log"
-    slot = slots_of(args, args.tp, platform)[0]
     spec = DeploymentSpec(
-        model=model.name, options=tuple(options), slot=slot, entrypoint=entrypoint_of(args),
-        startup_timeout_s=args.startup_timeout, log_path=log,
-    )
-    t0 = time.monotonic()
-    dep = ServerProcess(spec, on_phase=lambda ph: console.print(
-        f"[{time.monotonic() - t0:6.1f} s] {ph}"))
-    with dep:
-        text = dep.complete(args.prompt, max_tokens=16)
-        out.print(f"ready in {dep.startup_s:.1f} s on {slot.devices_text()}; "
-                  f"memory: {dep.rss_bytes() / 2**30:.2f} GiB RSS over "
-                  f"{len(session_pids(dep.pid))} processes")
-        out.print(f"completion: {text!r}")
-    report = dep.teardown
-    assert report is not None
-    out.print(f"torn down in {report.seconds:.1f} s; processes left: {len(report.leftover_pids)}; "
-              f"port free: {report.port_free}; log: {log}")
-    return 0 if report.clean else 1
-
-
-def checked_url(text: str) -> str:
-    """A server URL of the form http(s)://host[:port]; a one-line error naming --url otherwise
-    (a path such as /v1 too: the endpoints' paths are added to it)."""
-    try:
-        parts = urlsplit(text.strip())
-        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
-              and (parts.port is None or parts.port > 0) and parts.path in ("", "/")
-              and not parts.query and not parts.fragment)
-    except ValueError:  # a port that is not a number, a bracket left open
-        ok = False
-    if not ok:
-        raise ConfigError(f"--url {text!r}: expected http(s)://host[:port], e.g. "
-                          "http://127.0.0.1:8000")
-    return text.strip()
+        model=model.name, options=(*options, *vllm_flags), slot=slots_of(args, args.tp, platform)[0],
+        entrypoint=entrypoint_of(args), startup_timeout_s=args.startup_timeout,
+        log_path=Path(args.workdir) / "check-deploy" / f"server-{int(time.time())}.log")
+    return 0 if serve_once(spec, args.prompt, say=out.print, progress=console.print) else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from autotune.shell.bench.client import Target, check_answers, run_profile
-    from autotune.shell.bench.workloads import load_tokenizer, sources_for
+    from autotune.shell.bench.client import Target, bench_inputs, check_answers, checked_url, run_profile
 
     url = checked_url(args.url)
-    tokenizer = load_tokenizer(args.tokenizer or args.model)
-    vocab = args.vocab_size or (tokenizer.vocab_size if tokenizer is not None
-                                else read_model_info(args.model).vocab_size)
+    inputs = bench_inputs(asked_profiles(args, args.profile), model=args.model,
+                          tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                          endpoint=args.endpoint, max_model_len=args.max_model_len)
     api_key = os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY", "")
     target = Target(url=url, model=args.model, api_key=api_key, endpoint=args.endpoint,
                     request_timeout_s=args.request_timeout)
-    text_prompt = None
-    if args.endpoint == "chat":  # chat takes text: token-id prompts are decoded
-        if tokenizer is None:
-            raise ConfigError("--endpoint chat: needs the model's tokenizer (--tokenizer FOLDER)")
-        text_prompt = tokenizer.decode
     slo = SloLimits(args.goodput_ttft_ms, args.goodput_tpot_ms, args.goodput_e2el_ms)
     rows = {}
-    profiles = profiles_of(args, args.profile)
-    for profile in profiles:
-        if profile.capacity is not None:
-            raise ConfigError(f"--profile {profile.name}: bench runs fixed workloads; a capacity "
-                              f"profile searches its load: `autotune run --profile {profile.name} "
-                              "--slo ...`")
-    profiles, sources = sources_for(profiles, vocab_size=vocab, tokenizer=tokenizer,
-                                    max_model_len=args.max_model_len)
     check_answers(target)
-    for profile in profiles:
+    for profile in inputs.profiles:
         name = profile.name
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"{name}", total=profile.num_prompts)
-            run = run_profile(target, profile, seed=args.seed, source=sources[name], slo=slo,
-                              text_prompt=text_prompt,
+            run = run_profile(target, profile, seed=args.seed, source=inputs.sources[name], slo=slo,
+                              text_prompt=inputs.text_prompt,
                               on_progress=lambda done, total, t=task: bar.update(t, completed=done))
         rows[name] = to_vllm_json(run.summary)
         if not run.summary.valid:
@@ -162,53 +103,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.study.run.session import vllm_validator
+    from autotune.study.run.space_check import validate_space
     from autotune.study.run.study_plan import model_context
 
-    space = read_space(args.space)
-    model = read_model_info(args.model)
+    space, model = read_space(args.space), read_model_info(args.model)
     validator, space = vllm_validator(space, out.print)
-
     ctx = model_context(space, model, args.max_model_len)
-    skip = inapplicable(space, ctx)
-    print_table(lambda width: space_table(space, skip, width))
-    if validator is None:
-        out.print(f"configurations: {space_size(space, ctx):g} drawable")
-        out.print("vLLM's parser is not available here: flags were not checked by it")
-        return 0
-    from autotune.shell.server.install import vllm_version
-    from autotune.shell.server.validation import engine_identity
-    from autotune.study.run.space_check import check_references, check_samples, count_engines
-
-    count = count_engines(space, ctx, lambda argv: engine_identity(validator, model.name, argv))
-    out.print(f"configurations for {model.name} on {vllm_version()}: {count.text}")
-
-    refs = read_references(args.references, space).configs if args.references else ()
-    references = check_references(validator, space, ctx, refs)
-    for ref in references:
-        out.print(f"reference {ref.name}: " + ("skipped, " + ref.reason if ref.skipped else
-                                               "accepted by vLLM" if ref.accepted else
-                                               f"rejected by vLLM: {ref.reason}"))
-    drawn = check_samples(validator, space, ctx, samples=args.samples, seed=args.seed)
-    out.print(f"{drawn.samples} random samples: {drawn.samples - drawn.rejected_count} accepted "
-              f"by vLLM, {drawn.rejected_count} rejected")
-    for message, times in drawn.rejected:
-        out.print(f"  {times} x {message}")
-    return 1 if any(r.rejected for r in references) else 0
-
-
-# The profile that make-workload writes beside its file, per kind.
-WORKLOAD_PROFILES = {
-    "chat": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
-            "  dataset: {format: jsonl, path: %s}\n",
-    "rag": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
-           "  dataset: {format: jsonl, path: %s}\n",
-    "agentic": "  max_concurrency: 64\n  num_prompts: 100\n  warmup_requests: 4\n"
-               "  dataset: {format: mooncake, path: %s, time_scale: 1.0}\n",
-}
+    print_table(lambda width: space_table(space, inapplicable(space, ctx), width))
+    return 1 if validate_space(validator, space, ctx, references=args.references,
+                               samples=args.samples, seed=args.seed, say=out.print) else 0
 
 
 def cmd_make_workload(args: argparse.Namespace) -> int:
-    from autotune.core.workload.datasets.synthetic import lines
+    from autotune.core.workload.datasets.synthetic import lines, profile_text
 
     out = Path(args.out)
     if args.requests < 1 or args.scale <= 0 or (args.rate is not None and args.rate <= 0):
@@ -218,14 +125,10 @@ def cmd_make_workload(args: argparse.Namespace) -> int:
     made = lines(args.kind, args.requests, args.seed, args.scale, args.rate)
     profile = out.with_suffix(".profile.yaml")
     out.write_text("\n".join(made) + "\n")
-    text = WORKLOAD_PROFILES[args.kind] % out.name
-    warm = int(text.split("warmup_requests: ")[1].split()[0])
-    measured = max(1, min(100, args.requests - warm))  # the file holds every request sent
-    profile.write_text(f"# written by autotune make-workload {args.kind}: "
-                       f"{args.requests} requests, seed {args.seed}, scale {args.scale:g}\n"
-                       f"{args.kind}:\n" + text.replace("num_prompts: 100", f"num_prompts: {measured}"))
+    profile.write_text(profile_text(args.kind, out.name, requests=args.requests, seed=args.seed,
+                                    scale=args.scale))
     console.print(f"wrote {args.requests} {args.kind} requests to {out} and the profile "
-                      f"{args.kind!r} to {profile}")
+                  f"{args.kind!r} to {profile}")
     return 0
 
 

@@ -5,44 +5,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import shlex
 from pathlib import Path
 
-from rich.table import Table
-
-from autotune.cli.common import (
-    add_smallest_difference,
-    add_study_args,
-    console,
-    fits,
-    out,
-    parse_smallest_difference,
-    print_fitting,
-    print_wrapped,
-    storage_of_args,
-)
+from autotune.cli.common import add_setting, add_study_args, console, out, show, storage_of_args
 from autotune.core.analysis.recommendation import (
     USES,
     TieSettings,
-    counted,
-    legend,
+    default_uses,
+    parse_smallest_difference,
     recommend_each,
 )
-from autotune.core.analysis.recommendation import table as recommendation_table
-from autotune.core.analysis.study_data import StudyData, format_params, noise_line
-from autotune.core.maths.numbers import number_text
-from autotune.core.metrics.registry import SUMMARY_METRICS
-from autotune.core.plan.request import DEFAULT_SPACE
-from autotune.core.trial.objectives import default_objectives, parse_objective
-from autotune.core.workload.profiles import get_profile
+from autotune.core.analysis.study_data import StudyData
+from autotune.core.plan.request import DEFAULT_REFERENCES, DEFAULT_SPACE
+from autotune.core.plan.settings import SETTINGS_BY_FLAG
 from autotune.errors import ConfigError
-from autotune.shell.bench.files import locate_shipped, read_model_info, read_references, read_space
-from autotune.study.output.documents import OUTPUT_FORMATS
-from autotune.study.output.tables import front_table, studies_table, trials_table
-from autotune.study.run.study_plan import DEFAULT_REFERENCES
-
-_EPOCH = datetime.datetime(1970, 1, 1)
+from autotune.shell.bench.files import locate_shipped, read_model_info, read_space
+from autotune.study.output.documents import OUTPUT_FORMATS, study_document
+from autotune.study.output.tables import relaunch_table
+from autotune.study.output.terminal import (
+    closing_view,
+    front_view,
+    recommendations_view,
+    studies_view,
+    trials_view,
+)
 
 
 def _data(args: argparse.Namespace):
@@ -52,56 +38,16 @@ def _data(args: argparse.Namespace):
     return study_data(load_existing(args.study, storage_of_args(args)))
 
 
-def print_front(data: StudyData, title: str, *, noise: bool = True) -> bool:
-    """The front table and its legend (the smallest difference in force), with the noise its
-    intervals rest on (``noise``: left to the recommendations' table where it follows); False
-    when nothing is feasible yet."""
-    print_fitting(lambda column, width: front_table(data, title, changes_column=column, width=width),
-                  [(t.label, format_params(data.differences(t)) or f"({data.reference_point})")
-                   for t in data.front()], f"what each front member changes from {data.reference_point}")
-    if not data.front():
-        out.print("no feasible trial yet")
-        return False
-    if data.baseline is not None:
-        print_wrapped("vs baseline: the row's change against the baseline; "
-                      + legend(data.smallest_difference))
-    if noise:
-        print_wrapped(noise_line(data))
-    return True
-
-
-def uses_of(data: StudyData) -> tuple[str, ...]:
-    return USES if len(data.objectives) > 1 else ("throughput",)  # one objective: the best
-
-
-def print_recommendations(data: StudyData, study: str, tie: TieSettings | None,
-                          uses: tuple[str, ...], *, explain: bool = False) -> None:
-    """One compact table (a row per use, 80 columns, export commands under it); with
-    ``explain``, every use's full text instead, wrapped at the terminal's width."""
-    recs = recommend_each(data, uses, tie)
-    if explain:
-        for r in recs:
-            print_wrapped(r if isinstance(r, str) else f"{r.use}: {r.reason}")
-        return
-    for line in recommendation_table(data, recs, study):
-        out.print(line, soft_wrap=True, markup=False, highlight=False)
-
-
-def print_front_and_recommendations(data: StudyData, title: str,
-                                    tie: TieSettings | None = None) -> None:
-    if print_front(data, title, noise=False):  # the recommendations' table ends with it
-        print_recommendations(data, tie.study if tie else title, tie, uses_of(data))
-        out.print("why, in full: autotune recommend --explain --study "
-                  f"{shlex.quote(tie.study if tie else title)}", soft_wrap=True,
-                  markup=False, highlight=False)
+def print_front(data: StudyData, title: str) -> None:
+    show(lambda console: front_view(data, title, console))
 
 
 def print_trials(data: StudyData) -> None:
-    """The trial table (``trials_table``), fitted to the terminal."""
-    shown = [t for t in data.outcomes if not t.skipped]
-    print_fitting(lambda column, width: trials_table(data, changes_column=column, width=width),
-                  [(t.label, format_params(data.differences(t)) or "-") for t in shown],
-                  f"what each trial changes from {data.reference_point}")
+    show(lambda console: trials_view(data, console))
+
+
+def print_closing(data: StudyData, title: str, tie: TieSettings | None = None) -> None:
+    show(lambda console: closing_view(data, title, tie, console))
 
 
 def _print_document(command: str, document: dict, rows: list, fmt: str) -> None:
@@ -110,16 +56,6 @@ def _print_document(command: str, document: dict, rows: list, fmt: str) -> None:
 
     out.print(render(command, document, rows, fmt), end="", soft_wrap=True, markup=False,
               highlight=False)
-
-
-def _head(args: argparse.Namespace, data: StudyData) -> dict:
-    """What every study's JSON document opens with: the study, its objectives and baseline,
-    the smallest difference in force, and how much it measured."""
-    from autotune.study.output.documents import search_fields
-
-    return {"study": args.study, "objectives": [o.name for o in data.objectives],
-            "baseline": data.baseline.number if data.baseline else None,
-            "smallest_difference_pct": 100 * data.smallest_difference, **search_fields(data)}
 
 
 def _judged(args: argparse.Namespace) -> StudyData:
@@ -139,7 +75,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from autotune.study.output.documents import front_records
 
     rows = front_records(data)
-    _print_document("pareto", {**_head(args, data), "front": rows}, rows, args.format)
+    _print_document("pareto", study_document("pareto", args.study, data, rows), rows, args.format)
     return 0
 
 
@@ -153,7 +89,7 @@ def cmd_trials(args: argparse.Namespace) -> int:
         print_trials(data)
         return 0
     rows = [trial_record(data, t) for t in data.outcomes]
-    _print_document("trials", {**_head(args, data), "trials": rows}, rows, args.format)
+    _print_document("trials", study_document("trials", args.study, data, rows), rows, args.format)
     return 0
 
 
@@ -162,16 +98,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if not data.feasible:
         raise ConfigError(f"--study {args.study}: no feasible trial in the study yet: "
                           "run more trials first")
-    uses = (args.use,) if args.use else uses_of(data)
+    uses = (args.use,) if args.use else default_uses(data)
     tie = TieSettings(args.study, data.smallest_difference)
     if args.format == "table":
-        print_recommendations(data, args.study, tie, uses, explain=args.explain)
+        show(lambda console: recommendations_view(data, args.study, tie, uses, console,
+                                                  explain=args.explain))
         return 0
     from autotune.study.output.documents import recommendation_record
 
     rows = [recommendation_record(data, r, use, tie.smallest_difference)
             for use, r in zip(uses, recommend_each(data, uses, tie), strict=True)]
-    _print_document("recommend", {**_head(args, data), "recommendations": rows}, rows,
+    _print_document("recommend", study_document("recommend", args.study, data, rows), rows,
                     args.format)
     return 0
 
@@ -180,25 +117,13 @@ def cmd_studies(args: argparse.Namespace) -> int:
     """Every study in the storage: its trials counted apart (served, rejected, failed), the
     front's size, when it was created. Reads only: a storage that does not exist is an error,
     never created."""
-    import optuna
-    from optuna.trial import TrialState
-
     from autotune.study.output.documents import study_record
-    from autotune.study.store.records import study_data
-    from autotune.study.store.storage import open_existing, redact, storage_errors
+    from autotune.study.store.records import stored_studies
+    from autotune.study.store.storage import redact
 
     storage = storage_of_args(args)
-    rdb = open_existing(storage)
-    with storage_errors(f"--storage {redact(storage)}: cannot read it"):
-        summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
-    rows = []
-    for s in sorted(summaries, key=lambda s: s.datetime_start or _EPOCH):
-        study = optuna.load_study(study_name=s.study_name, storage=rdb)
-        unfinished = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
-                                                                   TrialState.WAITING)))
-        created = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else ""
-        rows.append(study_record(s.study_name, study_data(study), trials=s.n_trials,
-                                 unfinished=unfinished, created=created))
+    rows = [study_record(s.name, s.data, trials=s.trials, unfinished=s.unfinished,
+                         created=s.created) for s in stored_studies(storage)]
     if args.format != "table":
         _print_document("studies", {"storage": redact(storage), "studies": rows}, rows, args.format)
         return 0
@@ -206,27 +131,12 @@ def cmd_studies(args: argparse.Namespace) -> int:
         out.print(f"no study in {redact(storage)}", soft_wrap=True)
         return 0
     out.print(f"studies in {redact(storage)}", soft_wrap=True, markup=False, highlight=False)
-    print_studies(rows)
+    show(lambda console: studies_view(rows, console))
     return 0
 
 
-def print_studies(rows: list) -> None:
-    """The studies in the first layout that fits the terminal with every name whole: boxed,
-    then with dates only, then without borders; else one study per paragraph."""
-    for boxed, date_only in ((True, False), (True, True), (False, True)):
-        table = studies_table(rows, boxed=boxed, date_only=date_only)
-        if fits(table):
-            out.print(table, soft_wrap=False)
-            return
-    for r in rows:
-        out.print(r.study, soft_wrap=True, markup=False, highlight=False)
-        out.print(f"  {counted(r.trials, 'trial')}: {r.served:,} served, {r.rejected:,} rejected, "
-                  f"{r.failed:,} failed; front {'-' if r.front is None else r.front}; "
-                  f"created {r.created or '-'}", soft_wrap=True, markup=False, highlight=False)
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune.study.output.export import export_of, pick_trial
+    from autotune.study.output.export import export_of, pick_trial, writable_file
     from autotune.study.store.storage import load_existing
 
     output = writable_file(args.output, "--output") if args.output else None
@@ -244,18 +154,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def writable_file(text: str, flag: str) -> Path:
-    """The file ``flag`` names, checked before anything is read or written: its folder must
-    exist, and it must not be a folder."""
-    path = Path(text)
-    if path.is_dir():
-        raise ConfigError(f"{flag} {text}: a folder; give a file name, e.g. {path / 'serve.yaml'}")
-    if not path.parent.is_dir():
-        raise ConfigError(f"{flag} {text}: folder {path.parent}/ does not exist; create it or "
-                          "write into an existing folder")
-    return path
-
-
 def _verify(args, study, trial, export) -> int:
     """Relaunch the exported flags, benchmark the study's profiles again, print differences."""
     from autotune.study.run.session import relaunch
@@ -265,26 +163,15 @@ def _verify(args, study, trial, export) -> int:
     if measured.failure:
         console.print(f"verify: the relaunch failed: {measured.failure.name}: {measured.failure_message}")
         return 1
-    table = Table(title=f"trial #{trial.number}: stored vs relaunched")
-    for col in ("profile", "metric", "stored", "relaunched", "difference"):
-        table.add_column(col, justify="right")
-    for name, result in measured.results.items():
-        for metric in SUMMARY_METRICS:
-            a, b = trial.value(name, metric), result.mean(metric)
-            # A TPOT of 0 is possible: every stream of that run arrived in one burst.
-            table.add_row(name, metric, number_text(a), number_text(b), f"{(b - a) / a * 100:+.1f}%" if a else "-")
-    out.print(table)
+    out.print(relaunch_table(trial, measured))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.study.output.report import write_report
+    from autotune.study.output.report import report_folder, write_report
     from autotune.study.store.storage import load_existing
 
-    out_dir = Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir}: a file, not a folder; give a folder (it is created "
-                          "if missing; its report files are replaced)")
+    out_dir = report_folder(Path(args.out) if args.out else Path(args.workdir) / "reports" / args.study)
     study = load_existing(args.study, storage_of_args(args))
     for path in write_report(study, out_dir):
         out.print(f"wrote {path}")
@@ -293,24 +180,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from autotune.study.run.study_plan import model_context
-    from autotune.study.store.importer import import_results, read_results
-    from autotune.study.store.storage import check_url
+    from autotune.study.store.importer import import_results, read_import
 
     space = read_space(locate_shipped(args.space))
     ctx = model_context(space, read_model_info(args.model)) if args.model else None
-    refs = read_references(locate_shipped(args.references), space)
-    names = args.profile or ["low-concurrency", "high-concurrency"]
-    profiles = tuple(get_profile(n) for n in names)
-    objectives = (tuple(parse_objective(o, names) for o in args.objective)
-                  or default_objectives(profiles))
     storage = storage_of_args(args)
-    check_url(storage, created_folder=Path(args.workdir))
-    # Every row is read and checked before anything is created.
-    configs, skipped = read_results(Path(args.file), space, refs, profiles, objectives)
+    read = read_import(Path(args.file), space, references=args.references,
+                       profiles=args.profile or ["low-concurrency", "high-concurrency"],
+                       objectives=args.objective, storage=storage, workdir=Path(args.workdir))
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    study = import_results(args.study, storage, Path(args.file), configs, space=space, refs=refs,
-                           profiles=profiles, objectives=objectives, ctx=ctx)
-    for line in skipped:
+    study = import_results(args.study, storage, read, ctx=ctx)
+    for line in read.skipped:
         console.print(line)
     imported = [t for t in study.trials if t.user_attrs.get("imported_from")]
     out.print(f"study {args.study!r}: {len(imported)} imported trials "
@@ -323,24 +203,15 @@ def cmd_dashboard(args: argparse.Namespace, serve=None) -> int:
     storage must exist (never created here) and is opened for writing: notes edited in the
     dashboard are saved in it. ``serve``: optuna-dashboard's ``run_server`` unless given (a
     test serves the app in process)."""
-    import optuna
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
-    from autotune.study.store import optuna_internals
-    from autotune.study.store.storage import open_to_annotate, redact
+    from autotune.study.store.storage import dashboard_page, open_to_annotate, redact
 
     storage = storage_of_args(args)
     rdb = open_to_annotate(storage)
     artifacts = Path(args.workdir) / "artifacts"  # read where it exists; never created here
-    names = [s.study_name for s in rdb.get_all_studies()]
-    if args.study is not None and args.study not in names:
-        raise ConfigError(f"--study {args.study!r}: no such study in {redact(storage)}; "
-                          f"studies there: {', '.join(sorted(names)) or 'none'}")
-    shown = args.study or (names[0] if len(names) == 1 else None)  # one study: its page
-    url = f"http://127.0.0.1:{args.port}/dashboard"
-    if shown is not None:
-        url += f"/studies/{optuna_internals.study_id(optuna.load_study(study_name=shown, storage=rdb))}"
+    url = f"http://127.0.0.1:{args.port}{dashboard_page(rdb, storage, args.study)}"
     console.print(f"optuna-dashboard for {redact(storage)} (artifacts: {artifacts}; notes "
                   "edited there are saved in the storage)")
     out.print(url, soft_wrap=True)
@@ -358,7 +229,7 @@ def add_format(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pareto", help="the front of the study's objectives, with intervals")
     add_study_args(p)
-    add_smallest_difference(p)
+    add_setting(p, SETTINGS_BY_FLAG["--smallest-difference"])
     add_format(p)
     p.set_defaults(handler=cmd_pareto)
 
@@ -379,7 +250,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explain", action="store_true",
                    help="the full text of each recommendation: why, what is undecided, what "
                         "deciding it takes")
-    add_smallest_difference(p)
+    add_setting(p, SETTINGS_BY_FLAG["--smallest-difference"])
     add_format(p)
     p.set_defaults(handler=cmd_recommend)
 

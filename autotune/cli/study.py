@@ -9,170 +9,80 @@ import argparse
 import time
 from pathlib import Path
 
-from rich.markup import escape
-
 from autotune.cli.common import (
     add_deploy_args,
     add_load_args,
-    add_precision,
     add_profile_args,
     add_profile_overrides,
-    add_smallest_difference,
+    add_setting,
     add_study_args,
+    asked_profiles,
     console,
     entrypoint_of,
     out,
-    parse_duration,
-    parse_precision,
-    parse_smallest_difference,
-    profiles_of,
     slots_of,
     storage_of_args,
 )
-from autotune.cli.results import print_trials
+from autotune.cli.results import print_closing, print_trials
 from autotune.core.analysis.recommendation import TieSettings
-from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.deployment.slots import Slot
-from autotune.core.maths.durations import duration_text
-from autotune.core.maths.numbers import number_text
-from autotune.core.metrics.registry import LATENCY_METRIC, THROUGHPUT_METRIC, unit_of
+from autotune.core.maths.durations import parse_duration
 from autotune.core.plan.budget import TimeLeft
-from autotune.core.plan.estimate import UNBOUNDED_TRIALS
-from autotune.core.plan.request import DEFAULT_SPACE, PlanRequest
-from autotune.core.space.exploration import EXPLORATIONS
-from autotune.core.trial.capacity_search import boundary_text
-from autotune.core.trial.outcome import TrialOutcome
+from autotune.core.plan.confirmation import CONFIRM_ROUNDS, trial_numbers
+from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.settings import DEFAULTS, PLAN_SETTINGS, plan_fields
 from autotune.errors import ConfigError
-from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, check_rounds
-from autotune.study.run.samplers import SAMPLERS
-from autotune.study.run.study_plan import DEFAULT_REFERENCES, StudyPlan
-
-DEFAULTS = PlanRequest(profiles=())  # the one source of run's defaults
-
-
-def _budget_text(plan: StudyPlan) -> str:
-    """'5 trials', '5 trials or 0:04:00' or '0:04:00' (the time alone decides)."""
-    limit = plan.time_budget_s
-    trials = f"{plan.trials} trials"
-    if limit is None:
-        return trials
-    return duration_text(limit) if plan.trials >= UNBOUNDED_TRIALS else f"{trials} or {duration_text(limit)}"
-
-
-class ConsoleProgress:
-    """Prints each trial by its number (#N, as every table names it) with how far the study is
-    ('3 of 10'), the phase and the time elapsed since ``started`` (epoch seconds; default now:
-    `run` passes its own start, so the clock runs on through confirmation), one line per
-    change; ``label`` names the worker when several print to one terminal."""
-
-    def __init__(self, label: str = "", started: float | None = None) -> None:
-        self.t0 = time.time() if started is None else started
-        self.label = escape(f" [{label}]") if label else ""
-
-    def _stamp(self) -> str:
-        s = int(max(time.time() - self.t0, 0))
-        return f"[{duration_text(s, clock=True)}]{self.label}"
-
-    def phase(self, number: int, total: int, phase: str, trial: int | None = None) -> None:
-        name = f"#{trial} ({_of(number, total)})" if trial is not None else _of(number, total)
-        console.print(f"{self._stamp()} trial {name}: {phase}")
-
-    def trial_done(self, number: int, total: int, trial: TrialOutcome, front: list[int]) -> None:
-        console.print(f"{self._stamp()} trial #{trial.number} ({_of(number, total)}): "
-                      f"{trial_result_line(trial)}")
-        console.print(f"{self._stamp()} Pareto front so far: "
-                      f"{', '.join(f'#{n}' for n in front) or 'no feasible trial yet'}")
-
-    def message(self, text: str) -> None:
-        console.print(f"{self._stamp()} {text}")
-
-
-def _of(number: int, total: int) -> str:
-    """'3 of 10', or '3 so far' where a time budget, not a trial count, ends the study."""
-    return f"{number} of {total}" if total < UNBOUNDED_TRIALS else f"{number} so far"
-
-
-def trial_result_line(t: TrialOutcome) -> str:
-    if t.failure is not None:
-        dup = f" (same flags as #{t.duplicate_of}, not relaunched)" if t.duplicate_of is not None \
-            and t.startup_s is None else ""
-        return f"infeasible, {t.failure.name}: {t.failure_message[:200]}{dup}"
-    tput, lat = THROUGHPUT_METRIC, LATENCY_METRIC
-    parts = [f"{p}: {number_text(r.mean(tput))} {unit_of(tput)}, {number_text(r.mean(lat))} {unit_of(lat)}"
-             for p, r in t.results.items() if p not in t.capacity]
-    parts += [f"{p}: {boundary_text(s)}" + (
-        f", {number_text(t.value(p, tput))} {unit_of(tput)} there" if s.boundary.found else "")
-        for p, s in t.capacity.items()]
-    return f"ready in {t.startup_detail}; " + "; ".join(parts)
+from autotune.study.output.progress import ProgressLines, opening_line
+from autotune.study.run.confirm_rounds import check_rounds
+from autotune.study.run.study_plan import StudyPlan
 
 
 def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
     """The plan on this node, as the flags say where and how it deploys (`confirm` has no
     worker flags: it runs no worker)."""
+    from autotune.shell.server.worker_pool import worker_options
     from autotune.study.run.session import Node, StudySession
     from autotune.study.store.storage import Heartbeat
 
-    workers = hasattr(args, "max_retry")
+    beat = (args.heartbeat_interval, args.grace_period, args.max_retry) if hasattr(
+        args, "max_retry") else None
     node = Node(tuple(slots), entrypoint_of(args), preimport=not args.no_preimport,
-                heartbeat=Heartbeat(args.heartbeat_interval, args.grace_period, args.max_retry)
-                if workers else Heartbeat(),
-                worker_options=tuple(_worker_options(args, plan.model.name)) if workers else ())
+                heartbeat=Heartbeat(*beat) if beat else Heartbeat(),
+                worker_options=tuple(worker_options(
+                    plan.model.name, heartbeat=beat, entrypoint=args.entrypoint,
+                    preimport=not args.no_preimport)) if beat else ())
     return StudySession.on_this_node(plan, node, say=console.print,
                                      dry_run=getattr(args, "dry_run", False))
 
 
 def request_of(args: argparse.Namespace) -> PlanRequest:
-    names = args.profile or ["low-concurrency"]
-    budget = parse_duration(args.time_budget, "--time-budget") if args.time_budget else None
-    trials = args.trials if args.trials is not None else (
-        UNBOUNDED_TRIALS if budget is not None else DEFAULTS.trials)
+    """`run`'s flags as the study's request: the settings' fields (``plan_fields``), the
+    profiles with their overrides, and where the references go."""
     return PlanRequest(
-        workdir=Path(args.workdir), profiles=profiles_of(args, names), model=args.model,
-        space_path=args.space, references_path=args.references if args.seed_references else None,
-        trials=trials, repeats=args.repeats, race=args.race, time_budget_s=budget,
-        seed=args.seed, sampler=args.sampler, study_name=args.study,
-        storage=args.storage, objectives=tuple(args.objective), slos=tuple(args.slo),
-        tp=args.tp, max_model_len=args.max_model_len, confirm=args.confirm,
-        smallest_difference=parse_smallest_difference(args.smallest_difference),
-        precision=parse_precision(args.precision),
-        startup_timeout_s=args.startup_timeout, cap_cuda_graphs=args.cap_cuda_graphs,
-        baseline=args.baseline, baseline_references=args.references, calibrate=args.calibrate,
-        exploration=args.exploration,
-    )
-
-
-def _worker_options(args: argparse.Namespace, model: str) -> list[str]:
-    """Flags a slot's worker process gets from `run` or a multi-slot `worker`."""
-    options = ["--model", model, "--heartbeat-interval", str(args.heartbeat_interval),
-               "--grace-period", str(args.grace_period), "--max-retry", str(args.max_retry)]
-    if args.entrypoint:
-        options += ["--entrypoint", args.entrypoint]
-    if args.no_preimport:
-        options.append("--no-preimport")
-    return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
+        workdir=Path(args.workdir), profiles=asked_profiles(args, args.profile or ["low-concurrency"]),
+        references_path=args.references if args.seed_references else None,
+        baseline_references=args.references, startup_timeout_s=args.startup_timeout,
+        **plan_fields(vars(args)))
 
 
 def _finish(session, code: int) -> int:
-    from autotune.cli.results import print_front_and_recommendations
-
     data = session.data()  # the numbers `trials` and `pareto` show: confirmations included
     plan = session.plan
     print_trials(data)
-    print_front_and_recommendations(data, plan.study_name,
-                                    TieSettings(plan.study_name, plan.request.smallest_difference))
+    print_closing(data, plan.study_name, TieSettings(plan.study_name, plan.request.smallest_difference))
     return code
 
 
 def _confirmed(session, started: float | None = None, **asked) -> None:
     confirmed = session.confirm(**asked)
-    ConsoleProgress(started=started).message(
+    ProgressLines(console.print, started=started).message(
         f"confirmed {len(confirmed)} trial(s): {', '.join(f'#{n}' for n in confirmed) or 'none'}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
     from autotune.study.run.study_plan import build_plan
-    from autotune.study.store.storage import hostname, redact
+    from autotune.study.store.storage import hostname
 
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
@@ -186,17 +96,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 out.print(line, soft_wrap=True, markup=False, highlight=False)
             return 0
         notes, created = session.create(started)
-        console.print(f"study {plan.study_name!r} in {redact(plan.storage)}: model {plan.model.name}, "
-                      f"space {plan.space.path}, profiles {', '.join(plan.profile_names)}, objectives "
-                      f"{', '.join(o.name for o in plan.objectives)}, budget {_budget_text(plan)}, "
-                      f"{len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
+        console.print(opening_line(plan, slots))
         if created:
             console.print(plan.exploration_text, soft_wrap=True, markup=False)
         for note in notes:
             console.print(note)
         # The `run` that created the study samples with --seed itself; one that joins varies it.
         label = "" if created else hostname()
-        code = session.work(label=label, progress=ConsoleProgress(label, started))
+        code = session.work(label=label, progress=ProgressLines(console.print, label, started))
         if code == 0 and plan.confirm:
             _confirmed(session, started, k=plan.confirm, study_budget=True)
         if plan.time_budget_s is not None:
@@ -206,31 +113,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.study.run.study_plan import build_plan, set_budget, stored_request
-    from autotune.study.store.storage import hostname, load_existing, redact
+    from autotune.study.run.study_plan import joined_plan
+    from autotune.study.store.storage import hostname
 
     if args.trials is not None and args.trials < 1:
         raise ConfigError(f"--trials {args.trials}: must be >= 1")
-    workdir, storage = Path(args.workdir), storage_of_args(args)
-    study = load_existing(args.study, storage, writable=True)
-    request = stored_request(study, storage=storage, workdir=workdir, model=args.model,
-                             trials=args.trials)
-    plan = build_plan(request)
-    if args.trials is not None:
-        set_budget(study, args.trials)
+    plan = joined_plan(args.study, storage_of_args(args), workdir=Path(args.workdir),
+                       model=args.model, trials=args.trials)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
     with _session(plan, args, slots) as session:
         label = args.worker_label or hostname()
-        console.print(f"worker {label} joins study {plan.study_name!r} in {redact(storage)}: budget "
-                      f"{_budget_text(plan)}, {len(slots)} slot(s): {'; '.join(s.devices_text() for s in slots)}")
-        code = session.work(label=label, progress=ConsoleProgress(label))
+        console.print(opening_line(plan, slots, worker=label))
+        code = session.work(label=label, progress=ProgressLines(console.print, label))
         return code if args.no_table else _finish(session, code)
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from autotune.shell.server.install import detect_platform
-    from autotune.study.run.study_plan import build_plan, stored_request
-    from autotune.study.store.storage import load_existing
+    from autotune.study.run.study_plan import joined_plan
 
     if args.k < 1:
         raise ConfigError(f"--finalists {args.k}: must be >= 1")
@@ -238,22 +138,12 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     budget = (parse_duration(args.time_budget, "--time-budget")
               if args.time_budget is not None else None)
     trials = trial_numbers(args.trials) if args.trials is not None else None
-    storage = storage_of_args(args)
-    study = load_existing(args.study, storage, writable=True)
-    plan = build_plan(stored_request(study, storage=storage, workdir=Path(args.workdir),
-                                     model=args.model, trials=None))
+    plan = joined_plan(args.study, storage_of_args(args), workdir=Path(args.workdir),
+                       model=args.model)
     slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[:1]
     with _session(plan, args, slots) as session:
         _confirmed(session, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
         return _finish(session, 0)
-
-
-def trial_numbers(text: str) -> list[int]:
-    """`--trials 3,7`: trial numbers, each once."""
-    parts = [part.strip().removeprefix("#") for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
-        raise ConfigError(f"--trials {text!r}: expected trial numbers separated by commas, e.g. 3,7")
-    return list(dict.fromkeys(int(part) for part in parts))
 
 
 def _add_worker_args(p: argparse.ArgumentParser) -> None:
@@ -267,72 +157,8 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a multi-objective study over real deployments")
     add_profile_args(p, default="low-concurrency")
-    p.add_argument("--model", help="model folder or cached hub id "
-                   "(default without GPU: a generated tiny MoE+MTP model)")
-    p.add_argument("--space", default=DEFAULT_SPACE, help=f"search space (default {DEFAULT_SPACE})")
-    p.add_argument("--references", default=DEFAULT_REFERENCES,
-                   help=f"reference configs (default {DEFAULT_REFERENCES})")
-    p.add_argument("--seed-references", action="store_true",
-                   help="run the applicable reference configs after the baseline (enqueued once "
-                        "per study)")
-    p.add_argument("--baseline", default=VLLM_DEFAULTS, metavar="WHAT",
-                   help="what you run today, measured first and compared with every pick: "
-                        f"{VLLM_DEFAULTS} (default: no tuned flag, the model's native context); "
-                        "your own command ('vllm serve MODEL --max-num-seqs 128 ...') or flags "
-                        "('--max-num-seqs 128'), read by vLLM's parser: the flags the space tunes "
-                        "set the baseline's values, every other one is kept on every trial and "
-                        "export; a vllm serve --config YAML, a file `autotune export` wrote; or a "
-                        "reference name of --references (docs/studies.md)")
-    p.add_argument("--exploration", choices=EXPLORATIONS, default=EXPLORATIONS[0],
-                   help="after the baseline, measure first: order (default) the single changes "
-                        "the reference study's effects expect to help most, then the sampler; "
-                        "sampler: the sampler from the start (chosen by replay, docs/answers.md)")
-    p.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=False,
-                   help="deploy the baseline a second time right after it is served, to measure "
-                        "the spread between deployments from the start (default off: the spread "
-                        "is inherited from this storage's studies of the same model, machine and "
-                        "vLLM, else assumed, and learned from confirmations; docs/noise.md)")
-    p.add_argument("--trials", type=int,
-                   help=f"study-wide budget of finished trials (default {DEFAULTS.trials}; with "
-                        "--time-budget alone, the time decides)")
-    p.add_argument("--time-budget", metavar="DURATION",
-                   help="wall clock for the study, confirmation included, e.g. 20m or 2h: no "
-                        "deployment starts whose expected end (at the measured cost of a "
-                        "deployment) passes it; a redeployment of each finalist whose verdict is "
-                        "in question is kept in reserve, and the confirmation is shrunk or skipped "
-                        "where it no longer fits")
-    p.add_argument("--race", action="store_true",
-                   help="stop measuring a trial once the front beats it beyond the noise (off by "
-                        "default: docs/samplers.md says when it pays)")
-    p.add_argument("--cap-cuda-graphs", action="store_true",
-                   help="capture CUDA graphs only up to the study's highest concurrency x (1 + "
-                        "speculative tokens), alike for every trial, the baseline and the export "
-                        "(off by default: docs/startup.md)")
-    p.add_argument("--study", help="study name (default: from model, space and profiles)")
-    p.add_argument("--storage", help="Optuna storage URL: sqlite:///file.db (one machine) or "
-                   "postgresql://user@host/db (several); default $AUTOTUNE_STORAGE, else "
-                   "sqlite:///<workdir>/autotune.db")
-    p.add_argument("--repeats", type=int, default=DEFAULTS.repeats,
-                   help=f"runs per profile per deployment (default {DEFAULTS.repeats}: a trial's "
-                        "interval comes from the spread between deployments, docs/noise.md)")
-    p.add_argument("--seed", type=int, help="sampler seed (reproducible studies)")
-    p.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
-                   help="tpe (default; chosen by replaying samplers against a recorded table, "
-                        "see docs/samplers.md), random, nsga2 or gp")
-    p.add_argument("--objective", action="append", default=[],
-                   help="PROFILE:METRIC[:min|max] (repeatable; default: mean E2EL at the lowest "
-                        "concurrency against output throughput at the highest)")
-    p.add_argument("--slo", action="append", default=[],
-                   help="repeatable: a constraint on a profile, e.g. 'high-concurrency:"
-                        "p99_ttft_ms<=5000', or the limits a capacity profile searches under, "
-                        "e.g. 'p99_ttft_ms<=2000' (no profile: the capacity profile's)")
-    add_smallest_difference(p)
-    add_precision(p)
-    p.add_argument("--confirm", type=int, default=DEFAULTS.confirm, metavar="K",
-                   help=f"at the end, redeploy up to K front members and the baseline, up to "
-                        f"{CONFIRM_ROUNDS} interleaved rounds (default {DEFAULTS.confirm}; 0: off)")
-    p.add_argument("--max-model-len", type=int, help="override the space's deployment setting")
-    p.add_argument("--tp", type=int, help="override the space's tensor parallel size")
+    for setting in PLAN_SETTINGS:
+        add_setting(p, setting)
     p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
     add_profile_overrides(p)
     add_load_args(p)

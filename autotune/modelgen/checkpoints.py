@@ -151,6 +151,30 @@ def _unfuse_experts(state: dict) -> dict:
     return out
 
 
+def check_model_flags(*, kind: str, mtp: bool, trained: bool, constructed: str | None,
+                      mtp_acceptance: float | None, reuse_base: str | None) -> None:
+    """`make-model`'s flags that go together, checked before anything is written: a
+    constructed model is its own kind, and its two options need it."""
+    if constructed:
+        if trained or kind != "dense" or mtp:
+            raise ConfigError("--constructed makes a GLM-4-MoE+MTP model of its own: drop "
+                              "--kind, --mtp and --trained")
+        if mtp_acceptance is None:
+            raise ConfigError("--constructed needs --mtp-acceptance P (0..1), e.g. 0.8")
+    elif mtp_acceptance is not None or reuse_base:
+        raise ConfigError("--mtp-acceptance and --reuse-base need --constructed SHAPE")
+
+
+def made_lines(info: ModelInfo, out: str | Path, seconds: float, *, trained: bool) -> list[str]:
+    """What `make-model` says it wrote: the architecture, experts and MTP layers, where, in how
+    long; a trained model's training report after it."""
+    kind = f"MoE, {info.num_experts} experts" if info.is_moe else "dense"
+    mtp = f", MTP layers: {info.mtp_layers}" if info.has_mtp else ""
+    lines = [f"wrote {info.architecture} ({kind}{mtp}) to {out} in {seconds:.1f} s"]
+    report = Path(out) / "training.json"
+    return lines + ([f"training: {report.read_text().strip()}"] if trained and report.exists() else [])
+
+
 def make_model(
     out: str | Path, *, kind: str = "dense", mtp: bool = False, seed: int = 0,
     trained: bool = False, shape: ModelShape = ModelShape(),

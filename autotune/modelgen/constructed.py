@@ -110,6 +110,14 @@ def mtp_map(vocab: int, acceptance: float, seed: int) -> list[int]:
     return g
 
 
+def made_line(info: ModelInfo, out: str | Path, seconds: float, *, shape: str,
+              mtp_acceptance: float) -> str:
+    """What `make-model --constructed` says it wrote, with the model's own description."""
+    return (f"wrote a constructed {shape} GLM-4-MoE+MTP model ({info.num_experts} experts, MTP "
+            f"right for {mtp_acceptance:.0%} of tokens) to {out} in {seconds:.1f} s: "
+            f"{(Path(out) / INFO).read_text().strip()}")
+
+
 def make_constructed(out: str | Path, *, shape: str, mtp_acceptance: float, seed: int = 0,
                      reuse_base: str | Path | None = None, device: str | None = None) -> ModelInfo:
     """Write a constructed GLM-4-MoE+MTP checkpoint (see the module doc) to ``out``."""

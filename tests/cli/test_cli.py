@@ -60,16 +60,31 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["confirm", "--study", "missing", "--rounds", "0"], "--rounds 0: must be >= 1"),
     (["import-results", "missing.json", "--study", "s"], "missing.json: cannot read"),
     (["import-results", "results.txt", "--study", "s"], "results.txt: expected a .csv or .json file"),
+    # argparse's own errors: its message, where help is, and no usage block
+    (["run", "--trials", "abc"], "argument --trials: invalid int value: 'abc'; try autotune run --help"),
+    (["pareto", "--no-such-flag"], "unrecognized arguments: --no-such-flag; try autotune pareto --help"),
+    (["recommend", "--for", "fast"], "argument --for: invalid choice: 'fast' (choose from "
+     "'interactive', 'throughput', 'balanced'); try autotune recommend --help"),
+    (["bench", "--model", "m"], "the following arguments are required: --url, --profile; try "
+     "autotune bench --help"),
+    (["no-such-command"], "argument command: invalid choice: 'no-such-command'"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials", "bad-time-budget",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
         "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
-        "confirm-zero-rounds", "import-missing-file", "import-wrong-format"])
+        "confirm-zero-rounds", "import-missing-file", "import-wrong-format", "argparse-bad-int",
+        "argparse-unknown-flag", "argparse-bad-choice", "argparse-missing", "argparse-no-command"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
     result = autotune_in(tmp_path, *args)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autotune: error: ") and message in lines[0]
     assert list(tmp_path.iterdir()) == []  # no studies/, no database, no model
+
+
+def test_help_is_argparses_own_usage_and_exits_0(autotune_in, tmp_path):
+    result = autotune_in(tmp_path, "run", "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: autotune run")
+    assert "--time-budget DURATION" in result.stdout and result.stderr == ""
 
 
 def test_a_read_only_command_on_an_existing_storage_names_the_studies_there(autotune_in, tmp_path):
@@ -192,7 +207,7 @@ def test_the_trial_table_never_breaks_a_parameter_name_in_any_terminal(monkeypat
 @pytest.mark.parametrize("text, seconds", [("90s", 90.0), ("20m", 1200.0), ("2h", 7200.0),
                                            ("1h30m", 5400.0), (" 1.5H ", 5400.0)])
 def test_a_duration_reads_in_hours_minutes_and_seconds(text, seconds):
-    from autotune.cli.common import parse_duration
+    from autotune.core.maths.durations import parse_duration
 
     assert parse_duration(text, "--time-budget") == seconds
 
@@ -200,7 +215,7 @@ def test_a_duration_reads_in_hours_minutes_and_seconds(text, seconds):
 @pytest.mark.parametrize("text, message", [("", "expected a duration"), ("20", "expected a duration"),
                                            ("m", "expected a duration"), ("0m", "must be more than zero")])
 def test_a_bad_duration_names_the_flag(text, message):
-    from autotune.cli.common import parse_duration
+    from autotune.core.maths.durations import parse_duration
     from autotune.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"--time-budget {text!r}: {message}"):
@@ -288,12 +303,13 @@ def test_a_dry_run_whose_time_budget_decides_the_count_shows_the_references_and_
 def test_runs_opening_line_states_the_budget_that_will_end_it():
     from types import SimpleNamespace
 
-    from autotune.cli.study import UNBOUNDED_TRIALS, _budget_text
+    from autotune.core.plan.estimate import UNBOUNDED_TRIALS
+    from autotune.study.output.progress import study_budget_text
 
-    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=None)) == "5 trials"
-    assert _budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 4 min"
+    assert study_budget_text(SimpleNamespace(trials=5, time_budget_s=None)) == "5 trials"
+    assert study_budget_text(SimpleNamespace(trials=5, time_budget_s=240.0)) == "5 trials or 4 min"
     # --time-budget without --trials: the time alone decides, not ten thousand trials
-    assert _budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"
+    assert study_budget_text(SimpleNamespace(trials=UNBOUNDED_TRIALS, time_budget_s=60.0)) == "1 min"
 
 
 @pytest.mark.vllm

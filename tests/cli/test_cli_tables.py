@@ -97,9 +97,9 @@ def pareto():
 
 def validate(tmp_path):
     """`validate`'s table of the extended space (its longest parameter and flag names)."""
-    from autotune.cli.deploy import space_table
     from autotune.core.space.search_space import ModelContext, inapplicable
     from autotune.shell.bench.files import read_model_info, read_space
+    from autotune.study.output.tables import space_table
 
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)

@@ -14,23 +14,24 @@ from autotune.core.maths.stats import Estimate, Noise
 from autotune.core.trial.outcome import TrialOutcome
 
 
-def test_a_trial_is_named_by_its_number_with_how_far_the_study_is(capsys):
-    from autotune.cli.study import ConsoleProgress
+def test_a_trial_is_named_by_its_number_with_how_far_the_study_is():
+    from autotune.study.output.progress import ProgressLines
 
-    progress = ConsoleProgress()
+    lines: list[str] = []
+    progress = ProgressLines(lines.append)
     progress.phase(3, 5, "benchmarking low-concurrency", trial=2)
     progress.trial_done(3, 5, TrialOutcome(2, startup_s=75.0), [0, 2])
-    lines = capsys.readouterr().err.splitlines()
     assert lines[0].endswith("] trial #2 (3 of 5): benchmarking low-concurrency")
     assert "] trial #2 (3 of 5): ready in 75 s" in lines[1]
     assert not any(re.search(r"\d+/\d+", line) for line in lines)  # no second numbering
 
 
-def test_the_clock_runs_on_from_the_start_it_is_given(capsys):
-    from autotune.cli.study import ConsoleProgress
+def test_the_clock_runs_on_from_the_start_it_is_given():
+    from autotune.study.output.progress import ProgressLines
 
-    ConsoleProgress(started=time.time() - 3725).message("confirmation begins")
-    assert capsys.readouterr().err.startswith("[1:02:0")  # 1 h 2 min 5 s, not [0:00:00]
+    lines: list[str] = []
+    ProgressLines(lines.append, started=time.time() - 3725).message("confirmation begins")
+    assert lines[0].startswith("[1:02:0")  # 1 h 2 min 5 s, not [0:00:00]
 
 
 @pytest.mark.parametrize(("value", "scale", "text"), [

@@ -262,7 +262,7 @@ def test_the_default_is_the_balanced_length_and_a_given_precision_is_stored():
 @pytest.mark.parametrize("text, value", [("1.25%", 0.0125), ("2", 0.02), ("0", 0.0), (None, None)],
                          ids=["percent", "bare", "off", "derived"])
 def test_the_precision_flag_reads_percentages_and_zero_as_off(text, value):
-    from autotune.cli.common import parse_precision
+    from autotune.core.trial.precision import parse_precision
 
     assert parse_precision(text) == (pytest.approx(value) if value else value)
 
@@ -302,8 +302,8 @@ def test_the_trial_table_shows_requests_used_and_a_load_not_reached(monkeypatch)
 
 
 def test_the_front_and_the_recommendations_say_a_load_not_reached():
-    from autotune.cli.results import front_table
     from autotune.core.analysis.recommendation import TieSettings, recommend, table
+    from autotune.study.output.tables import front_table
 
     data = _counted_study()
     rec = recommend(data, "throughput", TieSettings("s"))

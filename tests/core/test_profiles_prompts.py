@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from autotune.core.workload.profiles import ProfileOverrides, get_profile
+from autotune.core.workload.profiles import ProfileOverrides, get_profile, profiles_of
 from autotune.core.workload.requests import random_prompts
 from autotune.errors import ConfigError
 
@@ -28,6 +28,18 @@ def test_unknown_profile_and_bad_override_are_one_line_errors():
         get_profile("medium")
     with pytest.raises(ConfigError, match="num_prompts must be >= 1"):
         get_profile("low-concurrency", ProfileOverrides(num_prompts=0))
+
+
+def test_the_load_flags_change_only_a_capacity_profile_and_a_rate_gets_its_own_range():
+    low, capacity = profiles_of(["low-concurrency", "capacity"], load="rate")
+    assert low == get_profile("low-concurrency")
+    assert (capacity.capacity.load, capacity.capacity.low, capacity.capacity.high) == ("rate", 0.25, 64.0)
+    [narrowed] = profiles_of(["capacity"], load_range="2,32")
+    assert (narrowed.capacity.load, narrowed.capacity.low, narrowed.capacity.high) == ("concurrency", 2, 32)
+    with pytest.raises(ConfigError, match="--load-range '2-32': expected LOW,HIGH, e.g. 1,64"):
+        profiles_of(["capacity"], load_range="2-32")
+    with pytest.raises(ConfigError, match="--load concurrency --load-range 32,2: capacity: need 0 < low"):
+        profiles_of(["capacity"], load_range="32,2")
 
 
 def test_prompts_have_exact_length_skip_special_ids_and_depend_on_seed():

@@ -370,7 +370,7 @@ def test_the_cli_reports_a_malformed_space_in_one_line_with_exit_code_2(tmp_path
 def test_validate_shows_expert_parallel_as_not_applying_on_cpu(space, moe_mtp_info):
     from rich.console import Console
 
-    from autotune.cli.deploy import space_table
+    from autotune.study.output.tables import space_table
 
     def shown(platform: str) -> str:
         console = Console(record=True, width=250)

@@ -75,13 +75,13 @@ def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_p
 
 @pytest.mark.parametrize("text, expected", [("3,7", [3, 7]), ("#3, #7,3", [3, 7])])
 def test_trials_are_read_from_a_comma_list(text, expected):
-    from autotune.cli.study import trial_numbers
+    from autotune.core.plan.confirmation import trial_numbers
 
     assert trial_numbers(text) == expected
 
 
 def test_trials_that_are_not_numbers_are_one_line(tmp_path):
-    from autotune.cli.study import trial_numbers
+    from autotune.core.plan.confirmation import trial_numbers
 
     with pytest.raises(ConfigError, match="--trials '3,x': expected trial numbers separated by commas"):
         trial_numbers("3,x")

@@ -3,7 +3,6 @@ storage URLs. The plan a study carries is in test_plans.py; real workers are in 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sqlite3
 import time
@@ -11,8 +10,7 @@ import time
 import optuna
 import pytest
 
-from autotune.cli.common import slots_of
-from autotune.core.deployment.slots import Slot
+from autotune.core.deployment.slots import Slot, slots_for
 from autotune.core.plan.scheduling import (
     Claim,
     Counts,
@@ -85,28 +83,28 @@ def test_worker_seeds_are_reproducible_and_differ_between_workers():
 # ------------------------------------------------------------------ slots from the flags
 
 
-def _args(**kw) -> argparse.Namespace:
-    base = {"gpus": None, "cores": None, "cores_per_rank": 1, "kv_cache_gib": 1.0}
-    return argparse.Namespace(**{**base, **kw})
+ALLOWED = range(4)  # the cores this process may use, as the CLI passes them
 
 
 def test_eight_gpus_with_tensor_parallel_2_are_four_slots_each_pinned_to_its_pair():
-    slots = slots_of(_args(gpus="0-7"), 2, "gpu")
+    slots = slots_for("gpu", 2, ALLOWED, gpus="0-7")
     assert [s.env() for s in slots] == [{"CUDA_VISIBLE_DEVICES": p} for p in ("0,1", "2,3", "4,5", "6,7")]
-    assert len(slots_of(_args(gpus="0,1,2"), 2, "gpu")) == 1  # the odd GPU stays idle
-    assert [s.devices for s in slots_of(_args(gpus="0-7"), 4, "gpu")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
-    assert slots_of(_args(), 2, "gpu")[0].devices == (0, 1)
+    assert len(slots_for("gpu", 2, ALLOWED, gpus="0,1,2")) == 1  # the odd GPU stays idle
+    assert [s.devices for s in slots_for("gpu", 4, ALLOWED, gpus="0-7")] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert slots_for("gpu", 2, ALLOWED)[0].devices == (0, 1)
 
 
 def test_cores_make_cpu_slots_and_the_wrong_device_flag_is_a_one_line_error():
-    slots = slots_of(_args(cores="0,1"), 1, "cpu")
+    slots = slots_for("cpu", 1, ALLOWED, cores="0,1")
     assert [s.env()["VLLM_CPU_OMP_THREADS_BIND"] for s in slots] == ["0", "1"]
+    # no --cores: one slot over every allowed core, split evenly between the ranks
+    assert [s.env()["VLLM_CPU_OMP_THREADS_BIND"] for s in slots_for("cpu", 2, ALLOWED)] == ["0-1|2-3"]
     with pytest.raises(ConfigError, match="--gpus 0,1: this is vLLM's CPU build"):
-        slots_of(_args(gpus="0,1"), 2, "cpu")
+        slots_for("cpu", 2, ALLOWED, gpus="0,1")
     with pytest.raises(ConfigError, match="--cores is for vLLM's CPU build"):
-        slots_of(_args(cores="0"), 1, "gpu")
-    with pytest.raises(ConfigError, match="--cores 0,4096: this process may use cores"):
-        slots_of(_args(cores="0,4096"), 1, "cpu")
+        slots_for("gpu", 1, ALLOWED, cores="0")
+    with pytest.raises(ConfigError, match="--cores 0,4096: this process may use cores 0,1,2,3"):
+        slots_for("cpu", 1, ALLOWED, cores="0,4096")
 
 
 def test_a_slot_worker_gets_its_devices_in_argv_and_never_the_storage_url(tmp_path):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from autotune.core.analysis.study_data import StudyData, format_params, noise_line
 from autotune.core.maths.durations import duration_text
+from autotune.core.maths.numbers import parse_percent
 from autotune.core.maths.pareto import knee
 from autotune.core.maths.stats import (
     POWER,
@@ -27,6 +28,7 @@ from autotune.core.maths.stats import (
 )
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
+from autotune.errors import ConfigError
 
 USES = ("interactive", "throughput", "balanced")
 SMALLEST_DIFFERENCE = 0.05  # the relative difference worth caring about, unless a study says
@@ -34,6 +36,26 @@ BEYOND_BUDGET_S = 8 * 3600  # a tie's price past this (or 10 times the study's o
 BEYOND_STUDY_FACTOR = 10
 BEYOND_FLOOR_S = 600  # never beyond a sensible budget below this, however short the study
 TABLE_WIDTH = 80
+def default_uses(data: StudyData) -> tuple[str, ...]:
+    """The uses recommended for when none is asked: every use, or with one objective only its
+    best (there is no trade-off to pick along)."""
+    return USES if len(data.objectives) > 1 else ("throughput",)
+
+
+SMALLEST_DIFFERENCE_FLOOR_PCT = 0.5  # below this, '0.05' was meant as a fraction: 5%
+
+
+def parse_smallest_difference(text: str | None) -> float:
+    """``--smallest-difference``: ``5%`` or ``5`` (both five percent) as the fraction 0.05;
+    not given, the default. A value below 0.5 is refused, naming the percentage it most likely
+    meant ('0.05': did you mean 5%?), rather than read as a twentieth of a percent."""
+    if text is None:
+        return SMALLEST_DIFFERENCE
+    value = parse_percent(text, "--smallest-difference")
+    if 100 * value < SMALLEST_DIFFERENCE_FLOOR_PCT:
+        raise ConfigError(f"--smallest-difference {text!r}: a percentage, at least "
+                          f"{SMALLEST_DIFFERENCE_FLOOR_PCT:g}; did you mean {10_000 * value:g}%?")
+    return value
 
 
 @dataclass(frozen=True)

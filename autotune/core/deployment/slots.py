@@ -89,3 +89,26 @@ def parse_device_list(text: str, flag: str) -> list[int]:
     if not ids or min(ids) < 0:
         raise ConfigError(f"{flag} {text!r}: expected ids like '0,1,2,3' or '0-3'")
     return ids
+
+
+def slots_for(platform: str, tp: int, allowed: Sequence[int], *, gpus: str | None = None,
+              cores: str | None = None, cores_per_rank: int = 1,
+              kv_cache_gib: float = 1.0) -> list[Slot]:
+    """The slots the device flags ask for: sets of ``tp`` GPUs from ``gpus`` (default the first
+    ``tp``), or CPU core sets from ``cores`` (default one slot over every core of ``allowed``,
+    the cores this process may use, split evenly between the ranks)."""
+    if platform == GPU:
+        if cores:
+            raise ConfigError("--cores is for vLLM's CPU build; on GPUs use --gpus 0,1,...")
+        return make_slots(GPU, parse_device_list(gpus, "--gpus") if gpus else list(range(tp)), tp)
+    if gpus:
+        raise ConfigError(f"--gpus {gpus}: this is vLLM's CPU build (no GPU); use --cores 0,1,...")
+    if not cores:
+        allowed = sorted(allowed)
+        return make_slots(CPU, allowed, tp, per_rank=max(1, len(allowed) // tp),
+                          kv_cache_gib=kv_cache_gib)[:1]
+    ids = parse_device_list(cores, "--cores")
+    if not set(ids) <= set(allowed):
+        raise ConfigError(f"--cores {cores}: this process may use cores "
+                          f"{','.join(map(str, sorted(allowed)))}")
+    return make_slots(CPU, ids, tp, per_rank=cores_per_rank, kv_cache_gib=kv_cache_gib)

@@ -1,8 +1,14 @@
-"""The one way a duration is written: as a person says it, or as a clock. Pure."""
+"""The one way a duration is written (as a person says it, or as a clock) and read from a
+flag. Pure."""
 
 from __future__ import annotations
 
 import math
+import re
+
+from autotune.errors import ConfigError
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
 def duration_text(seconds: float, *, clock: bool = False) -> str:
@@ -23,3 +29,15 @@ def duration_text(seconds: float, *, clock: bool = False) -> str:
     if hours >= 48:
         return f"{hours / 24:.0f} days"
     return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds of ``2h``, ``20m``, ``90s`` or ``1h30m``; a one-line error naming ``flag``."""
+    m = _DURATION.match(text.strip().lower())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise ConfigError(f"{flag} {text!r}: expected a duration such as 20m, 2h, 1h30m or 90s")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ConfigError(f"{flag} {text!r}: must be more than zero")
+    return total

@@ -1,9 +1,11 @@
 """The one way a measured number is written in a table or a line: thousands separated, as many
-digits as its size warrants. Pure."""
+digits as its size warrants; and a percentage read from a flag. Pure."""
 
 from __future__ import annotations
 
 import math
+
+from autotune.errors import ConfigError
 
 
 def number_text(x: float, scale: float | None = None) -> str:
@@ -20,3 +22,16 @@ def number_text(x: float, scale: float | None = None) -> str:
     if size >= 1 or size == 0:
         return f"{x:,.1f}"
     return f"{x:,.{max(1, 2 - math.floor(math.log10(size)))}f}"
+
+
+def parse_percent(text: str, flag: str) -> float:
+    """``5%`` or ``5`` as the fraction 0.05 (more than 0, less than 100%); a one-line error
+    naming ``flag``."""
+    try:
+        value = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise ConfigError(f"{flag} {text!r}: expected a percentage above 0 and below 100, "
+                          "e.g. 5%")
+    return value

@@ -20,6 +20,17 @@ from autotune.core.maths.stats import Verdict
 from autotune.core.plan.budget import compile_filled_s, measured_trials
 from autotune.core.trial.objectives import Objective
 from autotune.core.trial.outcome import TrialOutcome
+from autotune.errors import ConfigError
+
+CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
+
+
+def trial_numbers(text: str) -> list[int]:
+    """`confirm --trials 3,7`: trial numbers, each once."""
+    parts = [part.strip().removeprefix("#") for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise ConfigError(f"--trials {text!r}: expected trial numbers separated by commas, e.g. 3,7")
+    return list(dict.fromkeys(int(part) for part in parts))
 
 
 def deployment_cost_s(outcomes: Sequence[TrialOutcome], *, again: bool = False) -> float | None:

@@ -23,6 +23,8 @@ VERSION = 3  # 3: fixed_flags (a baseline's flags that no parameter tunes)
 OLD_REPEATS = 2  # the default --repeats before #35: a stored plan without the field had it
 OLD_PRECISION = 0.0  # before #35 every run sent its num_prompts
 DEFAULT_SPACE = "search_spaces/reference.yaml"
+DEFAULT_REFERENCES = "search_spaces/references.yaml"
+SAMPLERS = ("tpe", "random", "nsga2", "gp")  # the factory: study.run.samplers; tpe the default
 # What must agree between `run`s that join one study (the budget and seed may change).
 SHAPE_FIELDS = ("space_yaml", "tp", "max_model_len", "profiles", "repeats", "slos", "objectives",
                 "cap_cuda_graphs", "precision", "fixed_flags")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.core.maths.numbers import parse_percent
 from autotune.core.maths.platforms import platform
 from autotune.core.maths.stats import NoiseModel, t_quantile
 from autotune.core.metrics.registry import METRICS
@@ -34,6 +35,16 @@ PRECISION_SHARE = 0.5
 TIME_LIMIT_ERROR = "run time limit"  # how the client words a request cut by the profile's timeout_s
 
 _THROUGHPUT = ("output_throughput", "total_token_throughput", "request_throughput")
+
+
+def parse_precision(text: str | None) -> float | None:
+    """``--precision``: ``1.25%`` or ``1.25`` as 0.0125, ``0`` as off; None (not given): the
+    balanced length. A one-line error otherwise."""
+    if text is None:
+        return None
+    if text.strip().removesuffix("%").strip() in ("0", "0.0"):
+        return 0.0
+    return parse_percent(text, "--precision")
 
 
 def stops_early(profile: WorkloadProfile, source: RequestSource) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,3 +262,36 @@ def get_profile(name: str, overrides: ProfileOverrides | None = None,
         return profile
     changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v is not None}
     return dataclasses.replace(profile, **changes)
+
+
+RATE_RANGE = {"low": 0.25, "high": 64.0}  # a capacity search of the request rate, by default
+CONCURRENCY_RANGE = {"low": 1.0, "high": 256.0}
+
+
+def with_load(profile: WorkloadProfile, load: str | None, load_range: str | None) -> WorkloadProfile:
+    """A capacity profile with `--load` and `--load-range` (``LOW,HIGH``) applied."""
+    if profile.capacity is None or (load is None and load_range is None):
+        return profile
+    changes: dict = {}
+    if load is not None and load != profile.capacity.load:
+        changes = {"load": load, **(RATE_RANGE if load == "rate" else CONCURRENCY_RANGE)}
+    if load_range is not None:
+        try:
+            low, high = (float(x) for x in load_range.split(","))
+        except ValueError:
+            raise ConfigError(f"--load-range {load_range!r}: expected LOW,HIGH, e.g. 1,64") from None
+        changes.update(low=low, high=high)
+    try:
+        spec = dataclasses.replace(profile.capacity, **changes)
+    except ConfigError as exc:
+        raise ConfigError(f"--load {load or profile.capacity.load} --load-range {load_range}: "
+                          f"{exc}") from None
+    return dataclasses.replace(profile, capacity=spec)
+
+
+def profiles_of(names: Sequence[str], overrides: ProfileOverrides | None = None,
+                defined: Mapping[str, WorkloadProfile] | None = None, *, load: str | None = None,
+                load_range: str | None = None) -> tuple[WorkloadProfile, ...]:
+    """The named profiles (``get_profile``) with the load flags applied (``with_load``)."""
+    return tuple(with_load(get_profile(name, overrides, defined), load, load_range)
+                 for name in names)

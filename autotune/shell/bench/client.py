@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -34,8 +35,10 @@ from autotune.core.trial.precision import (
 )
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import Request, RequestSource, send_offsets_s
-from autotune.errors import BenchmarkError
+from autotune.errors import BenchmarkError, ConfigError
+from autotune.shell.bench.files import read_model_info
 from autotune.shell.bench.server_metrics import fetch_metrics, sample_gauges
+from autotune.shell.bench.workloads import load_tokenizer, sources_for
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -52,6 +55,22 @@ class Target:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def checked_url(text: str) -> str:
+    """A server URL of the form http(s)://host[:port]; a one-line error naming --url otherwise
+    (a path such as /v1 too: the endpoints' paths are added to it)."""
+    try:
+        parts = urlsplit(text.strip())
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
+              and (parts.port is None or parts.port > 0) and parts.path in ("", "/")
+              and not parts.query and not parts.fragment)
+    except ValueError:  # a port that is not a number, a bracket left open
+        ok = False
+    if not ok:
+        raise ConfigError(f"--url {text!r}: expected http(s)://host[:port], e.g. "
+                          "http://127.0.0.1:8000")
+    return text.strip()
 
 
 @dataclass(frozen=True)
@@ -300,3 +319,31 @@ async def run_profile_async(
 def run_profile(target: Target, profile: WorkloadProfile, **kwargs) -> BenchmarkRun:
     """Synchronous wrapper of :func:`run_profile_async`."""
     return asyncio.run(run_profile_async(target, profile, **kwargs))
+
+
+@dataclass(frozen=True)
+class BenchInputs:
+    """What `bench` sends: its fixed profiles, each one's requests, and for the chat endpoint
+    the tokenizer's decoder (chat takes text: token-id prompts are decoded)."""
+
+    profiles: tuple[WorkloadProfile, ...]
+    sources: Mapping[str, RequestSource]
+    text_prompt: Callable[[Sequence[int]], str] | None
+
+
+def bench_inputs(profiles: Sequence[WorkloadProfile], *, model: str, tokenizer: str | None,
+                 vocab_size: int | None, endpoint: str, max_model_len: int) -> BenchInputs:
+    """The requests of `bench`'s profiles: with ``tokenizer``'s (else ``model``'s), token ids
+    below ``vocab_size`` (else the model's); a capacity profile is refused (it searches)."""
+    found = load_tokenizer(tokenizer or model)
+    vocab = vocab_size or (found.vocab_size if found is not None else read_model_info(model).vocab_size)
+    if endpoint == "chat" and found is None:
+        raise ConfigError("--endpoint chat: needs the model's tokenizer (--tokenizer FOLDER)")
+    for profile in profiles:
+        if profile.capacity is not None:
+            raise ConfigError(f"--profile {profile.name}: bench runs fixed workloads; a capacity "
+                              f"profile searches its load: `autotune run --profile {profile.name} "
+                              "--slo ...`")
+    chosen, sources = sources_for(profiles, vocab_size=vocab, tokenizer=found,
+                                  max_model_len=max_model_len)
+    return BenchInputs(tuple(chosen), sources, found.decode if endpoint == "chat" else None)

@@ -403,6 +403,26 @@ class ServerProcess:
 FORK_ENV = (("VLLM_WORKER_MULTIPROC_METHOD", "fork"),)
 
 
+def serve_once(spec: DeploymentSpec, prompt: str, *, say: Callable[[str], object],
+                progress: Callable[[str], object]) -> bool:
+    """`check-deploy`: deploy ``spec`` (its phases to ``progress``), say when it was ready, its
+    memory and one completion of ``prompt``, tear it down and say what was left; whether the
+    teardown was clean."""
+    t0 = time.monotonic()
+    dep = ServerProcess(spec, on_phase=lambda ph: progress(f"[{time.monotonic() - t0:6.1f} s] {ph}"))
+    with dep:
+        text = dep.complete(prompt, max_tokens=16)
+        devices = spec.slot.devices_text() if spec.slot else "?"
+        say(f"ready in {dep.startup_s:.1f} s on {devices}; memory: {dep.rss_bytes() / 2**30:.2f} "
+            f"GiB RSS over {len(session_pids(dep.pid))} processes")
+        say(f"completion: {text!r}")
+    report = dep.teardown
+    assert report is not None
+    say(f"torn down in {report.seconds:.1f} s; processes left: {len(report.leftover_pids)}; "
+        f"port free: {report.port_free}; log: {spec.log_path}")
+    return report.clean
+
+
 def base_environment(env: Mapping[str, str]) -> dict[str, str]:
     """What every deployment's environment holds beside ``env``: the shared kernel caches,
     ``FORK_ENV`` unless already set, unbuffered output and INFO logging (the start-up phases

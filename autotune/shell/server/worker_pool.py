@@ -32,6 +32,20 @@ def worker_argv(workdir: Path, study: str, slot: Slot, label: str,
     return [*argv, *options]
 
 
+def worker_options(model: str, *, heartbeat: tuple[int, int, int], entrypoint: str | None,
+                   preimport: bool) -> list[str]:
+    """The flags every slot's worker process gets from `run` or a multi-slot `worker`: the
+    model, the heartbeat (interval, grace period, retries), how vLLM starts, no table."""
+    interval, grace, retries = heartbeat
+    options = ["--model", model, "--heartbeat-interval", str(interval), "--grace-period",
+               str(grace), "--max-retry", str(retries)]
+    if entrypoint:
+        options += ["--entrypoint", entrypoint]
+    if not preimport:
+        options.append("--no-preimport")
+    return [*options, "--no-table"]  # the storage URL goes by $AUTOTUNE_STORAGE, never argv
+
+
 def run_workers(slots: Sequence[Slot], *, workdir: Path, study: str, env: Mapping[str, str],
                 label: str, options: Sequence[str], message: Callable[[str], None]) -> int:
     """Start one worker per slot, with ``env`` added to this environment (the storage URL), and

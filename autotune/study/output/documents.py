@@ -318,6 +318,16 @@ def study_record(name: str, data: StudyData, *, trials: int, unfinished: int,
                        created=created)
 
 
+def study_document(command: str, study: str, data: StudyData, rows: Sequence[Any]) -> dict[str, Any]:
+    """A study's `--format json` document: the study, its objectives and baseline, the
+    smallest difference in force and how much it measured, then ``rows`` under its key."""
+    key = {"pareto": "front", "trials": "trials", "recommend": "recommendations"}[command]
+    return {"study": study, "objectives": [o.name for o in data.objectives],
+            "baseline": data.baseline.number if data.baseline else None,
+            "smallest_difference_pct": 100 * data.smallest_difference, **search_fields(data),
+            key: rows}
+
+
 def search_fields(data: StudyData) -> dict[str, int]:
     """What every reading command's JSON document says of the search behind it."""
     found = searched(data)

@@ -11,6 +11,7 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import optuna
 import yaml
@@ -80,6 +81,18 @@ class Export:
                                "env": dict(self.env), "command": self.command,
                                "config": config}, indent=2) + "\n"
         raise ConfigError(f"--format {fmt!r}: valid: {', '.join(EXPORT_FORMATS)}")
+
+
+def writable_file(text: str, flag: str) -> Path:
+    """The file ``flag`` names, checked before anything is read or written: its folder must
+    exist, and it must not be a folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {text}: a folder; give a file name, e.g. {path / 'serve.yaml'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{flag} {text}: folder {path.parent}/ does not exist; create it or "
+                          "write into an existing folder")
+    return path
 
 
 def pick_trial(study: optuna.Study, *, number: int | None, use: str | None) -> TrialOutcome:

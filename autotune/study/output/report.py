@@ -7,10 +7,20 @@ from pathlib import Path
 
 import optuna
 
+from autotune.errors import ConfigError
 from autotune.study.output.plot_data import load_png
 from autotune.study.output.plots import plot_capacity, plot_front, plot_load
 from autotune.study.output.report_data import compute_report
 from autotune.study.output.report_render import FRONT_PNG, capacity_png, report_sections, to_html, to_markdown
+
+
+def report_folder(out_dir: Path) -> Path:
+    """`report --out`, checked before the study is read: a folder (created where missing; its
+    report files are replaced), never a file."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir}: a file, not a folder; give a folder (it is created "
+                          "if missing; its report files are replaced)")
+    return out_dir
 
 
 def write_report(study: optuna.Study, out_dir: Path) -> list[Path]:

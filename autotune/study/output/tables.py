@@ -13,9 +13,10 @@ from rich.table import Table
 
 from autotune.core.analysis.study_data import StudyData, format_params
 from autotune.core.maths.numbers import number_text
-from autotune.core.metrics.registry import RUN_METRICS, label_of
+from autotune.core.metrics.registry import RUN_METRICS, SUMMARY_METRICS, label_of
 from autotune.core.space.search_space import SearchSpace
 from autotune.core.trial.capacity_search import CapacitySearch
+from autotune.core.trial.outcome import Measurement, TrialOutcome
 
 
 def capacity_cell(search: CapacitySearch) -> str:
@@ -188,3 +189,15 @@ def space_table(space: SearchSpace, skip: Mapping[str, str], width: int | None) 
     return table
 
 
+def relaunch_table(trial: TrialOutcome, measured: Measurement) -> Table:
+    """`export --verify`: each profile's summary metrics as stored and as relaunched."""
+    table = Table(title=f"trial #{trial.number}: stored vs relaunched")
+    for col in ("profile", "metric", "stored", "relaunched", "difference"):
+        table.add_column(col, justify="right")
+    for name, result in measured.results.items():
+        for metric in SUMMARY_METRICS:
+            a, b = trial.value(name, metric), result.mean(metric)
+            # A TPOT of 0 is possible: every stream of that run arrived in one burst.
+            table.add_row(name, metric, number_text(a), number_text(b),
+                          f"{(b - a) / a * 100:+.1f}%" if a else "-")
+    return table

@@ -16,6 +16,7 @@ from autotune.core.analysis.study_data import StudyData, finalists
 from autotune.core.maths.durations import duration_text
 from autotune.core.plan.budget import redeployment_start_s
 from autotune.core.plan.confirmation import (
+    CONFIRM_ROUNDS,
     ConfirmationState,
     by_priority,
     in_question,
@@ -31,8 +32,6 @@ from autotune.study.run.study_plan import StudyPlan
 from autotune.study.run.trial_function import TrialFunction, TrialSetup, run_trial
 from autotune.study.store.records import OthersNoise, store_noise
 from autotune.study.store.state import add_confirmed, read_confirmation, write_confirmation
-
-CONFIRM_ROUNDS = 2  # rounds of a confirmation asked by default: the first, and one for ties
 
 
 def check_rounds(rounds: int) -> None:

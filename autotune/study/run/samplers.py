@@ -7,7 +7,7 @@ import warnings
 
 import optuna
 
-SAMPLERS = ("tpe", "random", "nsga2", "gp")  # tpe is the default
+from autotune.core.plan.request import SAMPLERS
 
 
 def make_sampler(seed: int | None, name: str = "tpe", startup_trials: int = 5

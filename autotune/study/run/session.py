@@ -16,7 +16,8 @@ from pathlib import Path
 import optuna
 
 from autotune.core.analysis.study_data import StudyData
-from autotune.core.deployment.slots import Slot, make_slots
+from autotune.core.deployment.slots import Slot, slots_for
+from autotune.core.maths.platforms import CPU
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS, RunEstimate, assumed_cost, measured_cost
 from autotune.core.plan.trial_context import BenchPlan
 from autotune.core.space.search_space import SearchSpace
@@ -62,9 +63,7 @@ def vllm_validator(space: SearchSpace, say: Say) -> tuple[VllmValidator | None, 
 
 def cpu_slot(tp: int, kv_cache_gib: float) -> Slot:
     """One slot over every core this process may use, split evenly between the TP ranks."""
-    cores = sorted(os.sched_getaffinity(0))
-    return make_slots("cpu", cores, tp, per_rank=max(1, len(cores) // tp),
-                      kv_cache_gib=kv_cache_gib)[0]
+    return slots_for(CPU, tp, os.sched_getaffinity(0), kv_cache_gib=kv_cache_gib)[0]
 
 
 @dataclass(frozen=True)

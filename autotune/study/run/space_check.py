@@ -25,7 +25,9 @@ from autotune.core.space.search_space import (
     space_size,
 )
 from autotune.errors import AutotuneError, ValidationError
-from autotune.shell.server.validation import VllmValidator
+from autotune.shell.bench.files import read_references
+from autotune.shell.server.install import vllm_version
+from autotune.shell.server.validation import VllmValidator, engine_identity
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,32 @@ def count_engines(space: SearchSpace, ctx: ModelContext,
         except ValidationError:
             rejected += 1
     return EngineCount(combinations, drawable, len(found), rejected)
+
+
+def validate_space(validator: VllmValidator | None, space: SearchSpace, ctx: ModelContext, *,
+                   references: str | None, samples: int, seed: int,
+                   say: Callable[[str], object]) -> bool:
+    """`validate`: the engines the space resolves to, each reference of the file
+    ``references`` and ``samples`` random draws put to vLLM's parser (None: not available
+    here, said), a line each as they are known; True where vLLM rejected a reference."""
+    if validator is None:
+        say(f"configurations: {space_size(space, ctx):g} drawable")
+        say("vLLM's parser is not available here: flags were not checked by it")
+        return False
+    count = count_engines(space, ctx, lambda argv: engine_identity(validator, ctx.model.name, argv))
+    say(f"configurations for {ctx.model.name} on {vllm_version()}: {count.text}")
+    refs = read_references(references, space).configs if references else ()
+    checked = check_references(validator, space, ctx, refs)
+    for ref in checked:
+        say(f"reference {ref.name}: " + ("skipped, " + ref.reason if ref.skipped else
+                                         "accepted by vLLM" if ref.accepted else
+                                         f"rejected by vLLM: {ref.reason}"))
+    drawn = check_samples(validator, space, ctx, samples=samples, seed=seed)
+    say(f"{drawn.samples} random samples: {drawn.samples - drawn.rejected_count} accepted "
+        f"by vLLM, {drawn.rejected_count} rejected")
+    for message, times in drawn.rejected:
+        say(f"  {times} x {message}")
+    return any(r.rejected for r in checked)
 
 
 @dataclass(frozen=True)

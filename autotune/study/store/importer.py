@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +32,20 @@ from autotune.core.space.search_space import (
     complete,
     params_key,
 )
-from autotune.core.trial.objectives import Objective, objective_values
+from autotune.core.trial.objectives import (
+    Objective,
+    default_objectives,
+    objective_values,
+    parse_objective,
+)
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
 from autotune.core.trial.sampler_feedback import FEASIBLE
-from autotune.core.workload.profiles import WorkloadProfile
+from autotune.core.workload.profiles import WorkloadProfile, get_profile
 from autotune.errors import ConfigError
+from autotune.shell.bench.files import locate_shipped, read_references
 from autotune.study.store.records import write_outcome
 from autotune.study.store.state import mark_references, write_plan
+from autotune.study.store.storage import check_url
 
 # Every measured metric a row may give (the registry's; a capacity load is searched, not given).
 NUMERIC = tuple(k for k, m in METRICS.items() if m.source is not Source.SEARCH)
@@ -142,13 +150,39 @@ def read_results(path: Path, space: SearchSpace, refs: ReferenceSet | None,
     return configs, skipped
 
 
-def import_results(study_name: str, storage: str, path: Path, configs: list[ImportedConfig], *,
-                   space: SearchSpace, refs: ReferenceSet | None,
-                   profiles: tuple[WorkloadProfile, ...], objectives: tuple[Objective, ...],
+@dataclass(frozen=True)
+class ImportedFile:
+    """A results file read and checked against the space, its references, the profiles and
+    the objectives: what ``import_results`` stores."""
+
+    path: Path
+    space: SearchSpace
+    refs: ReferenceSet
+    profiles: tuple[WorkloadProfile, ...]
+    objectives: tuple[Objective, ...]
+    configs: list[ImportedConfig]
+    skipped: list[str]  # a message per configuration left out
+
+
+def read_import(path: Path, space: SearchSpace, *, references: str, profiles: Sequence[str],
+                objectives: Sequence[str], storage: str, workdir: Path) -> ImportedFile:
+    """`import-results`' flags read: every row is read and checked (and the storage's URL)
+    before anything is created."""
+    refs = read_references(locate_shipped(references), space)
+    chosen = tuple(get_profile(n) for n in profiles)
+    parsed = tuple(parse_objective(o, list(profiles)) for o in objectives) or default_objectives(chosen)
+    check_url(storage, created_folder=workdir)
+    configs, skipped = read_results(path, space, refs, chosen, parsed)
+    return ImportedFile(path, space, refs, chosen, parsed, configs, skipped)
+
+
+def import_results(study_name: str, storage: str, imported: ImportedFile, *,
                    ctx: ModelContext | None = None) -> optuna.Study:
-    """Add ``configs`` (read from ``path`` by ``read_results``) as COMPLETE, feasible trials
-    of the study (created with ``objectives`` when new); with the model they were measured on
-    (``ctx``), each with its launch flags."""
+    """Add the configurations of ``imported`` as COMPLETE, feasible trials of the study
+    (created with its objectives when new); with the model they were measured on (``ctx``),
+    each with its launch flags."""
+    path, space, refs = imported.path, imported.space, imported.refs
+    profiles, objectives, configs = imported.profiles, imported.objectives, imported.configs
     names = [o.name for o in objectives]
     study = optuna.create_study(study_name=study_name, storage=storage,
                                 directions=[o.direction for o in objectives], load_if_exists=True)

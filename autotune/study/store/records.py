@@ -7,6 +7,7 @@ them); the study's own attributes are ``study.store.state``'s.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from autotune.study.store.state import (
     read_plan,
     write_noise,
 )
+from autotune.study.store.storage import open_existing, redact, storage_errors
 
 TRIAL_ENV = "AUTOTUNE_TRIAL"  # <study uid>:<trial number>, on each trial's server processes
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL)
@@ -174,3 +176,31 @@ def platform_of(found: Sequence[TrialOutcome]) -> str:
     none says (an imported study)."""
     found_on = {platform_of_version(t.vllm_version) for t in found if t.vllm_version} - {""}
     return CPU if CPU in found_on else GPU if GPU in found_on else ""
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """One study of a storage as `studies` lists it: its data, its trials counted in all and
+    those still running or waiting, and when it was created ('YYYY-MM-DD HH:MM', or '')."""
+
+    name: str
+    data: StudyData
+    trials: int
+    unfinished: int
+    created: str
+
+
+def stored_studies(storage: str) -> list[StoredStudy]:
+    """Every study in ``storage``, oldest first. Reads only: a storage that does not exist is
+    an error, never created."""
+    rdb = open_existing(storage)
+    with storage_errors(f"--storage {redact(storage)}: cannot read it"):
+        summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
+    found = []
+    for s in sorted(summaries, key=lambda s: s.datetime_start or datetime.datetime(1970, 1, 1)):
+        study = optuna.load_study(study_name=s.study_name, storage=rdb)
+        unfinished = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,
+                                                                   TrialState.WAITING)))
+        created = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else ""
+        found.append(StoredStudy(s.study_name, study_data(study), s.n_trials, unfinished, created))
+    return found

@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.errors import ConfigError, StudyError
+from autotune.study.store.optuna_internals import study_id
 
 STORAGE_ENV = "AUTOTUNE_STORAGE"  # keeps a password out of argv (ps) and shell history
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -243,12 +244,38 @@ def open_to_annotate(url: str) -> RDBStorage:
     return storage
 
 
+def dashboard_page(storage: RDBStorage, url: str, study: str | None) -> str:
+    """The dashboard's page to open: ``study``'s, or the one study's where the storage holds
+    one, else the list of studies; a one-line error where ``study`` is not in the storage."""
+    names = [s.study_name for s in storage.get_all_studies()]
+    if study is not None and study not in names:
+        raise ConfigError(f"--study {study!r}: no such study in {redact(url)}; "
+                          f"studies there: {', '.join(sorted(names)) or 'none'}")
+    shown = study or (names[0] if len(names) == 1 else None)
+    if shown is None:
+        return "/dashboard"
+    return f"/dashboard/studies/{study_id(optuna.load_study(study_name=shown, storage=storage))}"
+
+
 def study_names(url: str) -> list[str]:
     """The names of the studies in an existing storage, sorted, read without writing (a
     storage that is not there is a one-line error, never created)."""
     storage = open_existing(url)
     with storage_errors(f"--storage {redact(url)}: cannot read it"):
         return sorted(s.study_name for s in storage.get_all_studies())
+
+
+def only_study(url: str) -> str:
+    """The one study of a storage, read by a command given no --study; a one-line error where
+    the storage holds none or several (naming them), or is not there (nothing created)."""
+    names = study_names(url)
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ConfigError(f"--study: no study in {redact(url)}; studies are created by "
+                          "`autotune run`")
+    raise ConfigError(f"--study: {redact(url)} holds {len(names)} studies, name one: "
+                      f"{', '.join(names)}")
 
 
 def load_existing(study_name: str, url: str, *, writable: bool = False) -> optuna.Study:

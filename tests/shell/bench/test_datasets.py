@@ -12,7 +12,7 @@ import pytest
 
 from autotune.core.workload.datasets import FORMATS, source_of, validate_dataset_spec
 from autotune.core.workload.datasets.common import LoadedRequests
-from autotune.core.workload.datasets.synthetic import lines
+from autotune.core.workload.datasets.synthetic import lines, profile_text
 from autotune.core.workload.profiles import DatasetSpec, WorkloadProfile, parse_profiles
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import read_profiles
@@ -137,6 +137,16 @@ def test_made_workloads_are_read_back_by_their_format(tokenizer, kind):
     loaded = source(fmt, "\n".join(made), tokenizer)
     assert len(loaded.pool) == 30 and all(r.prompt_len >= 1 for r in loaded.pool)
     assert loaded.timed == (kind == "agentic")
+
+
+@pytest.mark.parametrize(("kind", "requests", "measured"), [("chat", 200, 100), ("chat", 12, 4),
+                                                           ("agentic", 3, 1)])
+def test_a_made_workloads_profile_measures_what_the_file_holds_beyond_its_warm_up(kind, requests,
+                                                                                measured):
+    [profile] = parse_profiles(profile_text(kind, "w.jsonl", requests=requests, seed=0, scale=1.0),
+                               "w.profile.yaml").values()
+    assert (profile.name, profile.num_prompts, profile.dataset.path) == (kind, measured, "w.jsonl")
+    assert profile.num_prompts + profile.warmup_requests <= max(requests, 1 + profile.warmup_requests)
 
 
 def test_a_profile_file_points_at_data_relative_to_itself_and_bad_data_stops_before_deploying(

@@ -119,3 +119,24 @@ def agentic(n: int, seed: int, scale: float = 1.0, rate: float | None = 0.5,
 def lines(kind: str, n: int, seed: int, scale: float = 1.0, rate: float | None = None) -> list[str]:
     made = {"chat": chat, "rag": rag, "agentic": agentic}[kind](n, seed, scale, rate)
     return [json.dumps(item) for item in made]
+
+
+# The profile that make-workload writes beside its file, per kind.
+WORKLOAD_PROFILES = {
+    "chat": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
+            "  dataset: {format: jsonl, path: %s}\n",
+    "rag": "  max_concurrency: 8\n  num_prompts: 100\n  warmup_requests: 8\n"
+           "  dataset: {format: jsonl, path: %s}\n",
+    "agentic": "  max_concurrency: 64\n  num_prompts: 100\n  warmup_requests: 4\n"
+               "  dataset: {format: mooncake, path: %s, time_scale: 1.0}\n",
+}
+
+
+def profile_text(kind: str, file_name: str, *, requests: int, seed: int, scale: float) -> str:
+    """The profile YAML written beside a made file: measured requests are those the file holds
+    beyond the warm-up (at most 100), since the file holds every request sent."""
+    text = WORKLOAD_PROFILES[kind] % file_name
+    warm = int(text.split("warmup_requests: ")[1].split()[0])
+    measured = max(1, min(100, requests - warm))
+    return (f"# written by autotune make-workload {kind}: {requests} requests, seed {seed}, "
+            f"scale {scale:g}\n{kind}:\n" + text.replace("num_prompts: 100", f"num_prompts: {measured}"))
