@@ -100,8 +100,11 @@ from benchmarks.seed_stats import proportion_interval  # noqa: E402
 NoFeasibleTrial, recommend = _compat(
     ("autotune.core.analysis.recommendation", "autotune.core.analysis.recommend"),
     "NoFeasibleTrial", "recommend")
-(PlanRequest,) = _compat(("autotune.core.plan.request", "autotune.core.analysis.stored_plan"),
-                         "PlanRequest")
+try:  # the study's request record: StudyRequest since #48, PlanRequest before
+    (StudyRequest,) = _compat(("autotune.core.plan.study_request",), "StudyRequest")
+except ModuleNotFoundError:
+    (StudyRequest,) = _compat(("autotune.core.plan.request", "autotune.core.analysis.stored_plan"),
+                              "PlanRequest")
 (DeviceClock,) = _compat(("autotune.study.dev.replay", "autotune.study.replay"), "DeviceClock")
 (confirm,) = _compat(("autotune.study.run.confirm_rounds", "autotune.study.confirm"), "confirm")
 # As `run` confirms since #46: only finalists whose verdict is still in question (older code: all).
@@ -328,7 +331,7 @@ def as_gpu() -> Iterator[None]:
 
 
 BASELINE_NAME = "opt3-baseline"
-HAS_BASELINE = "baseline" in {f.name for f in dataclasses.fields(PlanRequest)}  # not at c5a51e0
+HAS_BASELINE = "baseline" in {f.name for f in dataclasses.fields(StudyRequest)}  # not at c5a51e0
 
 
 def one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, table: str) -> dict:
@@ -346,7 +349,7 @@ def _one(code: str, variant: str, seed: int, budget_s: float, model_dir: str, ta
     base = truth[key(BASELINE_PARAMS)]
     t0 = time.process_time()
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
-        plan = build_plan(PlanRequest(
+        plan = build_plan(StudyRequest(
             workdir=Path(tmp), profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True)) for p in PROFILES),
             model=model_dir, space_path=str(SPACE), tp=1,
             references_path=str(REFERENCES) if variant.startswith("refs") else None,

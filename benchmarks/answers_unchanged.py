@@ -48,8 +48,8 @@ def _find(name: str, *modules: str):
 
 # ---------------------------------------------------------------- what this script calls
 # A refactor that moves one of these adds its new module to its line. The plan's request record
-# is never named (its class is ``type(plan.request)``): renaming PlanRequest, BenchPlan or
-# ConfirmationPlan changes nothing here; renaming ``StudyPlan.request`` changes _capacity and
+# is never named (its class is ``type(plan.request)``): renaming StudyRequest, BenchSpec or
+# ConfirmationSchedule changes nothing here; renaming ``StudyPlan.request`` changes _capacity and
 # _baseline (``plan.request``, 3 places).
 StandIn = _find("StandIn", "tests.helpers")
 CapacityStandIn = _find("CapacityStandIn", "tests.helpers", "tests.study.test_runner")

@@ -50,7 +50,7 @@ from autotune.core.analysis.study_data import StudyData, noise_of  # noqa: E402
 from autotune.core.analysis.table import NOT_REACHED, RecordedTable, fill_unreached, parse_csv  # noqa: E402
 from autotune.core.deployment.flags import to_argv  # noqa: E402
 from autotune.core.maths.pareto import hypervolume_2d  # noqa: E402
-from autotune.core.plan.request import PlanRequest  # noqa: E402
+from autotune.core.plan.study_request import StudyRequest  # noqa: E402
 from autotune.core.space.search_space import (  # noqa: E402
     Reference,
     ReferenceSet,
@@ -175,7 +175,7 @@ def replay(table: RecordedTable, model_dir: Path, label: str, seed: int, budget:
     sampler, refs_first, factory = VARIANTS[label]
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
-        plan = build_plan(PlanRequest(
+        plan = build_plan(StudyRequest(
             # The table was recorded sending random token ids; the model here has no tokenizer.
             workdir=Path(tmp), profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
                                               for p in table.profiles),

@@ -76,10 +76,10 @@ from autotune.core.trial.precision import RunStop  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from benchmarks import answer_quality as aq  # noqa: E402
 
-PlanRequest, DeviceClock, confirm, prepare_study = (
-    aq.PlanRequest, aq.DeviceClock, aq.confirm, aq.prepare_study)
+StudyRequest, DeviceClock, confirm, prepare_study = (
+    aq.StudyRequest, aq.DeviceClock, aq.confirm, aq.prepare_study)
 NoFeasibleTrial, recommend = aq.NoFeasibleTrial, aq.recommend
-FIELDS = {f.name for f in dataclasses.fields(PlanRequest)}
+FIELDS = {f.name for f in dataclasses.fields(StudyRequest)}
 HAS_EXPLORATION = "exploration" in FIELDS  # issue #46
 
 SPACE, REFERENCES, MODEL_CONFIG = aq.SPACE, aq.REFERENCES, aq.MODEL_CONFIG
@@ -232,7 +232,7 @@ def _one(code: str, strategy: str, calibrate: bool | None, seed: int, budget_s: 
     elif HAS_EXPLORATION and strategy == "refs":
         extra["exploration"] = "sampler"
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
-        plan = aq.build_plan(PlanRequest(
+        plan = aq.build_plan(StudyRequest(
             workdir=Path(tmp), profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
                                               for p in PROFILES),
             model=model_dir, space_path=str(SPACE), tp=1,

@@ -67,7 +67,7 @@ from sampler_efficiency import (  # noqa: E402
 
 from autotune.core.analysis.recommendation import NoFeasibleTrial, recommend  # noqa: E402
 from autotune.core.analysis.table import RecordedTable  # noqa: E402
-from autotune.core.plan.request import PlanRequest  # noqa: E402
+from autotune.core.plan.study_request import StudyRequest  # noqa: E402
 from autotune.core.trial.outcome import Measurement  # noqa: E402
 from autotune.core.workload.profiles import ProfileOverrides, get_profile  # noqa: E402
 from autotune.study.dev.replay import DeviceClock, Replay, drawable  # noqa: E402
@@ -75,7 +75,7 @@ from autotune.study.run.confirm_rounds import confirm  # noqa: E402
 from autotune.study.run.runner import StudyRunner  # noqa: E402
 from autotune.study.run.study_plan import build_plan  # noqa: E402
 from autotune.study.run.study_setup import prepare_study  # noqa: E402
-from autotune.study.run.trial_function import BenchPlan, TrialSetup  # noqa: E402
+from autotune.study.run.trial_function import BenchSpec, TrialSetup  # noqa: E402
 from autotune.study.store.records import outcomes, study_data  # noqa: E402
 from autotune.study.store.storage import Heartbeat  # noqa: E402
 from benchmarks.seed_stats import median_difference, median_interval  # noqa: E402
@@ -112,7 +112,7 @@ class WarmStartups:
     def __init__(self, replay: Replay, ratio: float) -> None:
         self.replay, self.ratio, self.started = replay, ratio, False
 
-    def __call__(self, argv: Sequence[str], bench: BenchPlan, setup: TrialSetup,
+    def __call__(self, argv: Sequence[str], bench: BenchSpec, setup: TrialSetup,
                  on_phase: Callable[[str], None]) -> Measurement:
         m = self.replay(argv, bench, setup, on_phase)
         if not m.startup_s:  # rejected, or failed without a recorded start-up
@@ -148,7 +148,7 @@ def one(label: str, seed: int, budget: int, model_dir: str, setting: Setting = S
     table = quieter(load_table(TABLE)[0], noise_scale)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
-        plan = build_plan(PlanRequest(
+        plan = build_plan(StudyRequest(
             workdir=Path(tmp), profiles=tuple(get_profile(p, protocol) for p in table.profiles),
             model=model_dir, space_path=str(SPACE),
             references_path=str(REFERENCES) if grid else None, trials=budget, repeats=2,

@@ -57,7 +57,7 @@ from optuna.trial import TrialState
 from autotune.core.analysis.table import NOT_REACHED, fill_unreached, parse_csv
 from autotune.core.deployment import failures
 from autotune.core.metrics.summary import RequestResult, summarize
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.trial.capacity_search import Boundary, CapacitySearch, Probe
 from autotune.core.trial.objectives import parse_objective
 from autotune.core.trial.outcome import Measurement, ProfileResult, TrialOutcome
@@ -322,7 +322,7 @@ def make_plan(tmp_path: Path, *, trials: int, references: bool = True, slos=(), 
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
     (tmp_path / "space.yaml").write_text(space)
     (tmp_path / "refs.yaml").write_text(refs)
-    return build_plan(PlanRequest(
+    return build_plan(StudyRequest(
         workdir=tmp_path / "studies",
         profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(model), space_path=str(tmp_path / "space.yaml"),
@@ -391,12 +391,12 @@ ONE_PARAMETER_SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparamete
          "  - {name: max_num_seqs, type: int, low: 4, high: 64, default: 8, flag: --max-num-seqs}\n")
 
 
-def request_in(tmp_path: Path, **settings) -> PlanRequest:
+def request_in(tmp_path: Path, **settings) -> StudyRequest:
     """A plan request of one profile and one parameter on a config-only dense model."""
     (tmp_path / "model").mkdir(exist_ok=True)
     (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     (tmp_path / "space.yaml").write_text(ONE_PARAMETER_SPACE)
-    return PlanRequest(**{
+    return StudyRequest(**{
         "workdir": tmp_path, "profiles": (ids("high-concurrency"),),
         "model": str(tmp_path / "model"), "space_path": str(tmp_path / "space.yaml"), "trials": 7,
         "repeats": 2, "seed": 11, "study_name": "p", "storage": "sqlite://",
@@ -484,7 +484,7 @@ def store(folder: Path, trials: Sequence[TrialOutcome], *, name: str = "s",
     study = optuna.create_study(study_name=name, storage=rdb,
                                 directions=[o.direction for o in objectives])
     study.set_metric_names([o.name for o in objectives])
-    write_plan(study, PlanRequest(profiles=tuple(get_profile(p) for p in profiles),
+    write_plan(study, StudyRequest(profiles=tuple(get_profile(p) for p in profiles),
                                   model="/models/m", objectives=OBJECTIVES, trials=len(trials)))
     if baseline is not None:
         mark_references(study, baseline)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.core.deployment.slots import Slot, slots_for
-from autotune.core.plan.settings import DEFAULTS, Setting
+from autotune.core.plan.request_settings import DEFAULTS, Setting
 from autotune.core.workload.capacity_spec import LOADS
 from autotune.core.workload.profiles import PROFILES, ProfileOverrides, WorkloadProfile, profiles_of
 from autotune.shell.bench.files import read_profiles
@@ -42,7 +42,7 @@ def print_table(build: Callable[[int | None], Table], keep: int = 1) -> None:
 
 
 def add_setting(p: argparse.ArgumentParser, s: Setting) -> None:
-    """A plan setting's flag (``core.plan.settings``). Not given, a field's is None (the
+    """A request setting's flag (``core.plan.request_settings``). Not given, a field's is None (the
     request takes the setting's default); one the CLI reads itself has its default."""
     options: dict = {"help": s.help.replace("%", "%%"), "default": None if s.field else s.default}
     if s.kind is bool:

@@ -16,8 +16,8 @@ from autotune.core.analysis.recommendation import (
     recommend_each,
 )
 from autotune.core.analysis.study_data import StudyData
-from autotune.core.plan.request import DEFAULT_REFERENCES, DEFAULT_SPACE
-from autotune.core.plan.settings import SETTINGS_BY_FLAG
+from autotune.core.plan.request_settings import SETTINGS_BY_FLAG
+from autotune.core.plan.study_request import DEFAULT_REFERENCES, DEFAULT_SPACE
 from autotune.errors import ConfigError
 from autotune.shell.bench.files import locate_shipped, read_model_info, read_space
 from autotune.study.output.documents import OUTPUT_FORMATS, study_document

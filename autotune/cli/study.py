@@ -29,8 +29,8 @@ from autotune.core.deployment.slots import Slot
 from autotune.core.maths.durations import parse_duration
 from autotune.core.plan.budget import TimeLeft
 from autotune.core.plan.confirmation import CONFIRM_ROUNDS, trial_numbers
-from autotune.core.plan.request import PlanRequest
-from autotune.core.plan.settings import DEFAULTS, PLAN_SETTINGS, plan_fields
+from autotune.core.plan.request_settings import DEFAULTS, REQUEST_SETTINGS, request_fields
+from autotune.core.plan.study_request import StudyRequest
 from autotune.errors import ConfigError
 from autotune.study.output.progress import ProgressLines, opening_line
 from autotune.study.run.confirm_rounds import check_rounds
@@ -55,14 +55,14 @@ def _session(plan: StudyPlan, args: argparse.Namespace, slots: list[Slot]):
                                      dry_run=getattr(args, "dry_run", False))
 
 
-def request_of(args: argparse.Namespace) -> PlanRequest:
-    """`run`'s flags as the study's request: the settings' fields (``plan_fields``), the
+def request_of(args: argparse.Namespace) -> StudyRequest:
+    """`run`'s flags as the study's request: the settings' fields (``request_fields``), the
     profiles with their overrides, and where the references go."""
-    return PlanRequest(
+    return StudyRequest(
         workdir=Path(args.workdir), profiles=asked_profiles(args, args.profile or ["low-concurrency"]),
         references_path=args.references if args.seed_references else None,
         baseline_references=args.references, startup_timeout_s=args.startup_timeout,
-        **plan_fields(vars(args)))
+        **request_fields(vars(args)))
 
 
 def _finish(session, code: int) -> int:
@@ -157,7 +157,7 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a multi-objective study over real deployments")
     add_profile_args(p, default="low-concurrency")
-    for setting in PLAN_SETTINGS:
+    for setting in REQUEST_SETTINGS:
         add_setting(p, setting)
     p.add_argument("--dry-run", action="store_true", help="print the argv of the trials, launch nothing")
     add_profile_overrides(p)

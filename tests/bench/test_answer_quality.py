@@ -11,7 +11,7 @@ import pytest
 
 from autotune.core.trial.precision import Balance, Pinned, StopRule
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
-from autotune.study.run.trial_function import BenchPlan
+from autotune.study.run.trial_function import BenchSpec
 from benchmarks import answer_quality as aq
 
 
@@ -40,17 +40,17 @@ def test_the_truth_is_anchored_at_opt3_baseline_with_the_reference_effects():
 
 def test_runs_stop_where_the_study_rule_stops_them():
     low = get_profile("low-concurrency", ProfileOverrides(token_ids=True))
-    bench = BenchPlan(profiles=(low,), sources={},
+    bench = BenchSpec(profiles=(low,), sources={},
                       pinned={low.name: Pinned(StopRule(0.0125), ("mean_e2el_ms",))})
     request_s = 0.774  # 256 tokens at concurrency 2 and 1,548 ms a request
     assert aq.requests_of(bench, low, aq.CV[False], request_s) == (10, "precise")  # as the H100 measured
     assert aq.requests_of(bench, low, aq.CV[True], request_s) == (low.num_prompts, "ceiling")  # MTP
-    unpinned = BenchPlan(profiles=(low,), sources={})
+    unpinned = BenchSpec(profiles=(low,), sources={})
     assert aq.requests_of(unpinned, low, aq.CV[False], request_s) == (low.num_prompts, "ceiling")
     # The balanced rule (the default): n* = cv / sigma_b x sqrt(C_d / c_r) = 11.4 cv at C_d 100 s
-    def balanced(sigma_b: float) -> BenchPlan:
+    def balanced(sigma_b: float) -> BenchSpec:
         rule = StopRule(balance=Balance(sigma_b, 100.0))
-        return BenchPlan(profiles=(low,), sources={}, pinned={low.name: Pinned(rule, ("mean_e2el_ms",))})
+        return BenchSpec(profiles=(low,), sources={}, pinned={low.name: Pinned(rule, ("mean_e2el_ms",))})
     assert aq.requests_of(balanced(0.01), low, aq.CV[False], request_s) == (10, "balanced")  # n* 8: floor
     assert aq.requests_of(balanced(0.01), low, aq.CV[True], request_s) == (low.num_prompts, "ceiling")  # 131
     assert aq.requests_of(balanced(0.03), low, aq.CV[True], request_s) == (44, "balanced")  # n* 43.6

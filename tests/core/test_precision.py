@@ -34,7 +34,7 @@ from autotune.core.trial.precision import (
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.shell.bench.client import BenchmarkRun
-from autotune.study.run.trial_function import BenchPlan, TrialSetup, read_requests, run_trial
+from autotune.study.run.trial_function import BenchSpec, TrialSetup, read_requests, run_trial
 
 
 def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[RequestResult]:
@@ -195,7 +195,7 @@ def test_a_trial_stores_each_runs_stop_and_its_requests_from_which_recheck_recom
 
     profile = WorkloadProfile(name="low", num_prompts=600, max_concurrency=3)
     pinned = Pinned(StopRule(0.04), ("mean_e2el_ms", "output_throughput"))
-    plan = BenchPlan(profiles=(profile,), sources={"low": RandomPrompts(512)}, repeats=2,
+    plan = BenchSpec(profiles=(profile,), sources={"low": RandomPrompts(512)}, repeats=2,
                      pinned={"low": pinned})
     setup = TrialSetup(model="m", workdir=tmp_path, deploy=lambda spec, on_phase:
                        StandInDeployment(spec, on_phase), run_profile=PrecisionBench())
@@ -245,18 +245,18 @@ def test_each_fixed_profile_pins_the_metrics_its_objectives_and_slos_use():
 
 
 def test_the_default_is_the_balanced_length_and_a_given_precision_is_stored():
-    from autotune.core.plan.request import PlanRequest
+    from autotune.core.plan.study_request import StudyRequest
 
-    request = PlanRequest(profiles=(WorkloadProfile(name="low"),), model="m", space_yaml="x")
+    request = StudyRequest(profiles=(WorkloadProfile(name="low"),), model="m", space_yaml="x")
     assert request.precision is None and request.balanced
-    assert PlanRequest.from_dict(request.to_dict(), "t").balanced  # stored as None: balanced
-    stored = PlanRequest.from_dict(PlanRequest(**{**request.__dict__, "precision": 0.02}).to_dict(), "t")
+    assert StudyRequest.from_dict(request.to_dict(), "t").balanced  # stored as None: balanced
+    stored = StudyRequest.from_dict(StudyRequest(**{**request.__dict__, "precision": 0.02}).to_dict(), "t")
     assert stored.precision == 0.02 and not stored.balanced
     older = {k: v for k, v in request.to_dict().items() if k != "precision"}
     # a study stored before runs stopped early goes on sending every request, as its trials did
-    assert PlanRequest.from_dict(older, "t").precision == 0.0
+    assert StudyRequest.from_dict(older, "t").precision == 0.0
     # a run that joins with another explicit precision is refused
-    assert stored.differences(PlanRequest(**{**request.__dict__, "precision": 0.0125})) == ["precision"]
+    assert stored.differences(StudyRequest(**{**request.__dict__, "precision": 0.0125})) == ["precision"]
 
 
 @pytest.mark.parametrize("text, value", [("1.25%", 0.0125), ("2", 0.02), ("0", 0.0), (None, None)],
@@ -433,13 +433,13 @@ def test_the_stop_rule_takes_one_rule_a_target_or_a_balance():
 
 def test_the_precision_flag_gives_the_target_rule_and_no_flag_the_balance_from_the_priors():
     import autotune.study.run.study_plan as planning
-    from autotune.core.plan.request import PlanRequest
+    from autotune.core.plan.study_request import StudyRequest
 
-    request = PlanRequest(profiles=(WorkloadProfile(name="low"),))
+    request = StudyRequest(profiles=(WorkloadProfile(name="low"),))
     gpu = Balance(PLATFORMS["gpu"].between_log_sd, 100.0)
     assert planning.stop_rule(request, platform="gpu") == StopRule(balance=gpu, enough_rel=0.025)  # half of 5%
-    assert planning.stop_rule(PlanRequest(profiles=(), precision=0.02)) == StopRule(0.02)
-    assert planning.stop_rule(PlanRequest(profiles=(), precision=0.0)) is None
+    assert planning.stop_rule(StudyRequest(profiles=(), precision=0.02)) == StopRule(0.02)
+    assert planning.stop_rule(StudyRequest(profiles=(), precision=0.0)) is None
 
 
 def test_a_studys_measured_spread_and_deployment_cost_replace_the_balances_priors():

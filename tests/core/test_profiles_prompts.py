@@ -119,17 +119,17 @@ def test_a_bad_token_ids_is_one_line_naming_the_profile(text, message):
 
 
 def test_a_resumed_study_keeps_what_it_was_created_sending():
-    from autotune.core.plan.request import PlanRequest
+    from autotune.core.plan.study_request import StudyRequest
 
     ids = dataclasses.replace(get_profile("low-concurrency"), token_ids=True)
     for profile in (get_profile("low-concurrency"), ids):  # the profile is stored with its fields
-        stored = json.loads(json.dumps(PlanRequest(profiles=(profile,), model="/m").to_dict()))
-        assert PlanRequest.from_dict(stored, "study 's'").profiles == (profile,)
-    created = PlanRequest(profiles=(ids,), model="/m")
-    assert created.differences(PlanRequest(profiles=(get_profile("low-concurrency"),), model="/m")
+        stored = json.loads(json.dumps(StudyRequest(profiles=(profile,), model="/m").to_dict()))
+        assert StudyRequest.from_dict(stored, "study 's'").profiles == (profile,)
+    created = StudyRequest(profiles=(ids,), model="/m")
+    assert created.differences(StudyRequest(profiles=(get_profile("low-concurrency"),), model="/m")
                                ) == ["profiles"]  # a `run` that sends text may not join it
     # A study stored before text was the default (layout 1) sent token ids: it still does.
     old = {"version": 1, "model": "/m", "space_yaml": "x",
            "profiles": [{k: v for k, v in get_profile("low-concurrency").to_dict().items()
                          if k != "token_ids"}]}
-    assert PlanRequest.from_dict(old, "study 'old'").profiles == (ids,)
+    assert StudyRequest.from_dict(old, "study 'old'").profiles == (ids,)

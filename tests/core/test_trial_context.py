@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.core.deployment.slots import Slot
-from autotune.core.plan.trial_context import BenchPlan, TrialValues, trial_context
+from autotune.core.plan.trial_context import BenchSpec, TrialValues, trial_context
 from autotune.core.trial.capacity_search import Boundary
 from autotune.core.workload.profiles import get_profile
 
@@ -25,7 +25,7 @@ class Node:
 
 
 NODE = Node(model="", workdir=Path("/node"), slot=Slot("cpu", (0, 1), 1), startup_timeout_s=90.0)
-BENCH = BenchPlan(profiles=(get_profile("low-concurrency"),), sources={}, repeats=2, seed=7)
+BENCH = BenchSpec(profiles=(get_profile("low-concurrency"),), sources={}, repeats=2, seed=7)
 
 
 def test_a_trial_gets_its_own_folder_marker_and_verdict_on_the_nodes_slot():

@@ -29,7 +29,7 @@ from autotune.core.deployment.baseline import (
 )
 from autotune.core.deployment.flags import argv_to_options, to_argv
 from autotune.core.plan.budget import start_up
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.space.model_facts import parse_config
 from autotune.core.space.search_space import ModelContext
 from autotune.core.space.space_yaml import parse_space
@@ -69,7 +69,7 @@ def plan_of(tmp_path: Path, *, trials: int, name: str = "s", model: str = "model
     """A plan of the test space; a --baseline read by autotune's own reading (``parser``
     None), or by vLLM's parser (``parser=True``, tests marked vllm)."""
     folder = files(tmp_path, model=model)
-    return build_plan(parser=parser, say=say, request=PlanRequest(
+    return build_plan(parser=parser, say=say, request=StudyRequest(
         workdir=tmp_path / "studies", profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(folder), space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml") if references else None,
@@ -240,7 +240,7 @@ def test_list_and_dotted_options_read_back_as_vllm_takes_them():
 
 def test_the_baseline_sets_the_model_and_context_a_study_deploys_when_none_is_given(tmp_path):
     folder = files(tmp_path)
-    plan = build_plan(parser=None, request=PlanRequest(
+    plan = build_plan(parser=None, request=StudyRequest(
         workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
         space_path=str(tmp_path / "space.yaml"), trials=1,
         baseline=f"vllm serve {folder} --max-model-len 2048 --max-num-seqs 16"))
@@ -438,7 +438,7 @@ def test_the_readme_baseline_runs_on_the_default_space_read_by_vllms_parser(tmp_
     for given, fixed in [("--max-num-seqs 128", ("--max-num-seqs", "128")),
                          ("--gpu_memory_utilization=0.85 -tp 2",
                           ("--gpu-memory-utilization", "0.85"))]:
-        plan = build_plan(PlanRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
+        plan = build_plan(StudyRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
                                       model=str(folder), trials=1, baseline=given))
         assert plan.space.name == "reference" and plan.request.fixed_flags == fixed
         assert " ".join(fixed) in " ".join(plan.baseline.argv)
@@ -473,7 +473,7 @@ def test_on_the_default_space_vllms_parser_drops_a_token_and_refuses_mtp_it_cann
     (tmp_path / "prod.yaml").write_text("max-num-seqs: 64\nhf-token: hf_SECRETQ\n")
 
     def plan(given: str):
-        return build_plan(PlanRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
+        return build_plan(StudyRequest(workdir=tmp_path / "w", profiles=(ids("low-concurrency"),),
                                       model=str(folder), trials=1, baseline=given))
 
     for given in ("--hf_token hf_SECRETQ --max-num-seqs 64", f"--config={tmp_path}/prod.yaml"):

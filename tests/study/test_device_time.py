@@ -17,7 +17,7 @@ from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.metrics.summary import RequestResult
 from autotune.core.plan.budget import expected_trial_s, redeployment_start_s
 from autotune.core.plan.confirmation import deployment_cost_s, in_question
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.trial.outcome import TrialOutcome
 from autotune.core.trial.precision import BALANCED, PRECISE, Balance, StopRule, recheck
 from autotune.study.run.confirm_rounds import confirm
@@ -137,7 +137,7 @@ def test_a_baseline_only_capacity_study_neither_calibrates_nor_confirms(tmp_path
     """Issue #46: a `--trials 1` capacity study deployed its only configuration three times
     (its search, a calibration, a confirmation). Now once."""
     make_plan(tmp_path, trials=1)  # writes the model and space
-    plan = build_plan(PlanRequest(
+    plan = build_plan(StudyRequest(
         workdir=tmp_path / "studies", profiles=(ids("low-concurrency"), ids("capacity")),
         model=str(tmp_path / "model"), space_path=str(tmp_path / "space.yaml"), trials=1,
         repeats=2, seed=1, study_name="cap", slos=("p99_ttft_ms<=2000",),

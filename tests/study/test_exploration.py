@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from autotune.core.deployment.baseline import VLLM_DEFAULTS
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.space.exploration import REFERENCE_STUDY, Candidate, exploration_order, objective_uses
 from autotune.core.space.model_facts import parse_config
 from autotune.core.space.search_space import ModelContext, fixed
@@ -107,7 +107,7 @@ def study_of(tmp_path, exploration: str, seed: int = 1):
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
-    plan = build_plan(PlanRequest(
+    plan = build_plan(StudyRequest(
         workdir=tmp_path / "studies", profiles=(ids("low-concurrency"), ids("high-concurrency")),
         model=str(model), space_path=str(SPACES / "reference.yaml"), tp=1, max_model_len=81920,
         trials=4, repeats=1, seed=seed, study_name=f"s-{exploration}-{seed}",
@@ -149,7 +149,7 @@ def test_a_study_created_before_yarn_was_fixed_goes_on_drawing_it(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(GLM_MOE_MTP_CONFIG))
-    plan = build_plan(PlanRequest(
+    plan = build_plan(StudyRequest(
         workdir=tmp_path, profiles=(ids("low-concurrency"),), model=str(model),
         space_path=str(SPACES / "reference.yaml"), tp=1, trials=3, seed=1, study_name="old"))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))

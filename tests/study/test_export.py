@@ -21,7 +21,7 @@ import yaml
 
 from autotune.core.deployment.baseline import command_words
 from autotune.core.deployment.flags import argv_to_options
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.shell.server.server import exported_environment
 from autotune.study.output.export import EXPORT_SCHEMA, Export, export_of
 from autotune.study.run.study_plan import build_plan
@@ -115,7 +115,7 @@ parameters:
 
 def _plan(tmp_path: Path, model: str):
     (tmp_path / "space.yaml").write_text(SPACE)
-    return build_plan(parser=None, request=PlanRequest(
+    return build_plan(parser=None, request=StudyRequest(
         workdir=tmp_path / "studies", profiles=(ids("low-concurrency"),), model=model,
         space_path=str(tmp_path / "space.yaml"), trials=1, calibrate=False, study_name="e",
         baseline="-O0 --max-num-seqs 4 --enforce-eager"))

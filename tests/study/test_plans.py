@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.core.plan.request import VERSION, PlanRequest
+from autotune.core.plan.study_request import VERSION, StudyRequest
 from autotune.core.trial.precision import Balance
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError
@@ -78,7 +78,7 @@ def test_a_study_stored_in_layout_1_is_read_with_its_budget_and_time_budget():
     assert plan.smallest_difference == 0.05  # stored by no older layout: the default
     assert time_budget(study) == (600.0, 77.0)
     unversioned = {k: v for k, v in LAYOUT1.items() if k not in ("version", "space_yaml")}
-    imported = PlanRequest.from_dict(unversioned, "study 'i'")
+    imported = StudyRequest.from_dict(unversioned, "study 'i'")
     assert not imported.runnable and imported.imported_from == "/m"
 
 
@@ -87,7 +87,7 @@ def test_a_plan_round_trips_through_its_stored_layout(tmp_path):
                                     smallest_difference=0.1)).request
     stored = json.loads(json.dumps(request.to_dict()))  # as the storage keeps it
     assert stored["version"] == VERSION and "workdir" not in stored and "storage" not in stored
-    back = PlanRequest.from_dict(stored, "study 'p'")
+    back = StudyRequest.from_dict(stored, "study 'p'")
     assert back == dataclasses.replace(request, workdir=Path("."), storage=None, study_name=None)
 
 
@@ -106,20 +106,20 @@ def test_a_plan_round_trips_through_its_stored_layout(tmp_path):
 def test_a_stored_plan_of_another_layout_or_damaged_is_one_study_error(tmp_path, change, message):
     stored = {**build_plan(request_in(tmp_path)).request.to_dict(), **change}
     with pytest.raises(StudyError) as err:
-        PlanRequest.from_dict(stored, "study 'p'")
+        StudyRequest.from_dict(stored, "study 'p'")
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_repeats_default_to_one_and_a_stored_plan_keeps_the_repeats_it_was_made_with(tmp_path):
-    assert PlanRequest(profiles=()).repeats == 1  # the spread that matters is between deployments
+    assert StudyRequest(profiles=()).repeats == 1  # the spread that matters is between deployments
     stored = build_plan(request_in(tmp_path, repeats=2)).request.to_dict()
-    assert PlanRequest.from_dict(stored, "study 'p'").repeats == 2
+    assert StudyRequest.from_dict(stored, "study 'p'").repeats == 2
     del stored["repeats"]  # a plan without the field was made when 2 was the default
-    assert PlanRequest.from_dict(stored, "study 'p'").repeats == 2
+    assert StudyRequest.from_dict(stored, "study 'p'").repeats == 2
     assert read_plan_of(LAYOUT1).repeats == 2
 
 
-def read_plan_of(data: dict) -> PlanRequest:
+def read_plan_of(data: dict) -> StudyRequest:
     study = optuna.create_study()
     study.set_user_attr("plan", data)
     return read_plan(study)
@@ -140,10 +140,10 @@ def test_the_plans_platform_is_the_installed_one_unless_given_and_its_context_ca
 def test_a_key_missing_from_a_stored_plan_takes_its_default(tmp_path):
     stored = build_plan(request_in(tmp_path)).request.to_dict()
     del stored["race"]
-    assert PlanRequest.from_dict(stored, "study 'p'").race is False
+    assert StudyRequest.from_dict(stored, "study 'p'").race is False
     del stored["model"]
     with pytest.raises(StudyError, match="damaged \\(KeyError: 'model'\\)"):
-        PlanRequest.from_dict(stored, "study 'p'")
+        StudyRequest.from_dict(stored, "study 'p'")
 
 
 def test_the_startup_timeout_is_the_plans_and_a_worker_or_resumed_run_takes_it_from_there(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.core.analysis.table import NOT_REACHED, SERVED, RecordedTable
 from autotune.core.deployment.flags import to_argv
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.space.search_space import params_key, resolve_references
 from autotune.core.workload.profiles import ProfileOverrides, get_profile
 from autotune.errors import ConfigError
@@ -34,7 +34,7 @@ def replay_plan(tmp_path: Path, *, trials: int, references: bool, sampler: str =
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text((DATA / "model-config.json").read_text())
-    return build_plan(PlanRequest(
+    return build_plan(StudyRequest(
         # The table was recorded sending random token ids: the replay's profiles say so.
         workdir=tmp_path, profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
                                          for p in TABLE.profiles),

@@ -20,7 +20,7 @@ from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState
 
 from autotune.core.deployment import failures
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.workload.profiles import get_profile
 from autotune.errors import ConfigError, StudyError, ValidationError
@@ -407,7 +407,7 @@ class CapacityStandIn(StandIn):
 
 def capacity_plan(tmp_path):
     plan = make_plan(tmp_path, trials=3, references=True, name="cap")
-    return build_plan(PlanRequest(
+    return build_plan(StudyRequest(
         workdir=plan.workdir, profiles=(ids("low-concurrency"), ids("capacity")),
         model=plan.model.name, space_path=str(tmp_path / "space.yaml"),
         references_path=str(tmp_path / "refs.yaml"), trials=3, repeats=2, seed=1,
@@ -457,7 +457,7 @@ def test_capacity_trials_carry_their_boundary_and_a_dominated_one_stops_at_the_i
 def test_a_capacity_profile_without_an_slo_is_a_one_line_error(tmp_path):
     make_plan(tmp_path, trials=1)
     with pytest.raises(ConfigError, match="a capacity profile needs at least one SLO"):
-        build_plan(PlanRequest(workdir=tmp_path / "studies", profiles=(ids("capacity"),),
+        build_plan(StudyRequest(workdir=tmp_path / "studies", profiles=(ids("capacity"),),
                                model=str(tmp_path / "model"), space_path=str(tmp_path / "space.yaml")))
 
 
@@ -656,7 +656,7 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text((DATA / "model-config.json").read_text())
-    plan = build_plan(PlanRequest(
+    plan = build_plan(StudyRequest(
         workdir=tmp_path, profiles=tuple(get_profile(p, ProfileOverrides(token_ids=True))
                                          for p in TABLE.profiles),
         model=str(model), space_path=str(SPACES / "reference.yaml"), trials=10_000, repeats=2,

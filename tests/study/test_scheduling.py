@@ -321,9 +321,9 @@ def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(
 # The confirmation inside the time left (core.plan.confirmation): pure.
 
 def test_a_confirmation_that_fits_is_planned_as_asked():
-    from autotune.core.plan.confirmation import plan_confirmation
+    from autotune.core.plan.confirmation import schedule_confirmation
 
-    p = plan_confirmation([4, 9, 0], 2, left_s=700.0, deployment_s=100.0)
+    p = schedule_confirmation([4, 9, 0], 2, left_s=700.0, deployment_s=100.0)
     assert (p.trials, p.rounds, p.deployments) == ((4, 9, 0), 2, 6)
     assert p.message == "confirmation: 3 trial(s) x 2 round(s), about 10 min of 11 min 40 s left"
 
@@ -336,9 +336,9 @@ def test_a_confirmation_that_fits_is_planned_as_asked():
 def test_a_confirmation_that_does_not_fit_is_cut_rounds_first_then_finalists_and_says_so(
         left_s, trials, rounds, opening):
     from autotune.core.maths.durations import duration_text
-    from autotune.core.plan.confirmation import plan_confirmation
+    from autotune.core.plan.confirmation import schedule_confirmation
 
-    p = plan_confirmation([4, 9, 0], 2, left_s=left_s, deployment_s=100.0)
+    p = schedule_confirmation([4, 9, 0], 2, left_s=left_s, deployment_s=100.0)
     assert (p.trials, p.rounds) == (trials, rounds)
     assert p.deployments * 100.0 <= left_s  # what is planned fits
     assert p.message == (f"{opening}the full confirmation (3 trial(s) x 2 round(s)) would take "
@@ -347,10 +347,10 @@ def test_a_confirmation_that_does_not_fit_is_cut_rounds_first_then_finalists_and
 
 
 def test_without_a_budget_or_a_measured_cost_the_asked_confirmation_is_planned():
-    from autotune.core.plan.confirmation import plan_confirmation
+    from autotune.core.plan.confirmation import schedule_confirmation
 
-    assert plan_confirmation([1, 2], 3, left_s=None, deployment_s=50.0).deployments == 6
-    unmeasured = plan_confirmation([1, 2], 3, left_s=60.0, deployment_s=None)
+    assert schedule_confirmation([1, 2], 3, left_s=None, deployment_s=50.0).deployments == 6
+    unmeasured = schedule_confirmation([1, 2], 3, left_s=60.0, deployment_s=None)
     assert unmeasured.deployments == 6 and "no served trial measured the cost" in unmeasured.message
 
 

@@ -18,7 +18,7 @@ from autotune.core.deployment import failures
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.core.workload.requests import RandomPrompts
 from autotune.errors import BenchmarkError, DeploymentError, ValidationError, ValidationUnavailable
-from autotune.study.run.trial_function import BenchPlan, TrialSetup, Validated, run_trial
+from autotune.study.run.trial_function import BenchSpec, TrialSetup, Validated, run_trial
 from tests.helpers import StandInBench, StandInDeployment
 
 PROFILES = (WorkloadProfile(name="low", num_prompts=4), WorkloadProfile(name="high", num_prompts=4))
@@ -33,7 +33,7 @@ def trial(tmp_path, *, run_profile=None, validator=None, validated=None, **deplo
 
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", validator=validator, validated=validated,
                        deploy=deploy, run_profile=run_profile or StandInBench())
-    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES}, repeats=2)
+    plan = BenchSpec(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES}, repeats=2)
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     return measured, made
 
@@ -151,7 +151,7 @@ def test_a_trial_beaten_beyond_the_noise_stops_measuring_and_keeps_the_runs_it_h
     bench = StandInBench()
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
                        StandInDeployment(spec, on_phase), run_profile=bench)
-    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES},
+    plan = BenchSpec(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES},
                      repeats=2, race=race)
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     assert measured.failure is None and measured.raced.startswith("beaten by #0")
@@ -167,7 +167,7 @@ def test_a_capacity_search_leaves_its_probes_and_record_and_draws_nothing(tmp_pa
         low=1, high=16, max_probes=3, limits=(parse_limit("p99_ttft_ms<=100", "test"),)))
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
                        StandInDeployment(spec, on_phase), run_profile=StandInBench())
-    plan = BenchPlan(profiles=(capacity,), sources={"cap": RandomPrompts(512)})
+    plan = BenchSpec(profiles=(capacity,), sources={"cap": RandomPrompts(512)})
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     assert measured.failure is None and measured.capacity["cap"].probes
     names = sorted(p.name for p in (tmp_path / "trial").iterdir())
@@ -185,7 +185,7 @@ def test_a_capacity_probe_clearly_past_its_limit_stops_once_its_fail_is_settled(
         low=1, high=16, limits=(parse_limit("p99_ttft_ms<=100", "test"),)))
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=lambda spec, on_phase:
                        StandInDeployment(spec, on_phase), run_profile=StandInBench(ttft_s=1.0))
-    plan = BenchPlan(profiles=(capacity,), sources={"cap": RandomPrompts(512)})
+    plan = BenchSpec(profiles=(capacity,), sources={"cap": RandomPrompts(512)})
     found = run_trial(["--max-num-seqs", "8"], plan, setup).capacity["cap"]
     first = found.probes[0]  # at 4 concurrent, 8 requests: the p99 of 8 is past once 2 are
     assert (first.load, first.measured_requests, first.planned_requests) == (4, 2, 8)
@@ -203,7 +203,7 @@ def test_a_trial_folder_that_cannot_be_made_is_the_machines_fault(tmp_path):
     (tmp_path / "file").write_text("")
     setup = TrialSetup(model="m", workdir=tmp_path / "file" / "trial",
                        deploy=lambda spec, on_phase: pytest.fail("deployed"))
-    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    plan = BenchSpec(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     assert measured.failure is failures.HOST_FAULT and "NotADirectoryError" in measured.failure_message
 
@@ -229,7 +229,7 @@ def test_flags_the_runner_could_not_validate_are_deployed_and_the_reason_said(tm
                        validated=Validated("m", FLAGS, unavailable="vllm 0.99: no make_arg_parser"),
                        deploy=lambda spec, on_phase: StandInDeployment(spec, on_phase),
                        run_profile=StandInBench())
-    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    plan = BenchSpec(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
     assert run_trial(list(FLAGS), plan, setup, phases.append).failure is None
     assert "not validated before launch: vllm 0.99: no make_arg_parser" in phases
 
@@ -245,7 +245,7 @@ def test_a_deployment_that_cannot_be_made_is_a_failure_and_nothing_is_left(tmp_p
         raise OSError(98, "Address already in use")
 
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", deploy=port_taken)
-    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    plan = BenchSpec(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     assert measured.failure is failures.HOST_FAULT and measured.teardown_clean
 
@@ -281,7 +281,7 @@ def test_a_launch_that_fails_after_the_process_started_tears_it_down(tmp_path):
 
     sleeper = Entrypoint((sys.executable, "-c", "import time; time.sleep(60)"), model_positional=True)
     setup = TrialSetup(model="m", workdir=tmp_path / "trial", entrypoint=sleeper, deploy=deploy)
-    plan = BenchPlan(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
+    plan = BenchSpec(profiles=PROFILES, sources={p.name: RandomPrompts(512) for p in PROFILES})
     measured = run_trial(["--max-num-seqs", "8"], plan, setup)
     assert measured.failure is failures.HOST_FAULT and "IsADirectoryError" in measured.failure_message
     (dep,) = started

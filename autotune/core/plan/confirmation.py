@@ -1,6 +1,6 @@
 """What a confirmation deploys, inside the time it has. Pure.
 
-``plan_confirmation``: before it starts, what fits the time left at the measured cost of a
+``schedule_confirmation``: before it starts, what fits the time left at the measured cost of a
 redeployment (fewer rounds, fewer finalists, or none, said in one line). ``next_deployment``:
 after the first round, the finalist whose redeployment most reduces the chance that a use's pick
 is wrong, until every use is decided or equivalent (docs/studies.md#confirmation)."""
@@ -66,7 +66,7 @@ def by_priority(chosen: Sequence[int], baseline: int | None) -> list[int]:
 
 
 @dataclass(frozen=True)
-class ConfirmationPlan:
+class ConfirmationSchedule:
     """The confirmation to run: ``trials`` (by priority) deployed once per round for
     ``rounds`` rounds (none: skipped), and the one line that says what was cut."""
 
@@ -79,8 +79,8 @@ class ConfirmationPlan:
         return len(self.trials) * self.rounds
 
 
-def plan_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | None,
-                      deployment_s: float | None) -> ConfirmationPlan:
+def schedule_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | None,
+                      deployment_s: float | None) -> ConfirmationSchedule:
     """The confirmation of ``trials`` (by priority, see ``by_priority``) in ``rounds`` rounds
     that fits ``left_s`` seconds (None: no time budget) at ``deployment_s`` a deployment (None:
     not measured). Rounds are cut first (the first round deploys every finalist once; later
@@ -90,11 +90,11 @@ def plan_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | Non
     trials = tuple(trials)
     asked = f"{len(trials)} trial(s) x {rounds} round(s)"
     if not trials or rounds < 1:
-        return ConfirmationPlan((), 0, "confirmation: no finalist to confirm")
+        return ConfirmationSchedule((), 0, "confirmation: no finalist to confirm")
     if left_s is None:
-        return ConfirmationPlan(trials, rounds, f"confirmation: {asked}")
+        return ConfirmationSchedule(trials, rounds, f"confirmation: {asked}")
     if deployment_s is None:
-        return ConfirmationPlan(trials, rounds, (
+        return ConfirmationSchedule(trials, rounds, (
             f"confirmation: {asked}; no served trial measured the cost of a deployment, so each "
             f"deployment starts only while time is left ({duration_text(left_s)})"))
     full = len(trials) * rounds * deployment_s
@@ -102,17 +102,17 @@ def plan_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | Non
     would = (f"the full confirmation ({asked}) would take {duration_text(full)} at ~{duration_text(deployment_s)} a "
              f"deployment; {duration_text(left_s)} of the time budget is left")
     if room >= len(trials) * rounds:
-        return ConfirmationPlan(trials, rounds, f"confirmation: {asked}, about {duration_text(full)} of "
+        return ConfirmationSchedule(trials, rounds, f"confirmation: {asked}, about {duration_text(full)} of "
                                                 f"{duration_text(left_s)} left")
     if room >= len(trials):
         fit = room // len(trials)
-        return ConfirmationPlan(trials, fit, f"confirmation shrunk to {len(trials)} trial(s) x "
+        return ConfirmationSchedule(trials, fit, f"confirmation shrunk to {len(trials)} trial(s) x "
                                              f"{fit} round(s): {would}")
     if room >= 1:
-        return ConfirmationPlan(trials[:room], 1, (
+        return ConfirmationSchedule(trials[:room], 1, (
             f"confirmation shrunk to {room} trial(s) x 1 round(s) "
             f"({', '.join(f'#{n}' for n in trials[:room])}): {would}"))
-    return ConfirmationPlan((), 0, f"confirmation skipped: {would}")
+    return ConfirmationSchedule((), 0, f"confirmation skipped: {would}")
 
 
 @dataclass(frozen=True)

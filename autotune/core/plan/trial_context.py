@@ -21,7 +21,7 @@ from autotune.core.workload.requests import RequestSource
 
 
 @dataclass(frozen=True)
-class BenchPlan:
+class BenchSpec:
     """How each deployment is measured: each profile's requests come from its source in
     ``sources`` (by profile name). Fixed profiles run ``repeats`` times; a capacity
     profile searches its load (after the fixed ones), starting at an incumbent's load where one
@@ -47,7 +47,7 @@ class BenchPlan:
         """Whether some profile's runs stop at the balanced length (``precision.Balance``)."""
         return any(p.rule.balance is not None for p in self.pinned.values())
 
-    def measured(self, data: StudyData) -> BenchPlan:
+    def measured(self, data: StudyData) -> BenchSpec:
         """This plan with its balanced stop rules set from what the study ``data`` measured:
         its spread between deployments and its cost of a deployment, where it has them."""
         return dataclasses.replace(self, pinned=balanced_pins(self.pinned, data.noise,
@@ -76,7 +76,7 @@ class TrialValues:
 _Setup = TypeVar("_Setup")
 
 
-def trial_context(node: _Setup, bench: BenchPlan, trial: TrialValues) -> tuple[_Setup, BenchPlan]:
+def trial_context(node: _Setup, bench: BenchSpec, trial: TrialValues) -> tuple[_Setup, BenchSpec]:
     """The setup and benchmark plan of one deployment: ``node`` (a frozen record with
     ``model``, ``workdir``, ``extra_env`` and ``validated``: where this node deploys, the same
     for all its trials) and the study's ``bench``, with ``trial``'s values."""

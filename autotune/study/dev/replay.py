@@ -19,7 +19,7 @@ from autotune.core.trial.outcome import Measurement, ProfileResult
 from autotune.core.trial.racing import beaten, run_order
 from autotune.core.workload.profiles import WorkloadProfile
 from autotune.errors import ConfigError
-from autotune.study.run.trial_function import BenchPlan, TrialSetup
+from autotune.study.run.trial_function import BenchSpec, TrialSetup
 
 VALIDATION_S = 1.0  # a configuration vLLM's parser rejects: validation only (measured < 1 s)
 TEARDOWN_S = 5.0  # killing the process group and checking it is gone (measured 2-6 s on CPU)
@@ -71,7 +71,7 @@ class Replay:
         self.replayed: list[TableRow] = []  # in the order the study asked for them
         self.clock = clock or DeviceClock()
 
-    def __call__(self, argv: Sequence[str], bench: BenchPlan, setup: TrialSetup,
+    def __call__(self, argv: Sequence[str], bench: BenchSpec, setup: TrialSetup,
                  on_phase: Callable[[str], None]) -> Measurement:
         row = self.rows.get(tuple(argv))
         if row is None or row.status == NOT_REACHED:

@@ -1,6 +1,6 @@
 """Confirmation of finalists: the front's members and the baseline, deployed again in interleaved
 rounds (A, B, base, then B, base, A, ...), so that drift of the machine hits every finalist
-alike; a capacity profile re-probes its trial's boundary (``BenchPlan.around``). Planned by
+alike; a capacity profile re-probes its trial's boundary (``BenchSpec.around``). Planned by
 ``core.plan.confirmation``. Each deployment's runs are stored as it is torn down: an interrupted
 confirmation keeps them, and `confirm` continues it (docs/studies.md#confirmation)."""
 
@@ -21,7 +21,7 @@ from autotune.core.plan.confirmation import (
     by_priority,
     in_question,
     next_deployment,
-    plan_confirmation,
+    schedule_confirmation,
 )
 from autotune.core.plan.trial_context import TrialValues, trial_context
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome
@@ -68,7 +68,7 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
     it again, or a new one of ``trials`` (default: up to ``k`` finalists and the baseline; given
     ``judged``, the study's data with its confirmed runs: of those, only the ones in a
     comparison still undecided there, ``in_question``)
-    planned to fit ``left_s`` (``plan_confirmation``), stored before anything deploys."""
+    planned to fit ``left_s`` (``schedule_confirmation``), stored before anything deploys."""
     stored = read_confirmation(study)
     base = data.baseline.number if data.baseline is not None else None
     finalists_now = by_priority([t.number for t in finalists(data, k)], base) if trials is None else []
@@ -88,7 +88,7 @@ def plan_or_resume(study: optuna.Study, data: StudyData, *, k: int, trials: Sequ
             state = ConfirmationState(deployed=stored.deployed, finished=True)
             write_confirmation(study, state)
             return state
-    planned = plan_confirmation(numbers, rounds, left_s=left_s, deployment_s=data.deployment_s)
+    planned = schedule_confirmation(numbers, rounds, left_s=left_s, deployment_s=data.deployment_s)
     say(planned.message)
     state = ConfirmationState(planned.trials, planned.rounds, deployed=stored.deployed,
                               finished=not planned.trials)

@@ -50,7 +50,7 @@ from autotune.study.run.live_data import LiveData
 from autotune.study.run.samplers import make_sampler
 from autotune.study.run.study_plan import StudyPlan
 from autotune.study.run.study_setup import trial_flags
-from autotune.study.run.trial_function import BenchPlan, TrialFunction, TrialSetup, Validated, run_trial, validated
+from autotune.study.run.trial_function import BenchSpec, TrialFunction, TrialSetup, Validated, run_trial, validated
 from autotune.study.run.worker_upkeep import count_trials, reap_dead_workers, riding_out_outages
 from autotune.study.store import optuna_internals
 from autotune.study.store.records import (
@@ -384,7 +384,7 @@ class StudyRunner:
         if got:
             self.progress.message(f"{tag}: {noise_line(self.live.data())}")
 
-    def _measure(self, argv: tuple[str, ...], bench: BenchPlan, setup: TrialSetup,
+    def _measure(self, argv: tuple[str, ...], bench: BenchSpec, setup: TrialSetup,
                  number: int, trial_number: int) -> Measurement:
         """The trial function's measurement; one that failed for a reason that is not the
         configuration's (the machine's or ours) is taken once more."""

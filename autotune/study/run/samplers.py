@@ -7,7 +7,7 @@ import warnings
 
 import optuna
 
-from autotune.core.plan.request import SAMPLERS
+from autotune.core.plan.study_request import SAMPLERS
 
 
 def make_sampler(seed: int | None, name: str = "tpe", startup_trials: int = 5

@@ -19,7 +19,7 @@ from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment.slots import Slot, slots_for
 from autotune.core.maths.platforms import CPU
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS, RunEstimate, assumed_cost, measured_cost
-from autotune.core.plan.trial_context import BenchPlan
+from autotune.core.plan.trial_context import BenchSpec
 from autotune.core.space.search_space import SearchSpace
 from autotune.core.trial.outcome import Measurement, TrialOutcome
 from autotune.errors import ConfigError, ValidationUnavailable
@@ -265,5 +265,5 @@ def relaunch(study: optuna.Study, trial: TrialOutcome, flags: Sequence[str], mod
     profiles, sources = sources_for(stored.profiles, vocab_size=read_model_info(model).vocab_size,
                                     tokenizer=load_tokenizer(model),
                                     max_model_len=stored.max_model_len or 1 << 30)
-    return run_trial(flags, BenchPlan(profiles=profiles, sources=sources, seed=10_000), setup,
+    return run_trial(flags, BenchSpec(profiles=profiles, sources=sources, seed=10_000), setup,
                      on_phase=lambda ph: say(f"verify: {ph}"))

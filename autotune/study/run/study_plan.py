@@ -1,5 +1,5 @@
 """A study's plan, built in one place (``build_plan``) from the one record of what the study was
-asked to do: the ``PlanRequest`` with its open fields filled in (the model, generated on the CPU
+asked to do: the ``StudyRequest`` with its open fields filled in (the model, generated on the CPU
 build when none is given; the space's text; the objectives) and the facts derived from it. `run`,
 `worker` and the dry run all call it (only `run` writes a model); the study stores the filled-in
 request (``study.store.state``), so that every worker and resumed run rebuilds the plan `run` made."""
@@ -37,7 +37,7 @@ from autotune.core.deployment.flags import Options, argv_to_options, options_to_
 from autotune.core.deployment.graph_cap import capped, graph_capture_cap
 from autotune.core.deployment.slots import Slot
 from autotune.core.metrics.slo import Slo
-from autotune.core.plan.request import DEFAULT_REFERENCES, SAMPLERS, PlanRequest
+from autotune.core.plan.study_request import DEFAULT_REFERENCES, SAMPLERS, StudyRequest
 from autotune.core.space.exploration import (
     EXPLORATIONS,
     REFERENCE_STUDY,
@@ -78,7 +78,7 @@ from autotune.shell.bench.workloads import WAITS_FOR_THE_MODEL, check_unchanged,
 from autotune.shell.server.install import Entrypoint
 from autotune.shell.server.preimported import Preimported
 from autotune.shell.server.validation import VllmValidator, shared_validator
-from autotune.study.run.trial_function import BenchPlan, TrialSetup
+from autotune.study.run.trial_function import BenchSpec, TrialSetup
 from autotune.study.store.state import read_plan, write_plan
 from autotune.study.store.storage import check_url, load_existing, storage_url
 
@@ -91,10 +91,10 @@ GENERATED_MODEL = "models/tiny-moe-mtp-trained-128k-seed0"
 class StudyPlan:
     """A study's request, filled in, and what follows from it; fixed before the first trial."""
 
-    request: PlanRequest  # every open field filled in: what the study stores
+    request: StudyRequest  # every open field filled in: what the study stores
     model: ModelInfo
     space: SearchSpace
-    bench: BenchPlan
+    bench: BenchSpec
     objectives: tuple[Objective, ...]
     platform: str  # "cpu" or "gpu": what ``when: {platform: ...}`` and the priors see
     references: ReferenceSet | None = None
@@ -201,7 +201,7 @@ class StudyPlan:
                           launcher=launcher)
 
 
-def _deployment_of(request: PlanRequest, given: GivenDeployment | None, space: SearchSpace
+def _deployment_of(request: StudyRequest, given: GivenDeployment | None, space: SearchSpace
                    ) -> tuple[str | None, int | None]:
     """The model and context a study deploys: ``--model`` and ``--max-model-len``, else the
     baseline's own (a conflict between the two is one line naming both)."""
@@ -267,7 +267,7 @@ def default_study_name(model: str, space: str, profiles: list[str]) -> str:
     return f"{base}-{shape}"
 
 
-def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
+def build_plan(request: StudyRequest, say: Any = lambda text: None, *,
                dry_run: bool = False, parser: VllmValidator | None | bool = True,
                platform: str | None = None) -> StudyPlan:
     """The one plan constructor. Bad input is a ConfigError before anything is written;
@@ -346,7 +346,7 @@ def build_plan(request: PlanRequest, say: Any = lambda text: None, *,
     return StudyPlan(
         request=filled, model=model, space=space, objectives=objectives, platform=platform,
         references=references,
-        slos=slos, baseline=baseline, bench=BenchPlan(profiles=profiles, sources=sources, repeats=request.repeats,
+        slos=slos, baseline=baseline, bench=BenchSpec(profiles=profiles, sources=sources, repeats=request.repeats,
                                    seed=request.seed or 0, objectives=objectives,
                                    pinned=pinned_metrics(profiles, objectives, slos,
                                                          stop_rule(request, platform=platform),
@@ -501,7 +501,7 @@ def same_model(a: str, b: str) -> bool:
                       and Path(a).resolve() == Path(b).resolve())
 
 
-def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext,
+def resolve_baseline(request: StudyRequest, space: SearchSpace, ctx: ModelContext,
                      references: ReferenceSet | None, given: GivenDeployment | None = None
                      ) -> GivenBaseline | None:
     """The baseline ``request.baseline`` names: vLLM's defaults; the user's own deployment
@@ -537,7 +537,7 @@ def resolve_baseline(request: PlanRequest, space: SearchSpace, ctx: ModelContext
 SHOWN = ("mean_e2el_ms", "output_throughput")
 
 
-def stop_rule(request: PlanRequest, *, platform: str | None = None) -> StopRule | None:
+def stop_rule(request: StudyRequest, *, platform: str | None = None) -> StopRule | None:
     """The rule a study's runs stop by: the balanced length from the platform's priors (the
     runner refines them from what the study measures), or the ``--precision`` target; None
     at ``--precision 0`` (every run sends its num_prompts). ``platform``: the installed one."""
@@ -593,7 +593,7 @@ def store_plan(study: optuna.Study, plan: StudyPlan) -> None:
 
 
 def stored_request(study: optuna.Study, *, storage: str, workdir: Path, model: str | None,
-                   trials: int | None) -> PlanRequest:
+                   trials: int | None) -> StudyRequest:
     """The request a study's stored plan makes, for a worker that joins it. ``model``
     overrides the stored model path (a node that keeps it elsewhere); ``trials`` the budget."""
     stored = read_plan(study)

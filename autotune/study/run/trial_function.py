@@ -19,7 +19,7 @@ from autotune.core.deployment.failures import FailureClass
 from autotune.core.deployment.slots import Slot
 from autotune.core.deployment.startup import StartupPhases
 from autotune.core.metrics.summary import RequestResult, flat_metrics, to_vllm_json
-from autotune.core.plan.trial_context import BenchPlan
+from autotune.core.plan.trial_context import BenchSpec
 from autotune.core.trial.capacity_search import (
     MONOTONE_IN_LOAD,
     CapacitySearch,
@@ -101,7 +101,7 @@ class TrialSetup:
     run_profile: ProfileRunner = run_profile
 
 
-TrialFunction = Callable[[Sequence[str], "BenchPlan", "TrialSetup", Phase], Measurement]
+TrialFunction = Callable[[Sequence[str], "BenchSpec", "TrialSetup", Phase], Measurement]
 
 
 def _write(path: Path, payload: dict, files: list[Path]) -> None:
@@ -125,7 +125,7 @@ def read_requests(path: Path) -> list[RequestResult]:
 
 
 def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: ProfileRunner, target: Target,
-                     plan: BenchPlan, seed: int, results: Mapping[str, ProfileResult], workdir: Path,
+                     plan: BenchSpec, seed: int, results: Mapping[str, ProfileResult], workdir: Path,
                      on_phase: Phase, files: list[Path]) -> CapacitySearch:
     """Probe loads on this deployment until the search finds the boundary."""
     spec = profile.capacity
@@ -161,7 +161,7 @@ def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: Prof
     return found
 
 
-def incumbent_for(profile: WorkloadProfile, plan: BenchPlan,
+def incumbent_for(profile: WorkloadProfile, plan: BenchSpec,
                   results: Mapping[str, ProfileResult]) -> Incumbent | None:
     """The incumbent a capacity search starts from, given this trial's fixed profiles: only
     when the profile's objectives all grow with the load (so failing at the incumbent's load
@@ -182,7 +182,7 @@ class DeploymentResults:
     raced: str = ""  # why the remaining runs were skipped (beaten beyond the noise)
 
 
-def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchPlan, workdir: Path, on_phase: Phase,
+def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchSpec, workdir: Path, on_phase: Phase,
                files: list[Path]) -> DeploymentResults:
     target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
     index = {p.name: i for i, p in enumerate(plan.profiles)}
@@ -237,7 +237,7 @@ class _InvalidRun(Exception):
 
 
 def run_trial(
-    options: Sequence[str], plan: BenchPlan, setup: TrialSetup,
+    options: Sequence[str], plan: BenchSpec, setup: TrialSetup,
     on_phase: Phase = lambda phase: None,
 ) -> Measurement:
     """Run one configuration end to end; the server is gone when this returns. Only an

@@ -23,7 +23,7 @@ from optuna.distributions import (
 
 from autotune.core.deployment.flags import to_argv
 from autotune.core.metrics.registry import METRICS, Source
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.space.search_space import (
     ModelContext,
     Parameter,
@@ -204,7 +204,7 @@ def import_results(study_name: str, storage: str, imported: ImportedFile, *,
         study.tell(trial, objective_values(objectives, cfg.metrics))
     if refs:
         mark_references(study, refs.baseline)
-    write_plan(study, PlanRequest(  # imported_from: no worker can run it
+    write_plan(study, StudyRequest(  # imported_from: no worker can run it
         profiles=profiles, model=ctx.model.name if ctx else f"imported from {path.name}",
         max_model_len=ctx.max_model_len if ctx else None, space_path=space.path,
         space_yaml=space.text, objectives=tuple(f"{o.name}:{o.direction[:3]}" for o in objectives),

@@ -20,7 +20,7 @@ from autotune.core.analysis.study_data import StudyData, measured_spreads, noise
 from autotune.core.maths.platforms import CPU, GPU, platform_of_version
 from autotune.core.maths.stats import Spread, pool_spreads
 from autotune.core.plan.confirmation import deployment_cost_s
-from autotune.core.plan.request import PlanRequest
+from autotune.core.plan.study_request import StudyRequest
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome, from_attrs, to_attrs
 from autotune.study.store import optuna_internals
 from autotune.study.store.state import (
@@ -110,7 +110,7 @@ def with_confirmed(search: Mapping[str, ProfileResult], confirmed: Mapping[str, 
     return out
 
 
-def noise_conditions(plan: PlanRequest | None, found: Sequence[TrialOutcome]) -> dict | None:
+def noise_conditions(plan: StudyRequest | None, found: Sequence[TrialOutcome]) -> dict | None:
     """What must match for a spread between deployments to hold in another study: the model,
     the machine and vLLM its served trials ran on, and each profile's definition (a hash).
     None where the study has no plan or no served trial, or its trials ran on more than one

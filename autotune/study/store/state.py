@@ -14,7 +14,7 @@ import optuna
 
 from autotune.core.deployment.baseline import Baseline
 from autotune.core.plan.confirmation import ConfirmationState
-from autotune.core.plan.request import LAYOUT1_TIME_BUDGET, PlanRequest
+from autotune.core.plan.study_request import LAYOUT1_TIME_BUDGET, StudyRequest
 from autotune.core.trial.outcome import ProfileResult
 from autotune.core.trial.precision import RunStop
 
@@ -29,17 +29,17 @@ _CONFIRMED = "confirmed"  # trial number -> profile -> one list of runs per depl
 _CONFIRMED_STOPS = "confirmed_stops"  # the same layout: how each of those runs ended (RunStop)
 
 
-def read_plan(study: optuna.Study, attrs: Mapping | None = None) -> PlanRequest | None:
+def read_plan(study: optuna.Study, attrs: Mapping | None = None) -> StudyRequest | None:
     """The plan stored in ``study``; None for a study that autotune did not create. ``attrs``
     (here and below): the study's attributes, where the caller has read them already (each
     read of ``study.user_attrs`` is a storage query and a deep copy)."""
     attrs = study.user_attrs if attrs is None else attrs
     data = attrs.get(_PLAN)
-    return None if data is None else PlanRequest.from_dict(
+    return None if data is None else StudyRequest.from_dict(
         data, f"study {study.study_name!r}", beside=attrs)
 
 
-def write_plan(study: optuna.Study, plan: PlanRequest) -> None:
+def write_plan(study: optuna.Study, plan: StudyRequest) -> None:
     study.set_user_attr(_PLAN, plan.to_dict())
 
 

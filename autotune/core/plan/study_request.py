@@ -1,5 +1,5 @@
 """What a study was asked to do: one record from `run`'s flags to the study's storage and back,
-and its versioned layout. Pure. ``PlanRequest`` is what `run` asks for, what the study stores
+and its versioned layout. Pure. ``StudyRequest`` is what `run` asks for, what the study stores
 (``to_dict``, ``VERSION``) and what every worker, resumed run and reader takes back
 (``from_dict``: layouts 3, 2 (without fixed flags) and 1). Facts derived from it are computed,
 never stored beside it; only ``study.store.state`` puts it in a study or takes it out."""
@@ -38,7 +38,7 @@ LAYOUT1_BUDGET, LAYOUT1_TIME_BUDGET = "budget", "time_budget"
 
 
 @dataclass(frozen=True)
-class PlanRequest:
+class StudyRequest:
     """What a study is asked to do. From `run`'s flags some fields are open (no model: the
     generated one; no objectives: the default pair); the plan built from it fills them in, and
     that is what the study stores, so that a rebuild from it gives the same plan."""
@@ -113,7 +113,7 @@ class PlanRequest:
         names = [p.name for p in self.profiles]
         return tuple(parse_objective(o, names) for o in self.objectives)
 
-    def differences(self, other: PlanRequest) -> list[str]:
+    def differences(self, other: StudyRequest) -> list[str]:
         """The shape fields in which ``other`` (a `run` joining this stored plan) differs from
         it. A run that gives no ``--precision`` joins whatever this plan stored (a study stored
         with the old default target, 0.0125, resumes), and goes on at the balanced length."""
@@ -132,7 +132,7 @@ class PlanRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str, *,
-                  beside: Mapping[str, Any] | None = None) -> PlanRequest:
+                  beside: Mapping[str, Any] | None = None) -> StudyRequest:
         """The plan a study stored; ``beside``: the study's other attributes, where layout 1
         kept the budget. A layout this autotune does not know, or a plan that is not one, is a
         one-line StudyError."""
@@ -154,7 +154,7 @@ class PlanRequest:
 
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "None": type(None)}
-_STORED = {f.name: f.type for f in dataclasses.fields(PlanRequest)
+_STORED = {f.name: f.type for f in dataclasses.fields(StudyRequest)
            if f.name not in (*LOCAL_FIELDS, "profiles", "model")}
 
 

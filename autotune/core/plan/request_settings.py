@@ -1,6 +1,6 @@
-"""The settings of a study's request, one record each: the flag, the ``PlanRequest`` field it
+"""The settings of a study's request, one record each: the flag, the ``StudyRequest`` field it
 sets, its default (the record's own), how its text is read, its help. `run`'s parser and the
-request made from its flags are both derived from ``PLAN_SETTINGS``, so that a setting is
+request made from its flags are both derived from ``REQUEST_SETTINGS``, so that a setting is
 defined once. Pure: argparse itself stays in the CLI."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.maths.durations import parse_duration
 from autotune.core.plan.confirmation import CONFIRM_ROUNDS
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS
-from autotune.core.plan.request import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, PlanRequest
+from autotune.core.plan.study_request import DEFAULT_REFERENCES, DEFAULT_SPACE, SAMPLERS, StudyRequest
 from autotune.core.space.exploration import EXPLORATIONS
 from autotune.core.trial.precision import parse_precision
 
-DEFAULTS = PlanRequest(profiles=())
-_FIELDS = {f.name for f in fields(PlanRequest)}
-_OWN = object()  # a setting's default: its field's in PlanRequest
+DEFAULTS = StudyRequest(profiles=())
+_FIELDS = {f.name for f in fields(StudyRequest)}
+_OWN = object()  # a setting's default: its field's in StudyRequest
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Setting:
         return tuple(given) if self.many else given
 
 
-PLAN_SETTINGS = (
+REQUEST_SETTINGS = (
     Setting("--model", "model", "model folder or cached hub id (default without GPU: a generated "
             "tiny MoE+MTP model)"),
     Setting("--space", "space_path", f"search space (default {DEFAULT_SPACE})"),
@@ -125,13 +125,13 @@ PLAN_SETTINGS = (
     Setting("--max-model-len", "max_model_len", "override the space's deployment setting", kind=int),
     Setting("--tp", "tp", "override the space's tensor parallel size", kind=int),
 )
-SETTINGS_BY_FLAG = {s.flag: s for s in PLAN_SETTINGS}
+SETTINGS_BY_FLAG = {s.flag: s for s in REQUEST_SETTINGS}
 
 
-def plan_fields(given: dict[str, Any]) -> dict[str, Any]:
-    """``PlanRequest``'s fields from the flags' values by destination (``Setting.dest``; absent
+def request_fields(given: dict[str, Any]) -> dict[str, Any]:
+    """``StudyRequest``'s fields from the flags' values by destination (``Setting.dest``; absent
     or None: not given). Without --trials, --time-budget alone decides the count."""
-    values = {s.field: s.value(given.get(s.dest)) for s in PLAN_SETTINGS if s.field}
+    values = {s.field: s.value(given.get(s.dest)) for s in REQUEST_SETTINGS if s.field}
     if given.get("trials") is None and values["time_budget_s"] is not None:
         values["trials"] = UNBOUNDED_TRIALS
     return values
