@@ -24,7 +24,6 @@ from tests.helpers import (
     run_args,
 )
 
-
 HEAVY_MODULES = ("vllm", "torch", "transformers")
 
 
