@@ -265,7 +265,6 @@ def test_what_conflicts_with_the_study_or_does_not_exist_is_one_line(tmp_path, b
     assert str(err.value) == message.format(folder=folder)
 
 
-@pytest.mark.vllm  # build_plan builds vLLM's parser before it reads --baseline
 def test_a_missing_baseline_file_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
     folder = files(tmp_path)
     workdir = tmp_path / "studies"
@@ -296,7 +295,7 @@ def test_a_pasted_api_key_in_any_spelling_is_never_in_the_message(tmp_path):
     assert "SECRET123" not in str(err.value) and "VLLM_API_KEY=***" in str(err.value)
 
 
-@pytest.mark.vllm  # build_plan builds vLLM's parser before it reads --baseline
+@pytest.mark.vllm  # the baseline's command line is read by vLLM's parser
 def test_a_secret_in_the_baseline_on_the_command_line_exits_2_without_echoing_it(
         tmp_path, capsys):
     workdir = tmp_path / "w"
