@@ -13,6 +13,7 @@ import shlex
 import numpy as np
 import pytest
 from optuna.trial import TrialState
+from optuna_dashboard import get_note
 from rich.console import Console
 
 from autotune.core.analysis.recommendation import (
@@ -100,8 +101,6 @@ def test_the_compact_table_fits_80_columns_for_three_uses_with_undecided_rivals(
 
 def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_prints_it(
         tmp_path, monkeypatch, capsys):
-    from optuna_dashboard import get_note  # not at collection: it imports scikit-learn
-
     from autotune.cli import main
     from autotune.study.run.confirm_rounds import confirm
 
