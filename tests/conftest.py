@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,12 +24,60 @@ from tests.helpers import (
     run_args,
 )
 
+HEAVY_MODULES = ("vllm", "torch", "transformers")
 
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a ``vllm`` test is a ``slow`` one
 def pytest_collection_modifyitems(items) -> None:
-    """The heavy tier's tests (marked ``vllm``) start with vLLM imported (``vllm_parser``)."""
+    """The heavy tier's tests (marked ``vllm``) belong to the slow tier, so that ``-m "not
+    slow"`` is the fast suite (#48: vLLM's import alone took 8 s a worker), and start with
+    vLLM imported (``vllm_parser``)."""
     for item in items:
-        if item.get_closest_marker("vllm") and "vllm_parser" not in item.fixturenames:
-            item.fixturenames.insert(0, "vllm_parser")
+        if item.get_closest_marker("vllm"):
+            item.add_marker(pytest.mark.slow)
+            if "vllm_parser" not in item.fixturenames:
+                item.fixturenames.insert(0, "vllm_parser")
+
+
+_HEAVY_BEFORE = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    item.stash[_HEAVY_BEFORE] = {name for name in HEAVY_MODULES if name in sys.modules}
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_import_no_heavy_module(request):
+    """A fast test (not ``slow``) whose fixtures or body import vLLM, torch or transformers
+    fails: one such import would bring vLLM's 8 s back into every worker of the fast suite."""
+    yield
+    before = request.node.stash.get(_HEAVY_BEFORE, set())
+    if request.node.get_closest_marker("slow") is None:
+        new = [name for name in HEAVY_MODULES if name in sys.modules and name not in before]
+        assert not new, (f"{request.node.nodeid} imported {', '.join(new)}: mark it "
+                         "`vllm` (the heavy tier, run with the slow tests) or import lazily")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _alembic_head_read_once():
+    """Optuna's schema head, read once per process: each ``RDBStorage`` compares the database's
+    version with it and loads ~15 alembic scripts to find it (23 of the 27 ms of opening an
+    existing SQLite study; test_housekeeping's 23 tests open 69). A fact of the installed
+    Optuna, so the check still runs with the same answer."""
+    from optuna.storages._rdb.storage import _VersionManager
+
+    read = _VersionManager.get_head_version
+    head: list[str] = []
+
+    def read_once(self) -> str:
+        if not head:
+            head.append(read(self))
+        return head[0]
+
+    _VersionManager.get_head_version = read_once
+    yield
+    _VersionManager.get_head_version = read
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,6 @@ from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
 import pytest
-from optuna.artifacts import FileSystemArtifactStore
-from optuna_dashboard import wsgi
 
 from tests.helpers import REPO
 
@@ -41,6 +39,11 @@ def wsgi_get(app, path: str, query: str = "") -> tuple[str, bytes]:
 
 @pytest.fixture(scope="module")
 def app(four_trials):
+    # imported here, not at collection: optuna-dashboard brings pandas and scikit-learn (1 s
+    # in each process of the fast suite, which collects this all-slow module too)
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna_dashboard import wsgi
+
     root, _, _ = four_trials
     studies = root / "studies"
     return wsgi(f"sqlite:///{studies / 'autotune.db'}",

@@ -137,7 +137,13 @@ def test_a_failed_request_makes_nothing_precise_and_unknown_metrics_are_left_out
 def test_a_parameter_that_does_nothing_comes_out_as_no_effect():
     """Two configurations with one latency distribution, each measured by 3 runs that stop by
     the rule; the study's comparison of their means (each with the noise of its own repeats)
-    finds a difference in about 5% of seeds, as with runs of a fixed count, not more."""
+    finds a difference in about 5% of seeds, as with runs of a fixed count, not more.
+
+    Each run may send 400 requests; only its first 200 are simulated (the draws are the
+    same), as every run stops, precise, before its 200th send: in a closed loop the requests
+    after the stop are sent after it, so the rule never sees them and the stop is the one the
+    whole 400 give (the simulation in half the time). With 300 seeds, a rule that doubled the
+    false-positive rate to 10% would pass ``<= 7%`` with probability 5% (binomial)."""
     rule, seeds = StopRule(0.05), 300
     found = {"rule": 0, "fixed": 0}
     for seed in range(seeds):
@@ -147,8 +153,9 @@ def test_a_parameter_that_does_nothing_comes_out_as_no_effect():
             for how in means:
                 means[how][config] = []
             for _ in range(3):
-                records = closed_loop(rng.lognormal(0, 0.25, 400), 4)
+                records = closed_loop(rng.lognormal(0, 0.25, 400)[:200], 4)
                 stop = recheck(records, rule, metrics=("mean_e2el_ms",), concurrency=4, ceiling=400)
+                assert stop.reason == PRECISE and stop.requests < 200
                 means["rule"][config].append(np.mean([r.latency_s for r in records[:stop.requests]]))
                 means["fixed"][config].append(np.mean([r.latency_s for r in records[:100]]))
         for how, by_config in means.items():

@@ -295,6 +295,7 @@ def test_a_pasted_api_key_in_any_spelling_is_never_in_the_message(tmp_path):
     assert "SECRET123" not in str(err.value) and "VLLM_API_KEY=***" in str(err.value)
 
 
+@pytest.mark.vllm  # the baseline's command line is read by vLLM's parser
 def test_a_secret_in_the_baseline_on_the_command_line_exits_2_without_echoing_it(
         tmp_path, capsys):
     workdir = tmp_path / "w"

@@ -313,8 +313,7 @@ def build_plan(request: StudyRequest, say: Any = lambda text: None, *,
         raise ConfigError(f"--objective: each objective once, got {[o.name for o in objectives]}")
     if request.fixed_flags:  # a stored plan's: every trial deploys with them
         space = with_fixed(space, argv_to_options(request.fixed_flags, "the stored fixed flags"))
-    given = (read_given(request.baseline, shared_validator() if parser is True else parser or None,
-                        say) if request.baseline is not None else None)
+    given = read_given(request.baseline, parser, say) if request.baseline is not None else None
     model_name, max_len = _deployment_of(request, given, space)
     if model_name and Path(model_name).exists():  # a folder: where any shell finds it (exports)
         model_name = os.path.abspath(model_name)
@@ -379,14 +378,16 @@ def _looks_like_a_path(text: str) -> bool:
     return not any(c.isspace() for c in text) and ("/" in text or text.endswith(FILE_SUFFIXES))
 
 
-def read_given(text: str, parser: VllmValidator | None, say: Any = lambda text: None
+def read_given(text: str, parser: VllmValidator | None | bool, say: Any = lambda text: None
                ) -> GivenDeployment | None:
     """The deployment ``text`` (`run --baseline`) describes: a flag string, a command line
     (``vllm serve MODEL ...``, ``python -m vllm.entrypoints.openai.api_server ...``), a
     ``vllm serve --config`` YAML file, a file `autotune export` wrote (a command, YAML or
     JSON); read with vLLM's own parser where vLLM is installed. None: ``text`` names vLLM's
     defaults or a reference. A one-line ConfigError for an unknown flag (vLLM's words), a
-    file that does not exist ("no such file: PATH") and anything vLLM would not parse."""
+    file that does not exist ("no such file: PATH") and anything vLLM would not parse.
+    ``parser`` True: vLLM's shared one, built only for flags, a command or a file to read
+    (importing vLLM takes 7 s; vLLM's defaults, a reference or a missing file need none)."""
     stripped = text.strip()
     if stripped == VLLM_DEFAULTS:
         return None
@@ -398,16 +399,21 @@ def read_given(text: str, parser: VllmValidator | None, say: Any = lambda text: 
     if stripped.startswith("-") or _looks_like_a_command(words):
         name = "given flags" if stripped.startswith("-") else "given command"
         try:
-            return _given(command_words(words), name, f"--baseline {masked(words)!r}", parser,
-                          say)
+            return _given(command_words(words), name, f"--baseline {masked(words)!r}",
+                          _parser(parser), say)
         except ConfigError as exc:  # vLLM's words may quote a secret: never echoed
             raise ConfigError(scrubbed(str(exc), words)) from None
     if Path(stripped).is_file():
-        return _given(_file_command(stripped, parser), Path(stripped).name,
-                      f"--baseline {stripped}", parser, say)
+        vllm = _parser(parser)
+        return _given(_file_command(stripped, vllm), Path(stripped).name,
+                      f"--baseline {stripped}", vllm, say)
     if _looks_like_a_path(stripped):
         raise ConfigError(f"--baseline: no such file: {stripped}")
     return None
+
+
+def _parser(parser: VllmValidator | None | bool) -> VllmValidator | None:
+    return shared_validator() if parser is True else parser or None
 
 
 def _file_command(path: str, parser: VllmValidator | None) -> Command:
