@@ -380,14 +380,11 @@ def _looks_like_a_path(text: str) -> bool:
 
 def read_given(text: str, parser: VllmValidator | None | bool, say: Any = lambda text: None
                ) -> GivenDeployment | None:
-    """The deployment ``text`` (`run --baseline`) describes: a flag string, a command line
-    (``vllm serve MODEL ...``, ``python -m vllm.entrypoints.openai.api_server ...``), a
-    ``vllm serve --config`` YAML file, a file `autotune export` wrote (a command, YAML or
-    JSON); read with vLLM's own parser where vLLM is installed. None: ``text`` names vLLM's
-    defaults or a reference. A one-line ConfigError for an unknown flag (vLLM's words), a
-    file that does not exist ("no such file: PATH") and anything vLLM would not parse.
-    ``parser`` True: vLLM's shared one, built only for flags, a command or a file to read
-    (importing vLLM takes 7 s; vLLM's defaults, a reference or a missing file need none)."""
+    """The deployment ``text`` (`run --baseline`) describes: flags, a command line, a `vllm
+    serve --config` YAML or a file `autotune export` wrote, read with vLLM's own parser; None
+    for vLLM's defaults or a reference. A one-line ConfigError otherwise (vLLM's words, "no such
+    file: PATH"). ``parser`` True: vLLM's shared one, built only where there is something to
+    parse (importing vLLM takes 7 s; the forms: docs/studies.md#the-search)."""
     stripped = text.strip()
     if stripped == VLLM_DEFAULTS:
         return None
