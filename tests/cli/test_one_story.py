@@ -109,6 +109,9 @@ def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_print
     served = [t.number for t in outcomes(study) if t.feasible][:2]
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=served, rounds=2,
             trial_fn=StandIn(seed=7, sd=0.2))
+    from optuna.artifacts import get_all_artifact_meta
+
+    assert "front.png" in {m.filename for m in get_all_artifact_meta(study)}  # figures by default
     # the search resumed for one more trial rewrites the notes, confirmed numbers still in them
     study = run(make_plan(tmp_path, trials=7), StandIn(seed=3))
     assert len([t for t in outcomes(study) if t.state == "complete"]) == 7

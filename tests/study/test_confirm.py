@@ -30,10 +30,10 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
     a, b = served[:2]
     setup = TrialSetup(model="", workdir=plan.workdir)
     first, second = StandIn(seed=1), StandIn(seed=2)
-    confirm(study, plan, setup, trials=[a, b], rounds=1, trial_fn=first)
+    confirm(study, plan, setup, trials=[a, b], rounds=1, trial_fn=first, figures=False)
     after_one = read_confirmed(study)
     said: list[str] = []
-    confirm(study, plan, setup, trials=[b, a], rounds=2, trial_fn=second, say=said.append)
+    confirm(study, plan, setup, trials=[b, a], rounds=2, trial_fn=second, say=said.append, figures=False)
     stored = read_confirmed(study)
     # the second confirmation: its first round deploys both, then at most one more each
     assert len(first.calls) == 2 and 2 <= len(second.calls) <= 4
@@ -56,7 +56,7 @@ def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path, searched
     plan, study, _ = served_study(tmp_path, searched)
     stand_in = StandIn()
     confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
-                        trial_fn=stand_in)
+                        trial_fn=stand_in, figures=False)
     assert len(stand_in.calls) == len(confirmed) >= 2 and set(read_confirmed(study)) == set(confirmed)
 
 
@@ -69,7 +69,7 @@ def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_p
     stand_in = StandIn()
     with pytest.raises(ConfigError) as err:
         confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, trials=trials,
-                rounds=rounds, trial_fn=stand_in)
+                rounds=rounds, trial_fn=stand_in, figures=False)
     assert message in str(err.value) and not stand_in.calls and not read_confirmed(study)
 
 
@@ -122,7 +122,7 @@ def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecide
     plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.01)
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
-            rounds=3, trial_fn=stand_in, say=said.append)
+            rounds=3, trial_fn=stand_in, say=said.append, figures=False)
     times = {n: sum(argv == study_data(study).outcomes[n].argv for argv in stand_in.deployed)
              for n in (base, mtp, o0)}
     # -O0 is decided after the first round: never deployed again; each later step deploys one
@@ -138,7 +138,7 @@ def test_a_confirmation_stops_when_every_answer_is_equivalent_or_decided(tmp_pat
     plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.5)
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
-            rounds=3, trial_fn=stand_in, say=said.append)
+            rounds=3, trial_fn=stand_in, say=said.append, figures=False)
     assert len(stand_in.deployed) == 3  # the first round only: within 50% they are equivalent
     assert said[-1] == ("confirmation stops: every use's answer is decided or equivalent "
                         "(interactive, throughput, balanced)")
@@ -165,17 +165,17 @@ def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_con
     setup = TrialSetup(model="", workdir=plan.workdir)
     uninterrupted = StandIn(seed=7)
     confirm(whole, whole_plan, TrialSetup(model="", workdir=whole_plan.workdir), k=2, rounds=1,
-            trial_fn=uninterrupted)
+            trial_fn=uninterrupted, figures=False)
     assert len(uninterrupted.calls) >= 2
     cut = Interrupted(at=2)
     with pytest.raises(KeyboardInterrupt):
-        confirm(study, plan, setup, k=2, rounds=1, trial_fn=cut)
+        confirm(study, plan, setup, k=2, rounds=1, trial_fn=cut, figures=False)
     kept = read_confirmed(study)
     assert len(read_confirmation(study).done) == len(kept) == 1  # the one torn down
     assert all(len(r.runs) == 2 for by in kept.values() for r in by.values())  # repeats 2
     said: list[str] = []
     again = StandIn(seed=8)
-    confirm(study, plan, setup, k=2, rounds=1, trial_fn=again, say=said.append)
+    confirm(study, plan, setup, k=2, rounds=1, trial_fn=again, say=said.append, figures=False)
     assert said[0].startswith("continuing the confirmation stored in the study: 1 of up to")
     assert 1 + len(again.calls) == len(uninterrupted.calls)
     assert {n: {p: len(r.runs) for p, r in by.items()} for n, by in read_confirmed(study).items()} \
@@ -197,7 +197,7 @@ def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continu
     said: list[str] = []
     stand_in = StandIn(seed=9)
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
-            trial_fn=stand_in, say=said.append)
+            trial_fn=stand_in, say=said.append, figures=False)
     assert not said[0].startswith("continuing")
     assert stale not in read_confirmed(study)
 
@@ -220,7 +220,7 @@ def test_a_confirmation_whose_deployments_grow_costlier_stops_before_passing_the
     base, mtp, o0 = (t.number for t in outcomes(study))
     cost[0], start, said = 250.0, now[0], []  # the confirmation's take 250 s
     confirm(study, plan, setup, trials=[base, mtp, o0], rounds=1, trial_fn=timed,
-            say=said.append, budget_end=start + 400.0, clock=lambda: now[0])
+            say=said.append, budget_end=start + 400.0, clock=lambda: now[0], figures=False)
     # Planned at 100 s: 3 deployments in 400 s; after the first took 250 s, the next would
     # end at 500 s: it does not start.
     assert len(stand_in.deployed) == 3 + 1 and now[0] - start == 250.0
@@ -250,7 +250,7 @@ def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path, searched
 
     plan, study, _ = served_study(tmp_path, searched)
     StudySession(plan, Node(()), TrialSetup(model="", workdir=plan.workdir),
-                 say=lambda text: None).confirm(k=1, budget_s=0.0)
+                 say=lambda text: None, figures=False).confirm(k=1, budget_s=0.0)
     assert read_confirmation(load_existing(plan.study_name, plan.storage)) is not None
     reader = load_existing(plan.study_name, plan.storage)
     with pytest.raises(StorageInternalError):  # SQLite's "attempt to write a readonly database"

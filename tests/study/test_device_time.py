@@ -103,7 +103,7 @@ def test_a_pick_already_decided_or_equivalent_is_not_confirmed(tmp_path):
     plan, study, _ = tied(tmp_path, smallest_difference=0.5)  # within 50%: equivalent
     again, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=3, trial_fn=again,
-            say=said.append, only_open=True)
+            say=said.append, only_open=True, figures=False)
     assert again.deployed == [] and not read_confirmed(study)
     assert said[0] == ("confirmation: not needed, every use's answer is decided or equivalent "
                        "against the baseline and its rivals (interactive, throughput, balanced)")
@@ -114,7 +114,7 @@ def test_an_undecided_pick_is_confirmed_and_a_decided_trial_is_not(tmp_path):
     base, mtp, o0 = sorted(argv)
     again, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=3, trial_fn=again,
-            say=said.append, only_open=True)
+            say=said.append, only_open=True, figures=False)
     deployed = set(again.deployed)
     assert {argv[base], argv[mtp]} <= deployed and argv[o0] not in deployed
     assert said[0] == f"1 comparison(s) undecided: confirming #{mtp}, #{base}"
@@ -146,7 +146,7 @@ def test_a_baseline_only_capacity_study_neither_calibrates_nor_confirms(tmp_path
     study = run_in_memory(plan, stand_in)
     said: list[str] = []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=plan.confirm,
-            trial_fn=stand_in, say=said.append, only_open=True)
+            trial_fn=stand_in, say=said.append, only_open=True, figures=False)
     assert len(stand_in.searches) == 1 and [t.number for t in outcomes(study)] == [0]
     assert study_data(study).baseline.number == 0 and not read_confirmed(study)
     assert said[0].startswith("confirmation: not needed")
@@ -273,7 +273,7 @@ def test_a_confirmation_deployments_runs_share_what_the_budget_leaves_after_its_
         return stand_in(argv, bench, setup, on_phase)
 
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=3, trial_fn=recording,
-            budget_end=clock.now + 100.0, clock=clock, only_open=True)
+            budget_end=clock.now + 100.0, clock=clock, only_open=True, figures=False)
     # the stand-in's trials started in 1 s: 99 s for 2 profiles x 2 repeats, then 10 s less
     assert allowed[0] == {"low-concurrency": pytest.approx(99.0 / 4),
                           "high-concurrency": pytest.approx(99.0 / 4)}

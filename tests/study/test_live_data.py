@@ -72,7 +72,7 @@ def test_a_session_runs_searches_and_confirms_on_one_read_and_ends_with_the_stor
     deployed = StandIn(seed=3)
     session = StudySession(plan, Node((Slot("cpu", (0,), 1),)),
                            TrialSetup(model="", workdir=plan.workdir), say=lambda text: None,
-                           trial_fn=deployed)
+                           trial_fn=deployed, figures=False)
     session.create(started=0.0)
     assert session.work() == 0
     confirmed = session.confirm(k=2)

@@ -350,7 +350,7 @@ def test_confirmation_redeploys_the_finalists_and_recommendations_use_its_number
     study = run_in_memory(plan, StandIn())
     stand_in = StandIn(seed=5)
     confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
-                        trial_fn=stand_in)
+                        trial_fn=stand_in, figures=False)
     front = study_data(study, confirmed=False).front()
     assert set(confirmed) >= {front[0].number, front[-1].number, 0}  # ends of the front, baseline
     assert len(stand_in.calls) == len(confirmed)
@@ -423,7 +423,7 @@ def test_a_confirmation_reprobes_a_capacity_trials_boundary_instead_of_searching
     found = base.capacity["capacity"]
     again = CapacityStandIn()
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base.number],
-            rounds=1, trial_fn=again)
+            rounds=1, trial_fn=again, figures=False)
     bounds = {found.boundary.load, found.boundary.fail_load}
     assert len(again.searches) == 1 and len(found.probes) > 2
     for s in again.searches:
@@ -611,7 +611,7 @@ def test_a_budgeted_study_ends_within_its_budget_confirmation_included(tmp_path)
         StudyRunner(plan, setup, trial_fn=costly, storage=storage, clock=clock).work()
         said: list[str] = []
         confirm(study, plan, setup, k=1, trial_fn=costly, say=said.append,
-                budget_end=start + budget, clock=clock, only_open=True)
+                budget_end=start + budget, clock=clock, only_open=True, figures=False)
         used = clock.now - start
         assert used <= budget and budget - used < 100.0, (budget, used, said)
 
@@ -671,7 +671,7 @@ def test_a_budgeted_study_on_recorded_timings_ends_within_its_budget_confirmatio
     StudyRunner(plan, setup, trial_fn=replay, storage=storage, poll_s=0.01, clock=clock).work()
     said: list[str] = []
     confirm(study, plan, setup, k=2, trial_fn=replay, say=said.append, budget_end=budget_s,
-            clock=clock)
+            clock=clock, figures=False)
     assert clock.now <= budget_s
     assert said[0].startswith(("confirmation: ", "confirmation shrunk", "confirmation skipped"))
 

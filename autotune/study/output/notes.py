@@ -92,11 +92,11 @@ def launch_command(model: str, argv) -> str:
     return shlex.join(["vllm", "serve", model or "MODEL", *argv])
 
 
-def write_notes(study: optuna.Study, plan=None) -> None:
+def write_notes(study: optuna.Study, plan=None, *, figures: bool = True) -> None:
     """Rewrite the study note and every finished trial's note from the study's numbers,
-    confirmed ones included (``study_data(confirmed=True)``, as `pareto` reads them): call it
-    when a confirmation ends. The smallest difference is the ``plan``'s (a ``StudyPlan``),
-    else the stored plan's. A storage error becomes a StudyError."""
+    confirmed ones included (as `pareto` reads them), and with a ``plan`` (a ``StudyPlan``:
+    its smallest difference, else the stored one's) the figures unless ``figures`` is off
+    (0.2 s each: tests whose subject they are not). A storage error becomes a StudyError."""
     from optuna_dashboard import save_note
 
     from autotune.study.store import optuna_internals
@@ -112,7 +112,7 @@ def write_notes(study: optuna.Study, plan=None) -> None:
         for t in data.outcomes:
             save_note(optuna_internals.live_trial(study, frozen[t.number]), trial_note(t, data))
         save_note(study, study_note(study.study_name, data, smallest_difference))
-        if plan is not None:
+        if plan is not None and figures:
             upload_figures(study, data, plan.workdir / "artifacts",
                            TieSettings(study.study_name, smallest_difference))
 

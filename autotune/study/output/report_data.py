@@ -109,18 +109,19 @@ def capacity_curves(data: StudyData) -> dict[str, dict[str, CapacitySearch]]:
 
 
 def importances(trials: list[FrozenTrial], directions: list[optuna.study.StudyDirection],
-                data: StudyData) -> dict[str, dict[str, tuple[float, float, float]]]:
+                data: StudyData, rounds: int = BOOTSTRAP_ROUNDS
+                ) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Optuna's fANOVA importance per objective over the feasible ones of ``trials`` (their
-    search values), with the 10th-90th percentile over bootstrap resamples of the trials:
-    objective -> parameter -> (importance, low, high). Empty below MIN_TRIALS_FOR_IMPORTANCE
-    feasible trials."""
+    search values), with the 10th-90th percentile over ``rounds`` bootstrap resamples of the
+    trials: objective -> parameter -> (importance, low, high). Empty below
+    MIN_TRIALS_FOR_IMPORTANCE feasible trials."""
     numbers = {t.number for t in data.feasible}
     trials = [t for t in trials if t.number in numbers and t.state == TrialState.COMPLETE]
     if len(trials) < MIN_TRIALS_FOR_IMPORTANCE:
         return {}
     rng = np.random.default_rng(0)
     samples = [trials] + [[trials[i] for i in rng.integers(0, len(trials), len(trials))]
-                          for _ in range(BOOTSTRAP_ROUNDS)]
+                          for _ in range(rounds)]
     out: dict[str, dict[str, tuple[float, float, float]]] = {}
     for i, o in enumerate(data.objectives):
         found: list[dict[str, float]] = []

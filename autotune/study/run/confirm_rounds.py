@@ -133,13 +133,14 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
             budget_end: float | None = None,
             clock: Callable[[], float] = time.time,
             only_open: bool = False,
-            live: LiveData | None = None) -> dict[int, dict[str, ProfileResult]]:
-    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one at a
-    time the finalist whose redeployment most reduces the chance of a wrong pick, until every use is
-    decided or equivalent or ``rounds`` rounds' deployments are spent. ``budget_end`` (epoch s): the
-    plan fits it, and no deployment starts that would end past it (``precision.within_budget``).
-    A stored unfinished confirmation is continued; ``only_open`` deploys only finalists in question.
-    Returns the runs added (a failed redeployment keeps its runs); ``live``: the study's data, if held."""
+            live: LiveData | None = None,
+            figures: bool = True) -> dict[int, dict[str, ProfileResult]]:
+    """Deploy ``trials`` (default: up to ``k`` finalists and the baseline) once each, then one
+    at a time the finalist whose redeployment most reduces the chance of a wrong pick, until
+    every use is decided or equivalent or ``rounds`` are spent; none that would end past
+    ``budget_end`` (epoch s). A stored unfinished one is continued; ``only_open``: only finalists
+    in question; ``live``: the study's data, if held; ``figures``: drawn after (``write_notes``).
+    Returns the runs added (a failed redeployment keeps its runs)."""
     check_rounds(rounds)
     # The study's data: the caller's (a session that ran the search), else read once here;
     # what the confirmation stores is written through.
@@ -151,7 +152,7 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
                            judged=live.data() if only_open else None)
     chosen = [served[n] for n in state.trials if n in served]
     if not chosen:
-        _write_notes(study, plan, say)  # a skipped confirmation still leaves the notes confirmed
+        _write_notes(study, plan, say, figures)  # a skipped confirmation still leaves the notes confirmed
         return {}
     walls: list[float] = []
     runs: dict[int, dict[str, list]] = {t.number: {} for t in chosen}
@@ -204,13 +205,14 @@ def confirm(study: optuna.Study, plan: StudyPlan, setup: TrialSetup, *, k: int =
     write_confirmation(study, state)
     say(stop or f"confirmation done: {len(state.done)} deployment(s), the most the asked "
                f"rounds allow")
-    _write_notes(study, plan, say)
+    _write_notes(study, plan, say, figures)
     return {n: {p: ProfileResult(p, tuple(r)) for p, r in by_profile.items()}
             for n, by_profile in runs.items() if by_profile}
 
 
-def _write_notes(study: optuna.Study, plan: StudyPlan, say: Callable[[str], None]) -> None:
+def _write_notes(study: optuna.Study, plan: StudyPlan, say: Callable[[str], None],
+                 figures: bool) -> None:
     try:  # the dashboard's notes tell the confirmed numbers, as `pareto` does
-        write_notes(study, plan)
+        write_notes(study, plan, figures=figures)
     except StudyError as exc:
         say(str(exc))

@@ -84,7 +84,8 @@ class StudySession:
     """A plan on this node: ``setup`` is where its trials deploy (the first slot, the
     validator, the launcher), ``plan`` the plan as the installed vLLM's parser takes it.
     ``live``: the study's data in memory once a worker or a confirmation has opened it;
-    ``trial_fn``: what deploys and measures a configuration (``run_trial``)."""
+    ``trial_fn``: what deploys and measures a configuration (``run_trial``); ``figures``: the
+    dashboard's figures drawn after a confirmation (off: tests whose subject they are not)."""
 
     plan: StudyPlan
     node: Node
@@ -92,6 +93,7 @@ class StudySession:
     say: Say
     live: LiveData | None = None
     trial_fn: TrialFunction = run_trial  # the seam: a stand-in or a replay in tests
+    figures: bool = True
 
     @classmethod
     @contextlib.contextmanager
@@ -164,7 +166,8 @@ class StudySession:
         live = self._synced() or LiveData.open(study)
         confirmed = confirm(study, plan, self.setup, k=k, trials=trials, rounds=rounds,
                             trial_fn=self.trial_fn,
-                            say=self.say, budget_end=end, only_open=study_budget, live=live)
+                            say=self.say, budget_end=end, only_open=study_budget, live=live,
+                            figures=self.figures)
         self.live = live
         return sorted(confirmed)
 
