@@ -1,4 +1,4 @@
-"""`autotune run | worker | confirm`: flags to a plan request, progress lines while trials
+"""`autotune run | worker | confirm`: flags to a study request, progress lines while trials
 run, the trial table at the end. `run` creates (or joins) a study and works on it with one
 worker per slot, then confirms its finalists; `worker` joins an existing study with the plan
 stored in it (another node, same storage); `confirm` redeploys a study's finalists."""

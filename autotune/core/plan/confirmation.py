@@ -223,7 +223,7 @@ def next_deployment(data: StudyData, finalists: Sequence[int]) -> RoundDecision:
 
 @dataclass(frozen=True)
 class ConfirmationState:
-    """A confirmation's plan and progress, as stored in the study so that an interrupted one
+    """A confirmation's schedule and progress, as stored in the study so that an interrupted one
     is continued: the trials (by priority) and the rounds asked, the trials each step deploys
     once decided (step 0: all of them; later steps: one each, ``next_deployment``), the
     deployments finished as (step, trial), each trial's confirmation deployments over every
