@@ -23,6 +23,7 @@ from autotune.cli.common import (
 )
 from autotune.core.metrics.summary import SloLimits, to_vllm_json
 from autotune.core.space.search_space import inapplicable
+from autotune.core.workload.datasets.synthetic import WORKLOAD_KINDS
 from autotune.errors import ConfigError
 from autotune.modelgen.constructed import SHAPES
 from autotune.shell.bench.files import read_model_info, read_space
@@ -136,7 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("make-workload", help="write a sample workload file (JSONL or Mooncake "
                        "trace) whose lengths follow public traces, and a profile for it")
     p.add_argument("out", help="the file to write (.jsonl); its profile goes beside it")
-    p.add_argument("--kind", choices=("chat", "rag", "agentic"), required=True,
+    p.add_argument("--kind", choices=WORKLOAD_KINDS, required=True,
                    help="chat: ShareGPT lengths, shared system prompts; rag: Azure conversation "
                         "lengths, shared documents; agentic: a Mooncake trace of sessions")
     p.add_argument("--requests", type=int, default=200)

@@ -1,4 +1,4 @@
-"""`autotune run | worker | confirm`: flags to a plan request, progress lines while trials
+"""`autotune run | worker | confirm`: flags to a study request, progress lines while trials
 run, the trial table at the end. `run` creates (or joins) a study and works on it with one
 worker per slot, then confirms its finalists; `worker` joins an existing study with the plan
 stored in it (another node, same storage); `confirm` redeploys a study's finalists."""
@@ -80,13 +80,12 @@ def _confirmed(session, started: float | None = None, **asked) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autotune.shell.server.install import detect_platform
     from autotune.study.run.study_plan import build_plan
     from autotune.study.store.storage import hostname
 
     started = time.time()  # the budget counts from here: the model's generation and checks included
     plan = build_plan(request_of(args), say=console.print, dry_run=args.dry_run)
-    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
+    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, plan.platform)
     with _session(plan, args, slots) as session:
         plan = session.plan
         if plan.precision_text:
@@ -112,7 +111,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.shell.server.install import detect_platform
     from autotune.study.run.study_plan import joined_plan
     from autotune.study.store.storage import hostname
 
@@ -120,7 +118,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise ConfigError(f"--trials {args.trials}: must be >= 1")
     plan = joined_plan(args.study, storage_of_args(args), workdir=Path(args.workdir),
                        model=args.model, trials=args.trials)
-    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())
+    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, plan.platform)
     with _session(plan, args, slots) as session:
         label = args.worker_label or hostname()
         console.print(opening_line(plan, slots, worker=label))
@@ -129,7 +127,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from autotune.shell.server.install import detect_platform
     from autotune.study.run.study_plan import joined_plan
 
     if args.k < 1:
@@ -140,7 +137,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     trials = trial_numbers(args.trials) if args.trials is not None else None
     plan = joined_plan(args.study, storage_of_args(args), workdir=Path(args.workdir),
                        model=args.model)
-    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, detect_platform())[:1]
+    slots = slots_of(args, plan.space.deployment.tensor_parallel_size, plan.platform)[:1]
     with _session(plan, args, slots) as session:
         _confirmed(session, k=args.k, trials=trials, rounds=args.rounds, budget_s=budget)
         return _finish(session, 0)

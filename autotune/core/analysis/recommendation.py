@@ -36,6 +36,8 @@ BEYOND_BUDGET_S = 8 * 3600  # a tie's price past this (or 10 times the study's o
 BEYOND_STUDY_FACTOR = 10
 BEYOND_FLOOR_S = 600  # never beyond a sensible budget below this, however short the study
 TABLE_WIDTH = 80
+
+
 def default_uses(data: StudyData) -> tuple[str, ...]:
     """The uses recommended for when none is asked: every use, or with one objective only its
     best (there is no trade-off to pick along)."""

@@ -80,7 +80,7 @@ class ConfirmationSchedule:
 
 
 def schedule_confirmation(trials: Sequence[int], rounds: int, *, left_s: float | None,
-                      deployment_s: float | None) -> ConfirmationSchedule:
+                          deployment_s: float | None) -> ConfirmationSchedule:
     """The confirmation of ``trials`` (by priority, see ``by_priority``) in ``rounds`` rounds
     that fits ``left_s`` seconds (None: no time budget) at ``deployment_s`` a deployment (None:
     not measured). Rounds are cut first (the first round deploys every finalist once; later
@@ -102,12 +102,12 @@ def schedule_confirmation(trials: Sequence[int], rounds: int, *, left_s: float |
     would = (f"the full confirmation ({asked}) would take {duration_text(full)} at ~{duration_text(deployment_s)} a "
              f"deployment; {duration_text(left_s)} of the time budget is left")
     if room >= len(trials) * rounds:
-        return ConfirmationSchedule(trials, rounds, f"confirmation: {asked}, about {duration_text(full)} of "
-                                                f"{duration_text(left_s)} left")
+        return ConfirmationSchedule(trials, rounds, f"confirmation: {asked}, about "
+                                    f"{duration_text(full)} of {duration_text(left_s)} left")
     if room >= len(trials):
         fit = room // len(trials)
-        return ConfirmationSchedule(trials, fit, f"confirmation shrunk to {len(trials)} trial(s) x "
-                                             f"{fit} round(s): {would}")
+        return ConfirmationSchedule(trials, fit, f"confirmation shrunk to {len(trials)} "
+                                    f"trial(s) x {fit} round(s): {would}")
     if room >= 1:
         return ConfirmationSchedule(trials[:room], 1, (
             f"confirmation shrunk to {room} trial(s) x 1 round(s) "
@@ -223,7 +223,7 @@ def next_deployment(data: StudyData, finalists: Sequence[int]) -> RoundDecision:
 
 @dataclass(frozen=True)
 class ConfirmationState:
-    """A confirmation's plan and progress, as stored in the study so that an interrupted one
+    """A confirmation's schedule and progress, as stored in the study so that an interrupted one
     is continued: the trials (by priority) and the rounds asked, the trials each step deploys
     once decided (step 0: all of them; later steps: one each, ``next_deployment``), the
     deployments finished as (step, trial), each trial's confirmation deployments over every

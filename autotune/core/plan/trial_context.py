@@ -1,5 +1,5 @@
-"""A trial's context, built in one place: the node's fixed setup and the study's benchmark
-plan, combined with what differs per trial (its folder, what the study measured so far, the
+"""A trial's context, built in one place: the node's fixed setup and the study's ``BenchSpec``,
+combined with what differs per trial (its folder, what the study measured so far, the
 time left). Search trials, calibration and confirmation deployments all come from here. Pure."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class BenchSpec:
         return any(p.rule.balance is not None for p in self.pinned.values())
 
     def measured(self, data: StudyData) -> BenchSpec:
-        """This plan with its balanced stop rules set from what the study ``data`` measured:
+        """This spec with its balanced stop rules set from what the study ``data`` measured:
         its spread between deployments and its cost of a deployment, where it has them."""
         return dataclasses.replace(self, pinned=balanced_pins(self.pinned, data.noise,
                                                               data.deployment_s))
@@ -77,7 +77,7 @@ _Setup = TypeVar("_Setup")
 
 
 def trial_context(node: _Setup, bench: BenchSpec, trial: TrialValues) -> tuple[_Setup, BenchSpec]:
-    """The setup and benchmark plan of one deployment: ``node`` (a frozen record with
+    """The setup and ``BenchSpec`` of one deployment: ``node`` (a frozen record with
     ``model``, ``workdir``, ``extra_env`` and ``validated``: where this node deploys, the same
     for all its trials) and the study's ``bench``, with ``trial``'s values."""
     setup = dataclasses.replace(node, model=trial.model, workdir=trial.workdir,  # type: ignore[type-var]

@@ -158,4 +158,3 @@ def sources_for(profiles: Sequence[WorkloadProfile], *, vocab_size: int,
         done.append(dataclasses.replace(p, dataset=spec))
         sources[p.name] = source
     return tuple(done), sources
-

@@ -1,7 +1,7 @@
 """The terminal's tables of the reading and deploying commands, as rich ``Table`` records
-built from the same records that `--format json|csv` renders (``documents``): the CLI fits
-them to the terminal and prints them. Names are broken into lines of a given width at most
-(``breakable``); intervals never are."""
+built from the same records that `--format json|csv` renders (``documents``):
+``study.output.terminal`` fits them to the terminal, the CLI prints them. Names are broken
+into lines of a given width at most (``breakable``); intervals never are."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import optuna
 from autotune.core.analysis.study_data import StudyData
 from autotune.core.deployment.slots import Slot, slots_for
 from autotune.core.maths.platforms import CPU
+from autotune.core.plan.confirmation import CONFIRM_ROUNDS
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS, RunEstimate, assumed_cost, measured_cost
 from autotune.core.plan.trial_context import BenchSpec
 from autotune.core.space.search_space import SearchSpace
@@ -28,7 +29,7 @@ from autotune.shell.bench.workloads import load_tokenizer, sources_for
 from autotune.shell.server.install import Entrypoint, detect_platform, vllm_version
 from autotune.shell.server.preimported import Preimported
 from autotune.shell.server.validation import VllmValidator, shared_validator
-from autotune.study.run.confirm_rounds import CONFIRM_ROUNDS, confirm
+from autotune.study.run.confirm_rounds import confirm
 from autotune.study.run.live_data import LiveData
 from autotune.study.run.runner import Progress, SilentProgress, StudyRunner
 from autotune.study.run.study_plan import StudyPlan

@@ -125,7 +125,7 @@ def read_requests(path: Path) -> list[RequestResult]:
 
 
 def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: ProfileRunner, target: Target,
-                     plan: BenchSpec, seed: int, results: Mapping[str, ProfileResult], workdir: Path,
+                     bench: BenchSpec, seed: int, results: Mapping[str, ProfileResult], workdir: Path,
                      on_phase: Phase, files: list[Path]) -> CapacitySearch:
     """Probe loads on this deployment until the search finds the boundary."""
     spec = profile.capacity
@@ -140,7 +140,7 @@ def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: Prof
         at = profile.at_load(load)
         planned = at.num_prompts
         stop = None if settle is None else (lambda done: bool(settle.settled(done, planned)))
-        run = run_profile(target, at, seed=seed + count, source=plan.sources[profile.name], slo=slo,
+        run = run_profile(target, at, seed=seed + count, source=bench.sources[profile.name], slo=slo,
                           stop=stop)
         measured = len(run.requests) or run.summary.completed + run.summary.failed
         settled = settle.settled(run.requests, planned) if settle and measured < planned else ""
@@ -154,23 +154,23 @@ def _search_capacity(dep: Served, profile: WorkloadProfile, *, run_profile: Prof
             raise _InvalidRun(f"{profile.name} at {load:g}: {run.summary.invalid_reason}")
         return Probe(load, flat_metrics(run.summary), measured, planned, settled)
 
-    around = plan.around.get(profile.name)
+    around = bench.around.get(profile.name)
     found = search(profile.name, spec, measure,
-                   None if around is not None else incumbent_for(profile, plan, results), around)
+                   None if around is not None else incumbent_for(profile, bench, results), around)
     _write(workdir / f"capacity-{profile.name}.json", found.to_dict(), files)
     return found
 
 
-def incumbent_for(profile: WorkloadProfile, plan: BenchSpec,
+def incumbent_for(profile: WorkloadProfile, bench: BenchSpec,
                   results: Mapping[str, ProfileResult]) -> Incumbent | None:
     """The incumbent a capacity search starts from, given this trial's fixed profiles: only
     when the profile's objectives all grow with the load (so failing at the incumbent's load
     means carrying less)."""
-    own = {o.name: o.cost(results[o.profile].mean(o.metric)) for o in plan.objectives
+    own = {o.name: o.cost(results[o.profile].mean(o.metric)) for o in bench.objectives
            if o.profile != profile.name and o.profile in results}
-    if not all(o.metric in MONOTONE_IN_LOAD for o in plan.objectives if o.profile == profile.name):
+    if not all(o.metric in MONOTONE_IN_LOAD for o in bench.objectives if o.profile == profile.name):
         return None
-    return choose_incumbent(plan.incumbents.get(profile.name, ()), own)
+    return choose_incumbent(bench.incumbents.get(profile.name, ()), own)
 
 
 @dataclass(frozen=True)
@@ -182,24 +182,24 @@ class DeploymentResults:
     raced: str = ""  # why the remaining runs were skipped (beaten beyond the noise)
 
 
-def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchSpec, workdir: Path, on_phase: Phase,
+def _benchmark(dep: Served, run_profile: ProfileRunner, bench: BenchSpec, workdir: Path, on_phase: Phase,
                files: list[Path]) -> DeploymentResults:
     target = Target(url=dep.url, model=dep.model_name, api_key=dep.api_key)
-    index = {p.name: i for i, p in enumerate(plan.profiles)}
-    fixed = {p.name: p for p in plan.profiles if p.capacity is None}
+    index = {p.name: i for i, p in enumerate(bench.profiles)}
+    fixed = {p.name: p for p in bench.profiles if p.capacity is None}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in fixed}
     stops: dict[str, list[RunStop]] = {name: [] for name in fixed}
     results: dict[str, ProfileResult] = {}
     raced = ""
     # Fixed profiles first (a capacity search compares them with its incumbents'), one run of
     # each before any repeat, the cheapest first: the first runs can end a race.
-    for name, r in run_order(list(fixed), plan.repeats, plan.run_seconds):
+    for name, r in run_order(list(fixed), bench.repeats, bench.run_seconds):
         profile = fixed[name]
-        on_phase(f"benchmarking {name}" + (f" (repeat {r + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
+        on_phase(f"benchmarking {name}" + (f" (repeat {r + 1}/{bench.repeats})" if bench.repeats > 1 else ""))
         # A fresh prompt seed per profile and repeat: prefix caching cannot fake a result.
-        seed = plan.seed * 1000 + index[name] * 100 + r
-        pinned = plan.pinned.get(name)
-        run = run_profile(target, profile, seed=seed, source=plan.sources[name],
+        seed = bench.seed * 1000 + index[name] * 100 + r
+        pinned = bench.pinned.get(name)
+        run = run_profile(target, profile, seed=seed, source=bench.sources[name],
                           **({"until": pinned} if pinned is not None else {}))
         ended = run.stop.to_dict() if run.stop is not None else {}
         _write(workdir / f"bench-{name}-{r + 1}.json",
@@ -215,16 +215,16 @@ def _benchmark(dep: Served, run_profile: ProfileRunner, plan: BenchSpec, workdir
         runs[name].append(flat_metrics(run.summary))
         results = {n: ProfileResult(n, tuple(v), tuple(stops[n]) if len(stops[n]) == len(v) else ())
                    for n, v in runs.items() if v}
-        raced = beaten(plan.race, results) if plan.race is not None else ""
+        raced = beaten(bench.race, results) if bench.race is not None else ""
         if raced:
             on_phase(f"stopped: {raced}")
             return DeploymentResults(results, {}, raced)
     searches: dict[str, CapacitySearch] = {}
-    for profile in plan.profiles:
+    for profile in bench.profiles:
         if profile.capacity is None:
             continue
-        found = _search_capacity(dep, profile, run_profile=run_profile, target=target, plan=plan,
-                                 seed=plan.seed * 1000 + index[profile.name] * 100, results=results,
+        found = _search_capacity(dep, profile, run_profile=run_profile, target=target, bench=bench,
+                                 seed=bench.seed * 1000 + index[profile.name] * 100, results=results,
                                  workdir=workdir, on_phase=on_phase, files=files)
         searches[profile.name] = found
         if found.boundary.found:
@@ -237,7 +237,7 @@ class _InvalidRun(Exception):
 
 
 def run_trial(
-    options: Sequence[str], plan: BenchSpec, setup: TrialSetup,
+    options: Sequence[str], bench: BenchSpec, setup: TrialSetup,
     on_phase: Phase = lambda phase: None,
 ) -> Measurement:
     """Run one configuration end to end; the server is gone when this returns. Only an
@@ -264,7 +264,7 @@ def run_trial(
             b0 = time.monotonic()
             try:
                 gpu_mib = dep.gpu_used_mib()
-                benchmarked = _benchmark(dep, setup.run_profile, plan, setup.workdir, on_phase, files)
+                benchmarked = _benchmark(dep, setup.run_profile, bench, setup.workdir, on_phase, files)
             except _InvalidRun as exc:
                 if not dep.is_serving():
                     err = dep.diagnose(str(exc))

@@ -154,7 +154,7 @@ def add_confirmed(study: optuna.Study, results: Mapping[int, Mapping[str, Profil
     study.set_user_attr(_CONFIRMED_STOPS, stops)
 
 
-_CONFIRMATION = "confirmation"  # the last confirmation's plan and the deployments it finished
+_CONFIRMATION = "confirmation"  # the last confirmation's schedule and the deployments it finished
 
 
 def read_confirmation(study: optuna.Study) -> ConfirmationState:
