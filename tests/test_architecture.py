@@ -290,16 +290,19 @@ print(json.dumps({"error": error, "skipped": skipped, "serves": callable(launche
 
 def test_the_preimported_launchers_side_imports_no_autotune_module(tmp_path):
     """vLLM's interpreter may be another environment's: the launcher's file, loaded by its path
-    (``preimported.LOADER``), must run there without autotune on the path."""
+    (``preimported.LOADER``), must run there without autotune on the path, and import nothing
+    of autotune in its source either."""
     import json
     import subprocess
     import sys
 
-    from autotune.shell.server import preimported
+    from autotune.shell.server import launcher_process, preimported
 
     assert "spec_from_file_location" in preimported.LOADER
-    path = Path(preimported.__file__)
-    assert path == PACKAGE / "shell" / "server" / "preimported.py"
+    path = Path(launcher_process.__file__)
+    assert path == PACKAGE / "shell" / "server" / "launcher_process.py"
+    assert not [m for m in imports(modules()["autotune.shell.server.launcher_process"], "")
+                if m.split(".")[0] == "autotune"]
     found = subprocess.run([sys.executable, "-I", "-c", LAUNCHER_SIDE, str(path)], cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
     assert found.returncode == 0, found.stderr
