@@ -392,7 +392,7 @@ ONE_PARAMETER_SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparamete
 
 
 def request_in(tmp_path: Path, **settings) -> StudyRequest:
-    """A plan request of one profile and one parameter on a config-only dense model."""
+    """A study request of one profile and one parameter on a config-only dense model."""
     (tmp_path / "model").mkdir(exist_ok=True)
     (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     (tmp_path / "space.yaml").write_text(ONE_PARAMETER_SPACE)

@@ -9,11 +9,9 @@ import pytest
 
 from autotune.core.deployment.baseline import VLLM_DEFAULTS
 from autotune.core.plan.estimate import UNBOUNDED_TRIALS
-from autotune.core.plan.request_settings import REQUEST_SETTINGS, request_fields
+from autotune.core.plan.request_settings import DEFAULTS, REQUEST_SETTINGS, request_fields
 from autotune.core.plan.study_request import StudyRequest
 from autotune.errors import ConfigError
-
-DEFAULTS = StudyRequest(profiles=())
 
 
 def test_no_flag_gives_the_requests_own_defaults_and_measures_vllms_defaults_first():

@@ -221,15 +221,14 @@ def _deployment_of(request: StudyRequest, given: GivenDeployment | None, space: 
 
 
 def model_info(model: str | None, workdir: Path, *, describe_only: bool = False,
-               say: Any = lambda text: None) -> ModelInfo:
+               say: Any = lambda text: None, platform: str | None = None) -> ModelInfo:
     """The given model, or on the CPU build the generated one under ``workdir`` (written the
-    first time, unless ``describe_only``)."""
+    first time, unless ``describe_only``). ``platform``: None, the installed vLLM's."""
     if model:
         return read_model_info(model)
     from autotune.modelgen import checkpoints
-    from autotune.shell.server.install import detect_platform
 
-    if detect_platform() != "cpu":
+    if (platform or platform_fact()) != "cpu":
         raise ConfigError("--model is required on a GPU machine (a local folder or a cached hub id)")
     path = Path(os.path.abspath(workdir / GENERATED_MODEL))  # exports run from any folder
     if (path / "config.json").exists():
@@ -318,7 +317,8 @@ def build_plan(request: StudyRequest, say: Any = lambda text: None, *,
     if model_name and Path(model_name).exists():  # a folder: where any shell finds it (exports)
         model_name = os.path.abspath(model_name)
     try:
-        model = model_info(model_name, request.workdir, describe_only=dry_run, say=say)
+        model = model_info(model_name, request.workdir, describe_only=dry_run, say=say,
+                           platform=platform)
     except ConfigError as exc:
         if request.model or given is None or given.model is None:
             raise
