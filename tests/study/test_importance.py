@@ -57,9 +57,9 @@ def fanova_imported() -> None:
 
 
 def test_the_parameter_with_a_strong_effect_ranks_first_and_the_null_one_gets_little(fanova_imported):
-    """Holds for 19 of seeds 0-19 at 12 trials, with 8 resamples as with the report's 20 (2.2
-    against 4.6 s of CPU a seed); with Optuna's PED-ANOVA in place of fANOVA, for none
-    (docs/startup.md)."""
+    """Holds for 19 of seeds 0-19 at 12 trials, with 8 resamples as with the report's 20 (2.4
+    against 5.1 s of CPU a seed: benchmarks/experiments/importance_resamples.py); with
+    Optuna's PED-ANOVA in place of fANOVA, for none (docs/startup.md)."""
     study, data = study_and_data(12)
     found = importances(study.get_trials(), study.directions, data, rounds=8)
     assert set(found) == {LATENCY.name, THROUGHPUT.name}
