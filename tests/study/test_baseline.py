@@ -128,7 +128,17 @@ def test_flags_the_space_does_not_tune_become_fixed_flags_on_the_baseline():
                                  "study's 1 (--tp, or the space's deployment in space.yaml)"),
     ("--optimization-level 3", "--baseline x: outside the values the space space.yaml tunes: "
                                "--optimization-level 3 (optimization_level: one of 0, 2)"),
-], ids=["tensor-parallel", "outside-the-domain"])
+    # A tuned JSON flag is never a fixed flag: every trial would deploy 3 tokens while the
+    # baseline is recorded as mtp off, and mtp on would overwrite it to 1.
+    ('--speculative-config \'{"method":"mtp","num_speculative_tokens":3}\'',
+     '--baseline x: outside the values the space space.yaml tunes: --speculative-config '
+     '{"method":"mtp","num_speculative_tokens":3} (mtp: unset or '
+     '{"method":"mtp","num_speculative_tokens":1})'),
+    ('--speculative-config \'{"method":"mtp","num_speculative_tokens":1,"x":2}\'',
+     '--baseline x: outside the values the space space.yaml tunes: --speculative-config '
+     '{"method":"mtp","num_speculative_tokens":1,"x":2} (mtp: unset or '
+     '{"method":"mtp","num_speculative_tokens":1})'),
+], ids=["tensor-parallel", "outside-the-domain", "json-other-token-count", "json-extra-key"])
 def test_a_conflict_with_the_space_is_one_line_naming_both_values(given, message):
     space, ctx = ctx_of(SPACE, 4096)
     with pytest.raises(ConfigError) as err:
@@ -143,26 +153,6 @@ def test_a_conflict_with_the_spaces_own_deployment_flag_names_both_values():
     with pytest.raises(ConfigError, match=r"^x: --max-num-seqs 128 conflicts with the space's "
                                           r"--max-num-seqs 64 \(space.yaml\)$"):
         baseline_of_options(space, ctx, {"--max-num-seqs": 128}, name="x", where="x")
-
-
-@pytest.mark.parametrize(("given", "message"), [
-    ('--speculative-config \'{"method":"mtp","num_speculative_tokens":3}\'',
-     '--baseline x: outside the values the space space.yaml tunes: --speculative-config '
-     '{"method":"mtp","num_speculative_tokens":3} (mtp: unset or '
-     '{"method":"mtp","num_speculative_tokens":1})'),
-    ('--speculative-config \'{"method":"mtp","num_speculative_tokens":1,"x":2}\'',
-     '--baseline x: outside the values the space space.yaml tunes: --speculative-config '
-     '{"method":"mtp","num_speculative_tokens":1,"x":2} (mtp: unset or '
-     '{"method":"mtp","num_speculative_tokens":1})'),
-], ids=["other-token-count", "extra-key"])
-def test_a_tuned_json_flag_with_a_value_the_space_cannot_express_is_one_line(given, message):
-    """Never a fixed flag: every trial would deploy 3 tokens while the baseline is recorded as
-    mtp off, and mtp on would overwrite it to 1."""
-    space, ctx = ctx_of(SPACE, 4096)
-    with pytest.raises(ConfigError) as err:
-        baseline_of_options(space, ctx, argv_to_options(shlex.split(given)), name="x",
-                            where="--baseline x")
-    assert str(err.value) == message
 
 
 def test_another_yarn_factor_is_one_line_naming_the_flag_and_what_the_space_tunes():
