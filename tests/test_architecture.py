@@ -39,10 +39,17 @@ def modules() -> MappingProxyType[str, ast.Module]:
 
 
 @functools.cache
+def nodes(tree: ast.Module) -> tuple[ast.AST, ...]:
+    """Every node of a module's tree, walked once per test process (a dozen tests walk each
+    tree: 2 s of the fast suite when each walked it again)."""
+    return tuple(ast.walk(tree))
+
+
+@functools.cache
 def imports(tree: ast.Module, name: str) -> frozenset[str]:
     """Every module imported anywhere in the file (lazy imports in functions too)."""
     out = set()
-    for node in ast.walk(tree):
+    for node in nodes(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -165,7 +172,7 @@ def test_the_core_touches_no_process_file_network_or_environment():
         for target in imports(tree, name):
             if target.split(".")[0] in IMPURE:
                 offenders.append(f"{name} imports {target}")
-        for node in ast.walk(tree):
+        for node in nodes(tree):
             if isinstance(node, ast.Attribute) and node.attr in ("read_text", "write_text", "environ",
                                                                   "open", "getenv"):
                 offenders.append(f"{name} uses .{node.attr}")
@@ -178,7 +185,7 @@ def test_the_core_touches_no_process_file_network_or_environment():
 def test_only_the_cli_prints_or_exits():
     offenders = [name for name, tree in modules().items()
                  if layer(name) not in (LAYERS["cli"], LAYERS["__main__"])
-                 for node in ast.walk(tree)
+                 for node in nodes(tree)
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and node.func.attr == "exit" and getattr(node.func.value, "id", "") == "sys"]
     assert not offenders
@@ -189,7 +196,7 @@ def test_only_optuna_internals_touches_optunas_private_api():
                "fixed_params", "failed_trial", "optuna.storages._heartbeat"}
 
     def touches(tree: ast.Module) -> bool:
-        for node in ast.walk(tree):
+        for node in nodes(tree):
             if isinstance(node, ast.Attribute) and node.attr in private:
                 return True
             if isinstance(node, ast.Constant) and node.value in private:
@@ -254,7 +261,7 @@ LONG_DOCSTRINGS = {("autotune.errors", "<module>")}
 
 def docstrings(tree: ast.Module) -> list[tuple[str, str]]:
     """Every module, class and function docstring of ``tree``, by the name it documents."""
-    return [(getattr(node, "name", "<module>"), doc) for node in ast.walk(tree)
+    return [(getattr(node, "name", "<module>"), doc) for node in nodes(tree)
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
             and (doc := ast.get_docstring(node)) is not None]
 
@@ -315,7 +322,7 @@ def test_the_preimported_launchers_side_imports_no_autotune_module(tmp_path):
 # log line, a metric key parsed again) fails here; the fix is to import the one.
 def _strings(tree: ast.Module) -> list[str]:
     return [n.value.decode(errors="replace") if isinstance(n.value, bytes) else n.value
-            for n in ast.walk(tree)
+            for n in nodes(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes))]
 
 
@@ -324,7 +331,7 @@ def _per_platform_table(tree: ast.Module) -> bool:
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Platform"
                or isinstance(n, ast.Dict) and {"cpu", "gpu"} <= {
                    k.value for k in n.keys if isinstance(k, ast.Constant)}
-               for n in ast.walk(tree))
+               for n in nodes(tree))
 
 
 def _numeric_prior(tree: ast.Module) -> bool:
@@ -342,14 +349,14 @@ def _latency_kinds(tree: ast.Module) -> bool:
     four = {"ttft", "tpot", "itl", "e2el"}
     return any(isinstance(n, (ast.Tuple, ast.List, ast.Set)) and four <= {
                    e.value for e in n.elts if isinstance(e, ast.Constant)}
-               for n in ast.walk(tree)) or any("ttft|" in s or "_ms$" in s for s in _strings(tree))
+               for n in nodes(tree)) or any("ttft|" in s or "_ms$" in s for s in _strings(tree))
 
 
 def _normal_quantile(tree: ast.Module) -> bool:
     """A verdict's own quantile: a typed z (1.645, 1.96, 2.576) or scipy's quantile functions."""
     return any(isinstance(n, ast.Constant) and n.value in (1.645, 1.96, 2.576)
                or isinstance(n, ast.alias) and n.name in ("ndtri", "stdtrit", "norm")
-               for n in ast.walk(tree))
+               for n in nodes(tree))
 
 
 CONCEPTS = {
