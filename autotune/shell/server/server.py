@@ -232,10 +232,10 @@ class ServerProcess:
                         break
                 except httpx.HTTPError:
                     pass
-                if self._log.listening.is_set():  # the server said it listens: ask again soon
+                if self._log.listening.is_set() or self._log.ended:  # ask again (or reap) soon
                     time.sleep(0.05)
                 else:
-                    self._log.listening.wait(poll_s)
+                    self._log.wait_news(poll_s)
             self.on_phase("first completion")
             self._first_completion(http)
         self.startup_s = time.monotonic() - self._t0
@@ -517,14 +517,17 @@ class LogPipe:
     replaced by ``***`` (vLLM 0.26 logs its non-default arguments, the API key among them),
     and, while ``stamping``, keeps each line with its arrival in seconds since ``t0``. Lines
     end at a newline or a carriage return (progress bars redraw with one); a line is written
-    once it ends, so the secret cannot straddle two writes. ``listening`` is set when the API
-    server says it has started, so the readiness poll need not sleep past it."""
+    once it ends, so the secret cannot straddle two writes. ``wait_news`` wakes when the API
+    server says it listens or the output ends (it died), so the readiness poll sleeps past
+    neither."""
 
 
     def __init__(self, source, path: Path, t0: float, *, secret: str = "") -> None:
         self.lines: list[LogLine] = []
         self.stamping = True
         self.listening = threading.Event()
+        self.ended = False  # the output ended: every holder of the pipe closed it
+        self._news = threading.Event()
         self._source, self._t0, self._secret = source, t0, secret.encode()
         self._file = open(path, "wb")  # noqa: SIM115 - closed by the thread at end of output
         self._thread = threading.Thread(target=self._copy, name=f"log {path}", daemon=True)
@@ -546,6 +549,8 @@ class LogPipe:
         finally:
             self._file.close()
             self._source.close()
+            self.ended = True
+            self._news.set()
 
     def _write(self, text: bytes, now: float) -> None:
         if self._secret:
@@ -554,9 +559,14 @@ class LogPipe:
         self._file.flush()
         if _LISTENING.search(text):
             self.listening.set()
+            self._news.set()
         if self.stamping:
             self.lines += [LogLine(now, raw.decode(errors="replace"))
                            for raw in re.split(rb"\r\n|\r|\n", text) if raw]
+
+    def wait_news(self, timeout_s: float) -> None:
+        """Until the server says it listens or its output ends, at most ``timeout_s``."""
+        self._news.wait(timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Wait for the output to end (the process group is gone), then the file is closed."""

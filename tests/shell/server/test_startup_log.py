@@ -16,11 +16,11 @@ CHILD = r"""
 import sys, time
 out = sys.stdout.buffer
 out.write(b"(APIServer pid=1) INFO 12-04 10:00:00 [api_utils.py] banner\n"); out.flush()
-time.sleep(0.6)
+time.sleep(0.3)
 out.write(b"Loading shards:   0%|\rLoading shards: 100%|\n"); out.flush()
-time.sleep(0.6)
+time.sleep(0.3)
 out.write(b"INFO:     Application startup complete.\n"); out.flush()
-time.sleep(0.6)
+time.sleep(0.3)
 out.write(b"INFO:     127.0.0.1 - GET /health 200\n"); out.flush()
 """
 
@@ -41,8 +41,19 @@ def test_each_line_is_stamped_on_arrival_and_the_file_holds_the_output_verbatim(
                      "Loading shards:   0%|", "Loading shards: 100%|",
                      "INFO:     Application startup complete."]
     stamps = [x.arrival_s for x in pipe.lines]
-    assert stamps[1] - stamps[0] > 0.5 and stamps[3] - stamps[1] > 0.5  # not whole seconds
+    assert stamps[1] - stamps[0] > 0.25 and stamps[3] - stamps[1] > 0.25  # not whole seconds
     assert stamps[3] <= heard_s
+
+
+def test_the_readiness_wait_wakes_when_the_output_ends_not_at_its_timeout(tmp_path):
+    """A server that dies before it listens is noticed at once, not at the next poll."""
+    proc = subprocess.Popen([sys.executable, "-c", "print('dying')"], stdout=subprocess.PIPE)
+    pipe = LogPipe(proc.stdout, tmp_path / "server.log", time.monotonic())
+    t0 = time.monotonic()
+    pipe.wait_news(30)
+    assert pipe.ended and not pipe.listening.is_set() and time.monotonic() - t0 < 10
+    proc.wait(10)
+    pipe.close()
 
 
 def test_a_server_that_dies_at_start_is_diagnosed_from_its_whole_output(tmp_path):
