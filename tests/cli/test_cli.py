@@ -49,6 +49,7 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
      "--load-range 8,2: capacity: need 0 < low < high"),
     (["run", "--dry-run", "--profile", "chat"], "--profile 'chat': unknown profile; valid: low-concurrency"),
     (["run", "--dry-run", "--profile", "chat", "--profile-file", "nowhere.yaml"], "nowhere.yaml"),
+    (["run", "--dry-run", "--references", "nowhere-refs.yaml"], "nowhere-refs.yaml: cannot read"),
     (["bench", "--url", "http://127.0.0.1:1", "--model", "m", "--vocab-size", "512", "--profile",
       "capacity"], "bench runs fixed workloads; a capacity profile searches its load"),
     (["pareto", "--study", "missing"], "autotune.db: no such file"),
@@ -70,7 +71,7 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["no-such-command"], "argument command: invalid choice: 'no-such-command'"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials", "bad-time-budget",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
-        "missing-profile-file", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
+        "missing-profile-file", "missing-references", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
         "confirm-zero-rounds", "import-missing-file", "import-wrong-format", "argparse-bad-int",
         "argparse-unknown-flag", "argparse-bad-choice", "argparse-missing", "argparse-no-command"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):

@@ -299,6 +299,8 @@ def build_plan(request: StudyRequest, say: Any = lambda text: None, *,
         space = capped(space, graph_capture_cap(request.profiles, space))
     references = (read_references(locate_shipped(request.references_path), space)
                   if request.references_path else None)
+    if references is None and request.baseline_references:  # unused unless --baseline names
+        read_text(locate_shipped(request.baseline_references))  # one: a wrong path still errs
     slos, limits = split_slos(request.slos, request.profiles)
     profiles = tuple(p.with_limits(limits.get(p.name, ())) if p.capacity else p
                      for p in request.profiles)
