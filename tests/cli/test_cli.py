@@ -71,7 +71,8 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
     (["no-such-command"], "argument command: invalid choice: 'no-such-command'"),
 ], ids=["storage-dialect", "sqlite-missing-folder", "negative-slo", "bad-objective", "zero-trials", "bad-time-budget",
         "capacity-without-slo", "slo-without-profile", "bad-load-range", "unknown-profile",
-        "missing-profile-file", "missing-references", "bench-capacity", "pareto", "recommend", "export", "report", "dashboard", "worker",
+        "missing-profile-file", "missing-references", "bench-capacity", "pareto", "recommend",
+        "export", "report", "dashboard", "worker",
         "confirm-zero-rounds", "import-missing-file", "import-wrong-format", "argparse-bad-int",
         "argparse-unknown-flag", "argparse-bad-choice", "argparse-missing", "argparse-no-command"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(autotune_in, tmp_path, args, message):
@@ -338,3 +339,14 @@ def test_a_dry_run_puts_every_planned_configuration_to_vllm_and_names_the_reject
     assert sum(line.startswith("  rejected by vLLM") for line in lines) == 1
     assert ("vLLM's parser: 4 of 5 planned configuration(s) accepted, 1 rejected; a rejected one "
             "costs a validation, not one of the 5 trial(s)") in result.stdout
+
+
+def test_a_malformed_space_is_one_line_exit_2_and_nothing_written(autotune_in, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("parameters:\n  - {name: mtp, type: categorical, choices: [], default: 1, flag: --a}\n")
+    result = autotune_in(tmp_path, "--workdir", "work", "run", "--space", str(bad), "--model",
+                         str(tmp_path), "--trials", "1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"autotune: error: {bad}: parameter 'mtp': choices must be a non-empty list"]
+    assert not (tmp_path / "work").exists()  # nothing launched, nothing written

@@ -347,26 +347,6 @@ def test_malformed_reference_gives_one_line_error(tmp_path, space, case):
     assert expected in str(info.value)
 
 
-def test_the_cli_reports_a_malformed_space_in_one_line_with_exit_code_2(tmp_path):
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO
-
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(MALFORMED["empty-choices"][0])
-    workdir = tmp_path / "work"
-    result = subprocess.run(
-        [sys.executable, "-m", "autotune", "--workdir", str(workdir), "run", "--space", str(bad),
-         "--model", str(tmp_path), "--trials", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"autotune: error: {bad}: parameter 'mtp': choices must be a non-empty list"]
-    assert not workdir.exists()  # nothing launched, nothing written
-
-
 def test_validate_shows_expert_parallel_as_not_applying_on_cpu(space, moe_mtp_info):
     from rich.console import Console
 
