@@ -7,6 +7,7 @@ whose interval contains zero is a tie, never a finding."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from autotune.core.metrics.registry import ASSUMED_LOG_SD, METRICS
 LEVEL = 0.95
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(df: float, level: float = LEVEL) -> float:
-    """Two-sided quantile of Student's t (the normal one for infinite df)."""
+    """Two-sided quantile of Student's t (the normal one for infinite df). Memoised: a
+    recommendation asks for the same few degrees of freedom hundreds of times."""
     q = 0.5 + level / 2
     return float(ndtri(q) if math.isinf(df) else stdtrit(df, q))
 
@@ -77,9 +80,13 @@ class NoiseModel:
         return self.by_metric.get(metric) or redeployment_prior(metric, self.platform)
 
 
-def _logs(values: Sequence[float]) -> np.ndarray | None:
+def _has_logs(values: Sequence[float]) -> bool:
     # Checked value by value: numpy's reductions cost more than the few values of a group.
-    if len(values) == 0 or not all(v > 0 and math.isfinite(v) for v in values):
+    return len(values) > 0 and all(v > 0 and math.isfinite(v) for v in values)
+
+
+def _logs(values: Sequence[float]) -> np.ndarray | None:
+    if not _has_logs(values):
         return None
     return np.log(np.asarray(values, dtype=float))
 
@@ -90,8 +97,10 @@ def pooled_sd(groups: Iterable[Sequence[float]]) -> tuple[float, int, int] | Non
     freedom and the number of groups; None without any such group."""
     ss, df, trials = 0.0, 0, 0
     for values in groups:
+        if len(values) < 2:  # before numpy: most groups of a search are single runs
+            continue
         arr = np.asarray(values, dtype=float)
-        if arr.size < 2 or not np.all(np.isfinite(arr)):
+        if not np.all(np.isfinite(arr)):
             continue
         ss += float(np.sum((arr - arr.mean()) ** 2))
         df += arr.size - 1
@@ -142,9 +151,11 @@ def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequen
     freedom). The between-spread pooled over configurations, never below the repeats' spread over
     sqrt(runs per deployment) (a deployment's mean cannot be surer than its runs); without any
     redeployment, measured or inherited, ``prior`` held to that same floor."""
-    logs_w = [x for x in map(_logs, within) if x is not None]
+    # A group of one value has no spread: only whether it has a log counts, not the log itself.
+    usable_w = [g for g in within if _has_logs(g)]
+    logs_w = [np.log(np.asarray(g, dtype=float)) for g in usable_w if len(g) > 1]
     logs_b = [x for x in map(_logs, between) if x is not None]
-    if not logs_w and not logs_b and inherited is None:
+    if not usable_w and not logs_b and inherited is None:
         return None
     floor, floor_df, floor_src = 0.0, math.inf, ""
     found_w = pooled_sd(logs_w)
