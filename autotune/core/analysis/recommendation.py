@@ -8,6 +8,7 @@ the margin; only an undecided comparison has a price (docs/studies.md#recommenda
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 import textwrap
 from collections.abc import Sequence
@@ -169,8 +170,8 @@ class Rival:
     trial: TrialOutcome
     comparisons: tuple[Comparison, ...]
 
-    @property
-    def verdict(self) -> Verdict:
+    @functools.cached_property
+    def verdict(self) -> Verdict:  # read many times over by a recommendation: combined once
         return combined([c.verdict for c in self.comparisons])
 
     @property
