@@ -176,11 +176,10 @@ def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequen
     freedom). The between-spread pooled over configurations, never below the repeats' spread over
     sqrt(runs per deployment) (a deployment's mean cannot be surer than its runs); without any
     redeployment, measured or inherited, ``prior`` held to that same floor."""
-    # A group of one value has no spread: only whether it has a log counts, not the log itself.
-    usable_w = [g for g in within if _has_logs(g)]
-    logs_w = [np.log(np.asarray(g, dtype=float)) for g in usable_w if len(g) > 1]
+    # A group of one value has no spread: only whether one has a log counts, not the log.
+    logs_w = [np.log(np.asarray(g, dtype=float)) for g in within if len(g) > 1 and _has_logs(g)]
     logs_b = [x for x in map(_logs, between) if x is not None]
-    if not usable_w and not logs_b and inherited is None:
+    if not logs_w and not any(map(_has_logs, within)) and not logs_b and inherited is None:
         return None
     floor, floor_df, floor_src = 0.0, math.inf, ""
     found_w = pooled_sd(logs_w)
