@@ -380,7 +380,7 @@ def recheck(records: Sequence[RequestResult], rule: StopRule, *, metrics: Sequen
     pinned = Pinned(rule, tuple(metrics), max_run_s)
     done: list[RequestResult] = []
     first_s = math.inf  # the first send among ``done``, kept as they grow (linear, not quadratic)
-    for i in sorted(range(len(records)), key=lambda k: ends[k]):
+    for i in sorted(range(len(records)), key=ends.__getitem__):
         done.append(records[i])
         first_s = min(first_s, records[i].start_s)
         sent = bisect.bisect_left(starts, ends[i])  # the sends strictly before this completion
