@@ -45,13 +45,14 @@ def closed_loop(latencies_s, concurrency: int, tokens: int = 16) -> list[Request
     free = [(0.0, slot) for slot in range(concurrency)]
     out = []
     for latency in map(float, latencies_s):
-        at, slot = heapq.heappop(free)
+        at, slot = free[0]
         start = at + 1e-6
         gap = latency / tokens
+        done = start + latency + 1e-7
         out.append(RequestResult(prompt_len=8, start_s=start, success=True, output_tokens=tokens,
                                  ttft_s=gap, latency_s=latency, itl_s=(gap,) * (tokens - 1),
-                                 done_s=start + latency + 1e-7))
-        heapq.heappush(free, (start + latency + 1e-7, slot))
+                                 done_s=done))
+        heapq.heapreplace(free, (done, slot))  # that slot, free again once this one is done
     return out
 
 

@@ -8,6 +8,7 @@ the margin; only an undecided comparison has a price (docs/studies.md#recommenda
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 import textwrap
 from collections.abc import Sequence
@@ -169,8 +170,8 @@ class Rival:
     trial: TrialOutcome
     comparisons: tuple[Comparison, ...]
 
-    @property
-    def verdict(self) -> Verdict:
+    @functools.cached_property
+    def verdict(self) -> Verdict:  # read many times over by a recommendation: combined once
         return combined([c.verdict for c in self.comparisons])
 
     @property
@@ -387,17 +388,17 @@ def recommend(data: StudyData, use: str, settings: TieSettings | None = None) ->
         raise NoFeasibleTrial("no feasible trial in the study yet: run more trials first")
     objectives = use_objectives(data, use)
     best, why = _best(data, use, pool)
-    simpler = sorted((r.trial for r in _rivals(data, best, pool, objectives)
-                      if r.verdict is Verdict.EQUIVALENT),
+    best_rivals = _rivals(data, best, pool, objectives)
+    simpler = sorted((r.trial for r in best_rivals if r.verdict is Verdict.EQUIVALENT),
                      key=lambda t: (len(data.differences(t)), data.costs(t)))
-    pick = best
+    pick, rivals = best, best_rivals
     for t in simpler:
         if len(data.differences(t)) >= len(data.differences(best)):
             break
-        if not any(r.verdict is Verdict.BETTER for r in _rivals(data, t, pool, objectives)):
-            pick = t
+        against = _rivals(data, t, pool, objectives)
+        if not any(r.verdict is Verdict.BETTER for r in against):
+            pick, rivals = t, against
             break
-    rivals = _rivals(data, pick, pool, objectives)
     values = "; ".join(f"{o.label}: {data.objective_estimate(pick, o).text}" for o in data.objectives)
     text = f"Trial {pick.label} for {use} use: {values} (mean [95% interval])."
     if pick.number != best.number:

@@ -7,6 +7,7 @@ whose interval contains zero is a tie, never a finding."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from autotune.core.metrics.registry import ASSUMED_LOG_SD, METRICS
 LEVEL = 0.95
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(df: float, level: float = LEVEL) -> float:
-    """Two-sided quantile of Student's t (the normal one for infinite df)."""
+    """Two-sided quantile of Student's t (the normal one for infinite df). Memoised: a
+    recommendation asks for the same few degrees of freedom hundreds of times."""
     q = 0.5 + level / 2
     return float(ndtri(q) if math.isinf(df) else stdtrit(df, q))
 
@@ -77,9 +80,13 @@ class NoiseModel:
         return self.by_metric.get(metric) or redeployment_prior(metric, self.platform)
 
 
-def _logs(values: Sequence[float]) -> np.ndarray | None:
+def _has_logs(values: Sequence[float]) -> bool:
     # Checked value by value: numpy's reductions cost more than the few values of a group.
-    if len(values) == 0 or not all(v > 0 and math.isfinite(v) for v in values):
+    return len(values) > 0 and all(v > 0 and math.isfinite(v) for v in values)
+
+
+def _logs(values: Sequence[float]) -> np.ndarray | None:
+    if not _has_logs(values):
         return None
     return np.log(np.asarray(values, dtype=float))
 
@@ -90,13 +97,40 @@ def pooled_sd(groups: Iterable[Sequence[float]]) -> tuple[float, int, int] | Non
     freedom and the number of groups; None without any such group."""
     ss, df, trials = 0.0, 0, 0
     for values in groups:
-        arr = np.asarray(values, dtype=float)
-        if arr.size < 2 or not np.all(np.isfinite(arr)):
+        if len(values) < 2:  # before numpy: most groups of a search are single runs
             continue
-        ss += float(np.sum((arr - arr.mean()) ** 2))
-        df += arr.size - 1
+        group_ss = _sum_of_squares(values)
+        if group_ss is None:
+            continue
+        ss += group_ss
+        df += len(values) - 1
         trials += 1
     return (math.sqrt(ss / df), df, trials) if df else None
+
+
+_PAIRWISE_BLOCK = 8  # numpy adds fewer values than this one after another; more, in 8 lanes
+
+
+def _sum_of_squares(values: Sequence[float]) -> float | None:
+    """The squared deviations from their mean of two or more values, summed (None: one is not
+    finite). A small group is summed in plain Python in numpy's order, to the same bits at a
+    tenth of the cost: a study's noise sums a few deployments of each trial on every read."""
+    if len(values) >= _PAIRWISE_BLOCK:
+        arr = np.asarray(values, dtype=float)
+        if not np.all(np.isfinite(arr)):
+            return None
+        return float(np.sum((arr - arr.mean()) ** 2))
+    xs = [float(v) for v in values]
+    if not all(math.isfinite(x) for x in xs):
+        return None
+    total = 0.0
+    for x in xs:
+        total += x
+    mean = total / len(xs)
+    ss = 0.0
+    for x in xs:
+        ss += (x - mean) * (x - mean)
+    return ss
 
 
 def pooled_noise(groups: Mapping[str, Iterable[Sequence[float]]]) -> NoiseModel:
@@ -142,9 +176,10 @@ def deployment_noise(within: Sequence[Sequence[float]], between: Sequence[Sequen
     freedom). The between-spread pooled over configurations, never below the repeats' spread over
     sqrt(runs per deployment) (a deployment's mean cannot be surer than its runs); without any
     redeployment, measured or inherited, ``prior`` held to that same floor."""
-    logs_w = [x for x in map(_logs, within) if x is not None]
+    # A group of one value has no spread: only whether one has a log counts, not the log.
+    logs_w = [np.log(np.asarray(g, dtype=float)) for g in within if len(g) > 1 and _has_logs(g)]
     logs_b = [x for x in map(_logs, between) if x is not None]
-    if not logs_w and not logs_b and inherited is None:
+    if not logs_w and not any(map(_has_logs, within)) and not logs_b and inherited is None:
         return None
     floor, floor_df, floor_src = 0.0, math.inf, ""
     found_w = pooled_sd(logs_w)

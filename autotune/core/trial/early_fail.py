@@ -30,14 +30,18 @@ class FailBar:
     quantile: float
     bar_ms: float
 
-    def value_ms(self, r: RequestResult) -> float | None:
-        """This request's latency, as the run's summary counts it (None: not counted)."""
-        if not r.success:
-            return None
-        # Only the latency asked for: the rule asks after every completion, of every request.
-        seconds = (r.ttft_s if self.latency == "ttft" else r.latency_s if self.latency == "e2el"
-                   else tpot_s(r))
-        return None if seconds is None else seconds * 1000.0
+    def past(self, results: Sequence[RequestResult]) -> int:
+        """How many of ``results`` are past the bar: the successful requests whose latency, as
+        the run's summary counts it (no TPOT for one token), is over ``bar_ms``. Only the
+        latency asked for, in one pass: the client asks after every completion."""
+        if self.latency == "ttft":
+            seconds = [r.ttft_s for r in results if r.success]
+        elif self.latency == "e2el":
+            seconds = [r.latency_s for r in results if r.success]
+        else:
+            seconds = [tpot_s(r) for r in results if r.success]
+        bar = self.bar_ms
+        return sum(1 for s in seconds if s is not None and s * 1000.0 > bar)
 
     def needed(self, planned: int) -> int:
         """Requests past the bar that settle the fail of a run of ``planned``."""
@@ -58,7 +62,7 @@ class SettleRule:
         if failed:
             return f"{failed} failed request(s) after {len(results)} of {planned}"
         for bar in self.bars:
-            past = sum(1 for r in results if (v := bar.value_ms(r)) is not None and v > bar.bar_ms)
+            past = bar.past(results)
             if past >= bar.needed(planned):
                 return (f"{bar.limit}: {past} of {planned} requests past {bar.bar_ms:.4g} ms "
                         f"after {len(results)}")

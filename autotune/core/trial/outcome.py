@@ -57,12 +57,21 @@ class ProfileResult:
         return [float(r[metric]) for r in self.runs if metric in r]
 
     def by_deployment(self, metric: str) -> list[list[float]]:
-        """The values of ``metric`` per deployment (deployments without it left out)."""
-        sizes = self.deployment_sizes or (len(self.runs),)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        groups = [[float(r[metric]) for r in self.runs[a:a + n] if metric in r]
-                  for a, n in zip(starts, sizes, strict=True)]
-        return [g for g in groups if g]
+        """The values of ``metric`` per deployment (deployments without it left out); grouped
+        once per metric (the study's noise regroups every trial on each read)."""
+        memo = self._by_deployment
+        if metric not in memo:
+            sizes = self.deployment_sizes or (len(self.runs),)
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            groups = [tuple(float(r[metric]) for r in self.runs[a:a + n] if metric in r)
+                      for a, n in zip(starts, sizes, strict=True)]
+            memo[metric] = tuple(g for g in groups if g)
+        return [list(g) for g in memo[metric]]
+
+    @functools.cached_property
+    def _by_deployment(self) -> dict[str, tuple[tuple[float, ...], ...]]:
+        """``by_deployment``'s groups by metric (not a field, as ``_deployment_means``)."""
+        return {}
 
     def deployment_means(self, metric: str) -> list[float]:
         memo = self._deployment_means
@@ -75,6 +84,21 @@ class ProfileResult:
         """``deployment_means`` by metric, computed once: a recommendation compares the same
         trials many times over (and the front reads every cost once per pair); the runs of a
         record never change. Not a field: no comparison, copy or rendering sees it."""
+        return {}
+
+    def estimate(self, metric: str, noise: Noise) -> Estimate:
+        """The mean over deployments (``stats.estimate``); ``noise`` is that of one
+        deployment's mean. Its mean is computed once per metric, as ``deployment_means``."""
+        memo = self._estimate_means
+        if metric not in memo:
+            found = estimate(self.deployment_means(metric), noise)
+            memo[metric] = (found.mean, found.n)
+        mean, n = memo[metric]
+        return Estimate(mean, n, noise)
+
+    @functools.cached_property
+    def _estimate_means(self) -> dict[str, tuple[float, int]]:
+        """``estimate``'s mean and count by metric (not a field, as ``_deployment_means``)."""
         return {}
 
     def mean(self, metric: str) -> float:
@@ -230,7 +254,7 @@ class TrialOutcome(Measurement):
 
     def estimate(self, profile: str, metric: str, noise: Noise) -> Estimate:
         """The mean over deployments; ``noise`` is that of one deployment's mean."""
-        return estimate(self.results[profile].deployment_means(metric), noise)
+        return self.results[profile].estimate(metric, noise)
 
     def with_measurement(self, m: Measurement) -> TrialOutcome:
         """This trial with what its deployment measured, as stored: seconds to the ms, the
