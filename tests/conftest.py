@@ -127,6 +127,22 @@ def built_once(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def pyplot_imported() -> None:
+    """matplotlib's pyplot (0.6 s) imported, and a first figure drawn (its fonts loaded,
+    0.3 s), once per process as a fixture's setup: the tests that draw figures are timed
+    without these fixed costs of whichever comes first."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # as study/output/plots.py does before its import
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_title("fonts")
+    fig.canvas.draw()
+    plt.close(fig)
+
+
+@pytest.fixture(scope="session")
 def screenshots() -> Path:
     """Screenshots kept with the test output (test-artifacts/, git-ignored) to look at."""
     path = REPO / "test-artifacts" / "screenshots"

@@ -93,8 +93,8 @@ def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecide
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
             rounds=3, trial_fn=stand_in, say=said.append, figures=False)
-    times = {n: sum(argv == study_data(study).outcomes[n].argv for argv in stand_in.deployed)
-             for n in (base, mtp, o0)}
+    stored = study_data(study).outcomes
+    times = {n: sum(argv == stored[n].argv for argv in stand_in.deployed) for n in (base, mtp, o0)}
     # -O0 is decided after the first round: never deployed again; each later step deploys one
     # of the two still undecided, up to the 3 x 3 deployments three rounds would take
     assert times[o0] == 1 and times[base] >= 2 and times[mtp] >= 2
