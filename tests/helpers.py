@@ -22,7 +22,9 @@ Study builders:
   model, run through the real ``StudyRunner`` with a trial function, on the plan's SQLite file
   or (``run_in_memory``) on Optuna's in-memory storage; ``o2_o3_plan``: two references that
   resolve to one engine (``o3_is_o2``); ``copy_searched``: a copy of the 6-trial search that
-  conftest's ``searched`` runs once a session;
+  conftest's ``searched`` runs once a session; ``copy_tied``: a copy of the tied references'
+  study (``TIED_REFS``, ``MtpDoesNothing``), run once a process through conftest's
+  ``built_once``;
 - ``store`` with ``served``/``failed``/``with_capacity``: stored studies as `autotune run`
   stores them (each trial's ``TrialOutcome`` through ``records.write_outcome``, the plan through
   ``state.write_plan``, into a real SQLite file), for the reading commands' tests; only the
