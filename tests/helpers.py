@@ -22,7 +22,9 @@ Study builders:
   model, run through the real ``StudyRunner`` with a trial function, on the plan's SQLite file
   or (``run_in_memory``) on Optuna's in-memory storage; ``o2_o3_plan``: two references that
   resolve to one engine (``o3_is_o2``); ``copy_searched``: a copy of the 6-trial search that
-  conftest's ``searched`` runs once a session;
+  conftest's ``searched`` runs once a session; ``copy_tied``: a copy of the tied references'
+  study (``TIED_REFS``, ``MtpDoesNothing``), run once a process through conftest's
+  ``built_once``;
 - ``store`` with ``served``/``failed``/``with_capacity``: stored studies as `autotune run`
   stores them (each trial's ``TrialOutcome`` through ``records.write_outcome``, the plan through
   ``state.write_plan``, into a real SQLite file), for the reading commands' tests; only the
@@ -71,7 +73,7 @@ from autotune.study.run.runner import SilentProgress, StudyRunner
 from autotune.study.run.study_plan import build_plan
 from autotune.study.run.study_setup import prepare_study
 from autotune.study.run.trial_function import TrialSetup
-from autotune.study.store.records import write_outcome
+from autotune.study.store.records import outcomes, write_outcome
 from autotune.study.store.state import mark_references, write_plan
 from autotune.study.store.storage import Heartbeat, open_storage
 
@@ -385,6 +387,48 @@ def copy_searched(searched: Path, tmp_path: Path):
     plan = make_plan(tmp_path, trials=6)
     return plan, optuna.load_study(study_name=plan.study_name,
                                    storage=open_storage(plan.storage, Heartbeat()))
+
+
+TIED_REFS = """
+baseline: base
+configs:
+  - {name: base, params: {optimization_level: 2}}
+  - {name: mtp, base: base, params: {mtp: true}}
+  - {name: o0, base: base, params: {optimization_level: 0}}
+"""
+
+
+class MtpDoesNothing(StandIn):
+    """``StandIn`` where MTP changes nothing: -O2 with and without MTP are tied, -O0 is
+    decided (half as fast). Counts its deployments per flag set."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed=seed)
+        self.deployed: list[tuple[str, ...]] = []
+
+    def __call__(self, argv, bench, setup, on_phase):
+        self.deployed.append(tuple(argv))
+        i = argv.index("--speculative-config") if "--speculative-config" in argv else None
+        same = tuple(argv) if i is None else tuple(argv[:i]) + tuple(argv[i + 2:])
+        return super().__call__(same, bench, setup, on_phase)
+
+
+def copy_tied(tmp_path: Path, built_once, smallest_difference: float):
+    """The study ``run(make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=...),
+    MtpDoesNothing())``: its three references measured, MTP tied with the base and -O0
+    decided. Run once per process and ``smallest_difference`` (conftest's ``built_once``) and
+    copied into ``tmp_path``; returns the plan, the study open for writing and the numbers of
+    (base, mtp, o0). The stored plan names the first copy's model folder, as in
+    ``copy_searched``."""
+    def build(folder: Path) -> None:
+        run(make_plan(folder, trials=3, refs=TIED_REFS, smallest_difference=smallest_difference),
+            MtpDoesNothing())
+    built_once(f"tied references at {smallest_difference}", build, tmp_path)
+    plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=smallest_difference)
+    study = optuna.load_study(study_name=plan.study_name,
+                              storage=open_storage(plan.storage, Heartbeat()))
+    base, mtp, o0 = (t.number for t in outcomes(study))
+    return plan, study, (base, mtp, o0)
 
 
 ONE_PARAMETER_SPACE = ("name: t\ndeployment: {tensor_parallel_size: 2}\nparameters:\n"

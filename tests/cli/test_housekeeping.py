@@ -24,9 +24,32 @@ TRIALS = [served(e2el_ms=1000, throughput=2000, reference="default"),
 
 
 @pytest.fixture
-def one_study(tmp_path) -> Path:
-    """studies/autotune.db holding the study 's' (the baseline #0 and #1)."""
-    store(tmp_path / "studies", TRIALS, baseline="default")
+def one_study(tmp_path, built_once) -> Path:
+    """studies/autotune.db holding the study 's' (the baseline #0 and #1), stored once per
+    process and copied into the test's folder (conftest's ``built_once``)."""
+    built_once("housekeeping: s", lambda f: store(f / "studies", TRIALS, baseline="default"),
+               tmp_path)
+    return tmp_path / "studies"
+
+
+@pytest.fixture
+def two_studies(tmp_path, built_once) -> Path:
+    """``one_study`` with a second study, 'other', of the same trials."""
+    def build(folder: Path) -> None:
+        store(folder / "studies", TRIALS, baseline="default")
+        store(folder / "studies", TRIALS, name="other", baseline="default")
+    built_once("housekeeping: s, other", build, tmp_path)
+    return tmp_path / "studies"
+
+
+@pytest.fixture
+def with_artifacts_of_s(tmp_path, built_once) -> Path:
+    """``one_study`` where 's' has an artifact, a failed trial #2 with one, and its trials' and
+    report folders (``with_artifacts``)."""
+    def build(folder: Path) -> None:
+        store(folder / "studies", TRIALS, baseline="default")
+        with_artifacts(folder / "studies", "s")
+    built_once("housekeeping: s with artifacts", build, tmp_path)
     return tmp_path / "studies"
 
 
@@ -69,8 +92,7 @@ def test_without_study_a_reading_command_reads_the_storages_only_study_and_write
     assert files(tmp_path) == before  # no byte changed, no -wal or -shm left
 
 
-def test_with_several_studies_a_missing_study_is_one_line_naming_them(cli, one_study, tmp_path):
-    store(one_study, TRIALS, name="other", baseline="default")
+def test_with_several_studies_a_missing_study_is_one_line_naming_them(cli, two_studies, tmp_path):
     before = files(tmp_path)
     code, out, err = cli("pareto")
     assert (code, out) == (2, "")
@@ -87,8 +109,7 @@ def test_without_study_or_storage_nothing_is_created(cli, tmp_path, command):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_confirmation_of_a_storage_with_several_studies_needs_study(cli, one_study):
-    store(one_study, TRIALS, name="other", baseline="default")
+def test_the_confirmation_of_a_storage_with_several_studies_needs_study(cli, two_studies):
     code, _, err = cli("confirm")
     assert code == 2 and "holds 2 studies, name one: other, s" in one_line(err)
 
@@ -96,27 +117,25 @@ def test_the_confirmation_of_a_storage_with_several_studies_needs_study(cli, one
 # ---------------------------------------------------------------- delete-study
 
 def test_delete_study_with_yes_deletes_the_study_its_artifacts_and_folders_and_no_other(
-        cli, one_study):
-    store(one_study, TRIALS, name="other", baseline="default")
-    gone, kept = with_artifacts(one_study, "s"), with_artifacts(one_study, "other")
+        cli, two_studies):
+    gone, kept = with_artifacts(two_studies, "s"), with_artifacts(two_studies, "other")
     code, out, err = cli("delete-study", "--study", "s", "--yes")
     assert code == 0, err
     assert out.split() == ("deleted study 's' in sqlite:///studies/autotune.db: 3 trials, 2 "
                            "artifact files in studies/artifacts, studies/trials/s/, "
                            "studies/reports/s/").split()
     assert [s.study_name for s in optuna.get_all_study_summaries(
-        f"sqlite:///{one_study / 'autotune.db'}")] == ["other"]
-    assert sorted(p.name for p in (one_study / "artifacts").iterdir()) == sorted(kept)
-    assert not set(gone) & {p.name for p in (one_study / "artifacts").iterdir()}
-    assert [p.name for p in (one_study / "trials").iterdir()] == ["other"]
-    assert [p.name for p in (one_study / "reports").iterdir()] == ["other"]
+        f"sqlite:///{two_studies / 'autotune.db'}")] == ["other"]
+    assert sorted(p.name for p in (two_studies / "artifacts").iterdir()) == sorted(kept)
+    assert not set(gone) & {p.name for p in (two_studies / "artifacts").iterdir()}
+    assert [p.name for p in (two_studies / "trials").iterdir()] == ["other"]
+    assert [p.name for p in (two_studies / "reports").iterdir()] == ["other"]
     code, out, err = cli("pareto")  # the one study left is read without --study
     assert code == 0 and "the front (other)" in out
 
 
-def test_delete_study_without_a_terminal_or_yes_is_one_line_and_deletes_nothing(cli, one_study,
-                                                                               tmp_path):
-    with_artifacts(one_study, "s")
+def test_delete_study_without_a_terminal_or_yes_is_one_line_and_deletes_nothing(
+        cli, with_artifacts_of_s, tmp_path):
     before = files(tmp_path)
     code, out, err = cli("delete-study", "--study", "s")  # pytest's stdin is no terminal
     assert (code, out) == (2, "")
@@ -134,11 +153,10 @@ def test_delete_study_of_a_missing_study_is_one_line_naming_those_there(cli, one
     assert files(tmp_path) == before
 
 
-def test_delete_study_refuses_while_trials_run_unless_forced(cli, one_study, tmp_path):
+def test_delete_study_refuses_while_trials_run_unless_forced(cli, with_artifacts_of_s, tmp_path):
     """A worker still running a trial would go on writing to a study that is gone: --yes alone
     deletes nothing; --force (the worker died) deletes it."""
-    with_artifacts(one_study, "s")
-    running = optuna.load_study(study_name="s", storage=f"sqlite:///{one_study / 'autotune.db'}")
+    running = optuna.load_study(study_name="s", storage=f"sqlite:///{with_artifacts_of_s / 'autotune.db'}")
     number = running.ask().number
     close_readers()
     before = files(tmp_path)
@@ -150,19 +168,18 @@ def test_delete_study_refuses_while_trials_run_unless_forced(cli, one_study, tmp
     assert files(tmp_path) == before
     code, out, err = cli("delete-study", "--study", "s", "--yes", "--force")
     assert code == 0, err
-    assert optuna.get_all_study_summaries(f"sqlite:///{one_study / 'autotune.db'}") == []
+    assert optuna.get_all_study_summaries(f"sqlite:///{with_artifacts_of_s / 'autotune.db'}") == []
 
 
 @pytest.mark.parametrize(("answer", "deleted"), [("y", True), ("yes\n", True), ("n", False),
                                                  ("", False)], ids=["y", "yes", "n", "enter"])
-def test_delete_study_asks_and_deletes_only_on_yes(one_study, tmp_path, monkeypatch, capsys,
-                                                   answer, deleted):
+def test_delete_study_asks_and_deletes_only_on_yes(with_artifacts_of_s, tmp_path, monkeypatch,
+                                                   capsys, answer, deleted):
     from autotune.cli import build_parser
     from autotune.cli.housekeeping import cmd_delete_study
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
-    with_artifacts(one_study, "s")
     before = files(tmp_path)
     asked = []
     args = build_parser().parse_args(["delete-study", "--study", "s"])
@@ -170,8 +187,8 @@ def test_delete_study_asks_and_deletes_only_on_yes(one_study, tmp_path, monkeypa
     assert asked == ["delete study 's' in sqlite:///studies/autotune.db: 3 trials, 2 artifact "
                      "files in studies/artifacts, studies/trials/s/, studies/reports/s/? [y/N] "]
     if deleted:
-        assert code == 0 and list((one_study / "artifacts").iterdir()) == []
-        assert optuna.get_all_study_summaries(f"sqlite:///{one_study / 'autotune.db'}") == []
+        assert code == 0 and list((with_artifacts_of_s / "artifacts").iterdir()) == []
+        assert optuna.get_all_study_summaries(f"sqlite:///{with_artifacts_of_s / 'autotune.db'}") == []
     else:
         assert code == 1 and "nothing deleted" in capsys.readouterr().err
         assert files(tmp_path) == before

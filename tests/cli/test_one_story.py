@@ -99,16 +99,6 @@ def test_the_compact_table_fits_80_columns_for_three_uses_with_undecided_rivals(
     assert "autotune export --for balanced --study llama-3b-1a2b3c" in lines[-1]
 
 
-@pytest.fixture(scope="module")
-def pyplot_imported() -> None:
-    """matplotlib's pyplot (0.6 s) imported once per process, as a fixture's setup: the
-    figures the confirmation below draws by default are timed without it."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # as study/output/plots.py does before its import
-    import matplotlib.pyplot  # noqa: F401
-
-
 def test_after_a_confirmation_the_notes_show_the_confirmed_front_as_pareto_prints_it(
         tmp_path, monkeypatch, capsys, pyplot_imported):
     from autotune.cli import main

@@ -44,6 +44,18 @@ def cli(cli):
     return run
 
 
+def report_text(study: str, storage: str, out: Path) -> str:
+    """report.md as `autotune report --study STUDY --storage STORAGE --out OUT` writes it (its
+    one call, ``write_report``), without drawing the figures it names: the subject here is
+    its words (test_results.py and test_plot_data.py draw them)."""
+    from autotune.study.output.report import write_report
+    from autotune.study.store.storage import close_readers, load_existing
+
+    write_report(load_existing(study, storage), out, figures=False)
+    close_readers()  # as `main` does when a command ends
+    return (out / "report.md").read_text()
+
+
 def test_trials_json_holds_every_trial_with_its_flags_metrics_intervals_phases_and_stops(cli, stored):
     doc = json.loads(cli("trials", "--study", NAME, "--storage", stored, "--format", "json"))
     assert (doc["schema"], doc["study"], doc["baseline"]) == (SCHEMA, NAME, 0)
@@ -331,8 +343,7 @@ def test_the_same_trial_shows_the_same_estimate_interval_and_confirmation_everyw
     assert Interval(**member["objectives"]["low-concurrency:mean_e2el_ms"]).text == e2el.text
     table = cli("trials", "--study", "c", "--storage", confirmed)
     pareto = cli("pareto", "--study", "c", "--storage", confirmed)
-    cli("report", "--study", "c", "--storage", confirmed, "--out", str(tmp_path / "r"))
-    report = (tmp_path / "r" / "report.md").read_text()
+    report = report_text("c", confirmed, tmp_path / "r")
     study = optuna.load_study(study_name="c", storage=confirmed)
     data = study_data(study)
     note = trial_note(data.outcomes[0], data)
@@ -390,8 +401,7 @@ def test_every_legend_prints_the_smallest_difference_in_force(cli, stored, comma
 
 
 def test_the_report_uses_the_four_verdicts_and_counts_in_the_right_number(cli, stored, tmp_path):
-    cli("report", "--study", NAME, "--storage", stored, "--out", str(tmp_path / "r"))
-    text = (tmp_path / "r" / "report.md").read_text()
+    text = report_text(NAME, stored, tmp_path / "r")
     assert " tie" not in text and "tied" not in text
     assert "equivalent: its 90% interval lies within +/-5%" in text
     assert "4 finished trials, 3 feasible: 3 configurations measured, 2 searched" in text
@@ -463,8 +473,7 @@ def test_a_baseline_only_study_says_it_searched_nothing_in_every_output(cli, tmp
     doc = json.loads(cli("recommend", "--study", "b", "--storage", url, "--format", "json"))
     assert (doc["configurations_measured"], doc["searched"]) == (1, 0)
     assert {(r["configurations_measured"], r["searched"]) for r in doc["recommendations"]} == {(1, 0)}
-    cli("report", "--study", "b", "--storage", url, "--out", str(tmp_path / "r"))
-    assert said in " ".join((tmp_path / "r" / "report.md").read_text().split())
+    assert said in " ".join(report_text("b", url, tmp_path / "r").split())
     note = study_note("b", study_data(optuna.load_study(study_name="b", storage=url)))
     assert said in " ".join(note.split())
 

@@ -28,7 +28,8 @@ def test_argv_round_trips_through_options():
     assert options_to_argv(argv_to_options(argv)) == argv
 
 
-def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_a_report(tmp_path, cli):
+def test_importing_the_reference_studys_numbers_creates_the_expected_trials_and_a_report(
+        tmp_path, cli, pyplot_imported):
     root = tmp_path
     code, _, err = cli("--workdir", str(root / "studies"), "import-results",
                        str(SPACES / "reference-results.csv"), "--study", "published")

@@ -15,7 +15,7 @@ from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmation, read_confirmed
 from autotune.study.store.storage import Heartbeat
-from tests.helpers import StandIn, copy_searched, make_plan, run
+from tests.helpers import TIED_REFS, MtpDoesNothing, StandIn, copy_searched, copy_tied, make_plan
 
 
 def served_study(tmp_path, searched: Path):
@@ -87,44 +87,14 @@ def test_trials_that_are_not_numbers_are_one_line(tmp_path):
         trial_numbers("3,x")
 
 
-TIED_REFS = """
-baseline: base
-configs:
-  - {name: base, params: {optimization_level: 2}}
-  - {name: mtp, base: base, params: {mtp: true}}
-  - {name: o0, base: base, params: {optimization_level: 0}}
-"""
-
-
-class MtpDoesNothing(StandIn):
-    """``StandIn`` where MTP changes nothing: -O2 with and without MTP are tied, -O0 is
-    decided (half as fast). Counts its deployments per flag set."""
-
-    def __init__(self, seed: int = 0) -> None:
-        super().__init__(seed=seed)
-        self.deployed: list[tuple[str, ...]] = []
-
-    def __call__(self, argv, bench, setup, on_phase):
-        self.deployed.append(tuple(argv))
-        i = argv.index("--speculative-config") if "--speculative-config" in argv else None
-        same = tuple(argv) if i is None else tuple(argv[:i]) + tuple(argv[i + 2:])
-        return super().__call__(same, bench, setup, on_phase)
-
-
-def tied_study(tmp_path, smallest_difference: float):
-    plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=smallest_difference)
-    study = run(plan, MtpDoesNothing())
-    base, mtp, o0 = (t.number for t in outcomes(study))
-    return plan, study, (base, mtp, o0)
-
-
-def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecided(tmp_path):
-    plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.01)
+def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecided(tmp_path,
+                                                                                  built_once):
+    plan, study, (base, mtp, o0) = copy_tied(tmp_path, built_once, smallest_difference=0.01)
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
             rounds=3, trial_fn=stand_in, say=said.append, figures=False)
-    times = {n: sum(argv == study_data(study).outcomes[n].argv for argv in stand_in.deployed)
-             for n in (base, mtp, o0)}
+    stored = study_data(study).outcomes
+    times = {n: sum(argv == stored[n].argv for argv in stand_in.deployed) for n in (base, mtp, o0)}
     # -O0 is decided after the first round: never deployed again; each later step deploys one
     # of the two still undecided, up to the 3 x 3 deployments three rounds would take
     assert times[o0] == 1 and times[base] >= 2 and times[mtp] >= 2
@@ -134,8 +104,8 @@ def test_after_the_first_round_each_deployment_goes_to_a_finalist_still_undecide
     assert read_confirmation(study).done[-1][1] in (base, mtp)
 
 
-def test_a_confirmation_stops_when_every_answer_is_equivalent_or_decided(tmp_path):
-    plan, study, (base, mtp, o0) = tied_study(tmp_path, smallest_difference=0.5)
+def test_a_confirmation_stops_when_every_answer_is_equivalent_or_decided(tmp_path, built_once):
+    plan, study, (base, mtp, o0) = copy_tied(tmp_path, built_once, smallest_difference=0.5)
     stand_in, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), trials=[base, mtp, o0],
             rounds=3, trial_fn=stand_in, say=said.append, figures=False)

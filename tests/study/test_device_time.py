@@ -28,8 +28,7 @@ from autotune.study.run.trial_function import TrialSetup
 from autotune.study.store.records import outcomes, study_data
 from autotune.study.store.state import read_confirmed, start_clock
 from autotune.study.store.storage import Heartbeat
-from tests.helpers import StandIn, ids, make_plan, run, run_in_memory
-from tests.study.test_confirm import TIED_REFS, MtpDoesNothing
+from tests.helpers import MtpDoesNothing, StandIn, copy_tied, ids, make_plan, run_in_memory
 from tests.study.test_runner import CapacityStandIn, Clock
 
 # ---------------------------------------------------------------- run length
@@ -93,14 +92,14 @@ def test_a_first_trial_with_unknown_spread_runs_the_short_length(tmp_path):
 # ---------------------------------------------------------------- confirmation
 
 
-def tied(tmp_path, smallest_difference: float):
-    plan = make_plan(tmp_path, trials=3, refs=TIED_REFS, smallest_difference=smallest_difference)
-    study = run(plan, MtpDoesNothing())
+def tied(tmp_path, built_once, smallest_difference: float):
+    """``copy_tied``'s study and each of its trials' flags, by number."""
+    plan, study, _ = copy_tied(tmp_path, built_once, smallest_difference)
     return plan, study, {t.number: t.argv for t in outcomes(study)}
 
 
-def test_a_pick_already_decided_or_equivalent_is_not_confirmed(tmp_path):
-    plan, study, _ = tied(tmp_path, smallest_difference=0.5)  # within 50%: equivalent
+def test_a_pick_already_decided_or_equivalent_is_not_confirmed(tmp_path, built_once):
+    plan, study, _ = tied(tmp_path, built_once, smallest_difference=0.5)  # within 50%: equivalent
     again, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=3, trial_fn=again,
             say=said.append, only_open=True, figures=False)
@@ -109,8 +108,8 @@ def test_a_pick_already_decided_or_equivalent_is_not_confirmed(tmp_path):
                        "against the baseline and its rivals (interactive, throughput, balanced)")
 
 
-def test_an_undecided_pick_is_confirmed_and_a_decided_trial_is_not(tmp_path):
-    plan, study, argv = tied(tmp_path, smallest_difference=0.01)  # MTP changes nothing: open
+def test_an_undecided_pick_is_confirmed_and_a_decided_trial_is_not(tmp_path, built_once):
+    plan, study, argv = tied(tmp_path, built_once, smallest_difference=0.01)  # MTP changes nothing: open
     base, mtp, o0 = sorted(argv)
     again, said = MtpDoesNothing(seed=3), []
     confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=3, trial_fn=again,
@@ -121,10 +120,10 @@ def test_an_undecided_pick_is_confirmed_and_a_decided_trial_is_not(tmp_path):
 
 
 @pytest.mark.parametrize("finalist", ["pick", "baseline"])
-def test_an_open_pair_with_one_finalist_is_redeployed_whole(tmp_path, finalist):
+def test_an_open_pair_with_one_finalist_is_redeployed_whole(tmp_path, built_once, finalist):
     """A pair still undecided (here the MTP pick against the baseline) is redeployed on both
     sides where only one of them is a finalist: half a pair's redeployments decide nothing."""
-    _, study, argv = tied(tmp_path, smallest_difference=0.01)
+    _, study, argv = tied(tmp_path, built_once, smallest_difference=0.01)
     base, mtp, _ = sorted(argv)
     one = {"pick": mtp, "baseline": base}[finalist]
     other = base if one == mtp else mtp
@@ -263,8 +262,8 @@ def test_a_trials_runs_share_what_the_budget_leaves_after_its_start(tmp_path):
                           "high-concurrency": pytest.approx(61.0 / 4)}
 
 
-def test_a_confirmation_deployments_runs_share_what_the_budget_leaves_after_its_start(tmp_path):
-    plan, study, _ = tied(tmp_path, smallest_difference=0.01)  # undecided: confirmed
+def test_a_confirmation_deployments_runs_share_what_the_budget_leaves_after_its_start(tmp_path, built_once):
+    plan, study, _ = tied(tmp_path, built_once, smallest_difference=0.01)  # undecided: confirmed
     clock, stand_in, allowed = Clock(trial_s=10.0), MtpDoesNothing(seed=3), []
 
     def recording(argv, bench, setup, on_phase):

@@ -75,7 +75,7 @@ def test_each_pick_has_its_latency_against_load_from_its_profiles_and_probes(dat
     assert [p.load for p in curves[0].points] == [2.0, 100.0]  # no capacity search: its profiles
 
 
-def test_the_report_draws_the_front_and_each_picks_load_figure(stored, tmp_path):
+def test_the_report_draws_the_front_and_each_picks_load_figure(stored, tmp_path, pyplot_imported):
     from autotune.study.output.report import write_report
     from autotune.study.store.storage import load_existing
 
@@ -87,7 +87,7 @@ def test_the_report_draws_the_front_and_each_picks_load_figure(stored, tmp_path)
 
 
 def test_the_dashboard_gets_each_figure_once_as_the_studys_artifact_replaced_when_it_changes(
-        stored, data, tmp_path):
+        stored, data, tmp_path, pyplot_imported):
     """The notes are rewritten after every confirmation: each figure stays one artifact of the
     study, its bytes untouched when drawn the same and replaced when the numbers changed."""
     import dataclasses

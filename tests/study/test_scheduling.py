@@ -294,6 +294,7 @@ class DroppingRelay:
         self.conns = []
 
 
+@pytest.mark.slow  # starts a PostgreSQL server: the fast suite needs none (docs/testing.md)
 def test_a_worker_rides_out_a_database_restart_between_trials_and_then_gives_up(postgres_url):
     import threading
     import uuid
