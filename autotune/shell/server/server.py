@@ -515,11 +515,10 @@ _LISTENING = re.compile(LISTENING.encode())
 class LogPipe:
     """Copies a server's output to its log file as it arrives (a reader thread), ``secret``
     replaced by ``***`` (vLLM 0.26 logs its non-default arguments, the API key among them),
-    and, while ``stamping``, keeps each line with its arrival in seconds since ``t0``. Lines
-    end at a newline or a carriage return (progress bars redraw with one); a line is written
-    once it ends, so the secret cannot straddle two writes. ``wait_news`` wakes when the API
-    server says it listens or the output ends (it died), so the readiness poll sleeps past
-    neither."""
+    and, while ``stamping``, keeps each line with its arrival in seconds since ``t0``. A line
+    (ended by a newline or a progress bar's carriage return) is written whole: the secret
+    cannot straddle two writes. ``wait_news`` wakes when the server says it listens or its
+    output ends (it died): the readiness poll sleeps past neither."""
 
 
     def __init__(self, source, path: Path, t0: float, *, secret: str = "") -> None:
