@@ -1,4 +1,6 @@
-"""Shared fixtures. Real vLLM servers are session-scoped: start-up is the expensive part."""
+"""Shared fixtures. Real vLLM servers are session-scoped: start-up is the expensive part.
+Nothing of autotune or tests.helpers is imported at module level: xdist's controller loads
+this file before it starts the workers, and their import (1 s) would delay every worker."""
 
 from __future__ import annotations
 
@@ -11,18 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from autotune.core.space.model_facts import ModelInfo, parse_config
-from tests.helpers import (
-    GLM_MOE_MTP_CONFIG,
-    LLAMA_CONFIG,
-    POSTGRES_PASSWORD,
-    REAL_STUDY_REFERENCES,
-    REAL_STUDY_SPACE,
-    REPO,
-    autotune,
-    run_args,
-)
 
 HEAVY_MODULES = ("vllm", "torch", "transformers")
 
@@ -145,6 +135,8 @@ def pyplot_imported() -> None:
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
     """Screenshots kept with the test output (test-artifacts/, git-ignored) to look at."""
+    from tests.helpers import REPO
+
     path = REPO / "test-artifacts" / "screenshots"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -166,12 +158,18 @@ def cli(tmp_path, monkeypatch, capsys):
 
 
 @pytest.fixture
-def moe_mtp_info() -> ModelInfo:
+def moe_mtp_info():
+    from autotune.core.space.model_facts import parse_config
+    from tests.helpers import GLM_MOE_MTP_CONFIG
+
     return parse_config("/models/moe", GLM_MOE_MTP_CONFIG)
 
 
 @pytest.fixture
-def dense_info() -> ModelInfo:
+def dense_info():
+    from autotune.core.space.model_facts import parse_config
+    from tests.helpers import LLAMA_CONFIG
+
     return parse_config("/models/dense", LLAMA_CONFIG)
 
 
@@ -226,6 +224,8 @@ def dense_server(dense_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def study_env(tmp_path_factory, moe_model):
+    from tests.helpers import REAL_STUDY_REFERENCES, REAL_STUDY_SPACE
+
     root = tmp_path_factory.mktemp("study")
     (root / "space.yaml").write_text(REAL_STUDY_SPACE)
     (root / "refs.yaml").write_text(REAL_STUDY_REFERENCES)
@@ -234,6 +234,8 @@ def study_env(tmp_path_factory, moe_model):
 
 @pytest.fixture(scope="session")
 def four_trials(study_env):
+    from tests.helpers import autotune, run_args
+
     root, model = study_env
     result = autotune(root, *run_args(root, model, "s4", 4))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -262,6 +264,7 @@ def postgres_url():
     the tests at an existing database instead."""
     from autotune.shell.server.processes import die_with_parent, free_port
     from autotune.study.store.storage import storage_url
+    from tests.helpers import POSTGRES_PASSWORD
 
     if os.environ.get("AUTOTUNE_TEST_POSTGRES"):
         yield storage_url(os.environ["AUTOTUNE_TEST_POSTGRES"], "")
