@@ -11,8 +11,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from autotune.core.space.model_facts import ModelInfo
 
 HEAVY_MODULES = ("vllm", "torch", "transformers")
 
@@ -85,33 +89,23 @@ def vllm_parser() -> None:
 
 
 @pytest.fixture(scope="session")
-def searched(tmp_path_factory) -> Path:
-    """One 6-trial search with the stand-in trial function (``tests.helpers.StandIn``) stored
-    in SQLite, run once per session: tests copy its folder (``tests.helpers.copy_searched``),
-    never read or write this one."""
-    from tests.helpers import StandIn, make_plan, run
-
-    folder = tmp_path_factory.mktemp("searched")
-    run(make_plan(folder, trials=6), StandIn())
-    return folder
-
-
-@pytest.fixture(scope="session")
 def built_once(tmp_path_factory):
     """``built_once(key, build, into)``: a folder built once per test process and copied per
     test. The first time ``key`` is asked for, ``build(folder)`` fills a fresh folder (a stored
     study, say) and what it returns is kept; every call copies that folder into ``into`` and
-    returns the kept value. The built folder is never read or written by a test, so each test
-    gets the same bytes, as if it had built them itself (an SQLite file copy takes ~1 ms where
-    storing a study takes 0.2-0.4 s)."""
+    returns the kept value. Each test gets the same bytes, as if it had built them itself (a
+    file copy takes ~1 ms where storing a study takes 0.2-0.4 s; ``copy_built``)."""
+    from tests.helpers import copy_built, fold_sqlite_logs
+
     built: dict[str, tuple[Path, object]] = {}
 
     def copy(key: str, build, into: Path):
         if key not in built:
             folder = tmp_path_factory.mktemp("built")
             built[key] = (folder, build(folder))
+            fold_sqlite_logs(folder)
         folder, value = built[key]
-        shutil.copytree(folder, into, dirs_exist_ok=True)
+        copy_built(folder, into)
         return value
     return copy
 
@@ -158,7 +152,7 @@ def cli(tmp_path, monkeypatch, capsys):
 
 
 @pytest.fixture
-def moe_mtp_info():
+def moe_mtp_info() -> ModelInfo:
     from autotune.core.space.model_facts import parse_config
     from tests.helpers import GLM_MOE_MTP_CONFIG
 
@@ -166,7 +160,7 @@ def moe_mtp_info():
 
 
 @pytest.fixture
-def dense_info():
+def dense_info() -> ModelInfo:
     from autotune.core.space.model_facts import parse_config
     from tests.helpers import LLAMA_CONFIG
 

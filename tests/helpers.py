@@ -21,8 +21,8 @@ Study builders:
 - ``make_plan`` and ``run``: a small space (``SPACE``, ``REFERENCES``) on a config-only MoE
   model, run through the real ``StudyRunner`` with a trial function, on the plan's SQLite file
   or (``run_in_memory``) on Optuna's in-memory storage; ``o2_o3_plan``: two references that
-  resolve to one engine (``o3_is_o2``); ``copy_searched``: a copy of the 6-trial search that
-  conftest's ``searched`` runs once a session; ``copy_tied``: a copy of the tied references'
+  resolve to one engine (``o3_is_o2``); ``copy_searched``: a copy of a 6-trial search run
+  once a process through conftest's ``built_once``; ``copy_tied``: a copy of the tied references'
   study (``TIED_REFS``, ``MtpDoesNothing``), run once a process through conftest's
   ``built_once``;
 - ``store`` with ``served``/``failed``/``with_capacity``: stored studies as `autotune run`
@@ -376,14 +376,29 @@ def run_in_memory(plan, trial_fn, **settings) -> optuna.Study:
     return run(plan, trial_fn, storage=optuna.storages.InMemoryStorage(), **settings)
 
 
-def copy_searched(searched: Path, tmp_path: Path):
-    """The study of conftest's ``searched``, copied into ``tmp_path``: the same as
-    ``run(make_plan(tmp_path, trials=6), StandIn())`` (same seed, same stand-in), without
-    running the search again; returns the plan and the study, open for writing. The stored
-    plan and trials name the template's model folder (the same config, kept for the session);
+def fold_sqlite_logs(folder: Path) -> None:
+    """Fold each SQLite file's write-ahead log into the file: a study ``run`` built keeps its
+    connection open, whose closing, at any later moment, would change the files mid-copy."""
+    for db in folder.rglob("*.db"):
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert not busy, f"{db}: still written to; its log could not be folded in"
+
+
+def copy_built(folder: Path, into: Path) -> None:
+    """``folder``, its logs folded in (``fold_sqlite_logs``), copied into ``into`` without the
+    SQLite files' -wal and -shm, which a connection of the build may still hold."""
+    shutil.copytree(folder, into, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.db-wal", "*.db-shm"))
+
+
+def copy_searched(built_once, tmp_path: Path):
+    """``run(make_plan(tmp_path, trials=6), StandIn())``, run once per process (conftest's
+    ``built_once``) and copied into ``tmp_path``; returns the plan and the study, open for
+    writing. The stored plan and trials name the first copy's model folder (the same config);
     a confirmation or a reading command takes the plan the test passes, as `autotune confirm`
     rebuilds it (a resumed search would refuse the other model path)."""
-    shutil.copytree(searched, tmp_path, dirs_exist_ok=True)
+    built_once("searched", lambda folder: run(make_plan(folder, trials=6), StandIn()), tmp_path)
     plan = make_plan(tmp_path, trials=6)
     return plan, optuna.load_study(study_name=plan.study_name,
                                    storage=open_storage(plan.storage, Heartbeat()))

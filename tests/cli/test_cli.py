@@ -49,7 +49,7 @@ DRY = ["run", "--dry-run", "--profile", "low-concurrency", "--profile", "high-co
      "--load-range 8,2: capacity: need 0 < low < high"),
     (["run", "--dry-run", "--profile", "chat"], "--profile 'chat': unknown profile; valid: low-concurrency"),
     (["run", "--dry-run", "--profile", "chat", "--profile-file", "nowhere.yaml"], "nowhere.yaml"),
-    (["run", "--dry-run", "--references", "nowhere-refs.yaml"], "nowhere-refs.yaml: cannot read"),
+    (["run", "--dry-run", "--references", "nowhere-refs.yaml"], "--references nowhere-refs.yaml: no such file"),
     (["bench", "--url", "http://127.0.0.1:1", "--model", "m", "--vocab-size", "512", "--profile",
       "capacity"], "bench runs fixed workloads; a capacity profile searches its load"),
     (["pareto", "--study", "missing"], "autotune.db: no such file"),

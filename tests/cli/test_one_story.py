@@ -149,10 +149,10 @@ def test_a_launch_command_with_hf_overrides_survives_a_paste():
 
 
 def test_export_refuses_a_failed_trial_in_one_line_with_exit_2(tmp_path, monkeypatch, capsys,
-                                                             searched):
+                                                             built_once):
     from autotune.cli import main
 
-    plan, study = copy_searched(searched, tmp_path)
+    plan, study = copy_searched(built_once, tmp_path)
     failed = next(t for t in outcomes(study) if t.failure is not None)
     monkeypatch.chdir(tmp_path)
     code = main(["export", "--study", plan.study_name, "--storage", plan.storage,
@@ -167,10 +167,10 @@ def listing(root) -> list[tuple[str, int]]:
     return sorted((str(p), p.stat().st_size) for p in root.rglob("*"))
 
 
-def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsys, searched):
+def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsys, built_once):
     from autotune.cli import main
 
-    plan, study = copy_searched(searched, tmp_path)
+    plan, study = copy_searched(built_once, tmp_path)
     monkeypatch.chdir(tmp_path)
     before = listing(tmp_path)
     assert main(["studies", "--storage", plan.storage]) == 0
@@ -190,8 +190,8 @@ def test_studies_lists_a_storage_and_writes_nothing(tmp_path, monkeypatch, capsy
 
 
 def test_no_trial_is_told_to_optuna_as_infinite_and_the_failure_class_stays_visible(tmp_path,
-                                                                                   searched):
-    _, study = copy_searched(searched, tmp_path)
+                                                                                   built_once):
+    _, study = copy_searched(built_once, tmp_path)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert all(math.isfinite(v) for t in complete for v in t.values)
     failed = [t for t in complete if t.constraints.get("served", 0) > 0]

@@ -38,7 +38,9 @@ from autotune.core.maths.stats import (  # noqa: E402
     deployment_noise,
     estimate,
     pooled_noise,
+    pooled_sd,
     redeployment_prior,
+    t_quantile,
 )
 from autotune.core.trial.outcome import ProfileResult, TrialOutcome  # noqa: E402
 
@@ -124,3 +126,19 @@ def test_a_trial_searched_once_and_confirmed_twice_reads_intervals_that_overlap(
     five = Noise(0.05, 6, "repeats")
     old_search, old_confirmed = estimate([290.0, 302.0], five), estimate([195, 199, 205, 207], five)
     assert old_search.low > old_confirmed.high
+
+
+def test_the_spread_of_small_groups_has_numpys_bits():
+    """``pooled_sd`` sums a group of fewer than 8 values in plain Python, in the order numpy's
+    pairwise sum adds them, and the precision rule spells out numpy's mean and std(ddof=1):
+    the same bits as numpy, size by size (a numpy that changes its order fails here)."""
+    from autotune.core.trial.precision import _mean_half
+
+    rng = np.random.default_rng(0)
+    for size in range(2, 13):
+        for _ in range(200):
+            arr = rng.lognormal(7, 0.3, size)
+            expected = math.sqrt(float(np.sum((arr - arr.mean()) ** 2)) / (size - 1))
+            assert pooled_sd([list(arr)]) == (expected, size - 1, 1)
+            half = t_quantile(size - 1) * float(arr.std(ddof=1)) / math.sqrt(size) / float(arr.mean())
+            assert _mean_half(arr) == half

@@ -4,8 +4,6 @@ are deployed, how often, and what the study keeps."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from optuna.exceptions import StorageInternalError
 
@@ -18,15 +16,15 @@ from autotune.study.store.storage import Heartbeat
 from tests.helpers import TIED_REFS, MtpDoesNothing, StandIn, copy_searched, copy_tied, make_plan
 
 
-def served_study(tmp_path, searched: Path):
-    """The session's searched study (conftest's ``searched``) copied into ``tmp_path``, and its
+def served_study(tmp_path, built_once):
+    """The 6-trial search (``tests.helpers.copy_searched``) copied into ``tmp_path``, and its
     served trials."""
-    plan, study = copy_searched(searched, tmp_path)
+    plan, study = copy_searched(built_once, tmp_path)
     return plan, study, [t.number for t in outcomes(study) if t.feasible]
 
 
-def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp_path, searched):
-    plan, study, served = served_study(tmp_path, searched)
+def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp_path, built_once):
+    plan, study, served = served_study(tmp_path, built_once)
     a, b = served[:2]
     setup = TrialSetup(model="", workdir=plan.workdir)
     first, second = StandIn(seed=1), StandIn(seed=2)
@@ -52,8 +50,8 @@ def test_two_confirmations_of_chosen_trials_add_their_rounds_to_those_stored(tmp
             assert [s.reason for s in result.stops] == ["ceiling"] * len(result.runs)
 
 
-def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path, searched):
-    plan, study, _ = served_study(tmp_path, searched)
+def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path, built_once):
+    plan, study, _ = served_study(tmp_path, built_once)
     stand_in = StandIn()
     confirmed = confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, rounds=1,
                         trial_fn=stand_in, figures=False)
@@ -64,8 +62,9 @@ def test_without_trials_the_finalists_are_confirmed_as_before(tmp_path, searched
     ([99], 1, "--trials 99: #99 not a served trial of this study; served: #"),
     ([], 1, "--trials : "),
 ], ids=["unknown-trial", "no-trial"])
-def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_path, searched, trials, rounds, message):
-    plan, study, _ = served_study(tmp_path, searched)
+def test_a_confirmation_of_trials_that_cannot_be_confirmed_deploys_nothing(tmp_path, built_once, trials, rounds,
+                                                                         message):
+    plan, study, _ = served_study(tmp_path, built_once)
     stand_in = StandIn()
     with pytest.raises(ConfigError) as err:
         confirm(study, plan, TrialSetup(model="", workdir=plan.workdir), k=2, trials=trials,
@@ -129,9 +128,9 @@ class Interrupted(StandIn):
 
 
 def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_continues_it(
-        tmp_path, searched):
-    whole_plan, whole, _ = served_study(tmp_path / "whole", searched)
-    plan, study, _ = served_study(tmp_path / "cut", searched)  # the same study, twice
+        tmp_path, built_once):
+    whole_plan, whole, _ = served_study(tmp_path / "whole", built_once)
+    plan, study, _ = served_study(tmp_path / "cut", built_once)  # the same study, twice
     setup = TrialSetup(model="", workdir=plan.workdir)
     uninterrupted = StandIn(seed=7)
     confirm(whole, whole_plan, TrialSetup(model="", workdir=whole_plan.workdir), k=2, rounds=1,
@@ -153,14 +152,14 @@ def test_an_interrupted_confirmation_keeps_its_deployments_and_confirm_again_con
     assert read_confirmation(study).finished
 
 
-def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continued(tmp_path, searched):
+def test_an_unfinished_confirmation_of_trials_no_longer_finalists_is_not_continued(tmp_path, built_once):
     """A search resumed after an interrupted confirmation can change the front: the stored
     confirmation's trials are then not the finalists, and a new confirmation is planned."""
     from autotune.core.analysis.study_data import finalists
     from autotune.core.plan.confirmation import ConfirmationState
     from autotune.study.store.state import write_confirmation
 
-    plan, study, served = served_study(tmp_path, searched)
+    plan, study, served = served_study(tmp_path, built_once)
     chosen = {t.number for t in finalists(study_data(study, confirmed=False), 2)}
     stale = next(n for n in served if n not in chosen)
     write_confirmation(study, ConfirmationState((stale,), 1))
@@ -211,14 +210,14 @@ def test_a_stored_confirmation_reads_back_as_the_same_record_and_keeps_the_store
     assert (state.total_steps, state.deployments_of(1), ConfirmationState().total_steps) == (3, 2, 0)
 
 
-def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path, searched):
+def test_runs_confirmation_opens_the_stored_study_for_writing(tmp_path, built_once):
     """`run` ends by confirming in the same storage: the study is opened for writing there,
     while the reading commands open it read-only (a read-only open here failed the main job
     with 'attempt to write a readonly database')."""
     from autotune.study.run.session import Node, StudySession
     from autotune.study.store.storage import load_existing
 
-    plan, study, _ = served_study(tmp_path, searched)
+    plan, study, _ = served_study(tmp_path, built_once)
     StudySession(plan, Node(()), TrialSetup(model="", workdir=plan.workdir),
                  say=lambda text: None, figures=False).confirm(k=1, budget_s=0.0)
     assert read_confirmation(load_existing(plan.study_name, plan.storage)) is not None

@@ -5,7 +5,7 @@ The trial function is a stand-in passed through the runner's seam (``trial_fn``)
 measurements computed from the flags with seeded noise instead of deploying vLLM. What it
 stands in for is tested against real deployments in test_study.py and test_deploy.py. The
 studies live in Optuna's in-memory storage (the runner's ``storage`` seam) where what a storage
-keeps is not under test; the first test reads the search conftest's ``searched`` stores through
+keeps is not under test; the first test reads the search ``copy_searched`` stores once through
 SQLite as `autotune run` does, and dead workers need SQLite's heartbeats.
 """
 
@@ -50,9 +50,9 @@ from tests.helpers import (
 
 
 def test_a_study_runs_references_first_records_failures_and_stops_at_the_budget(tmp_path,
-                                                                               searched):
-    # conftest's searched: run(make_plan(tmp_path, trials=6), StandIn()), stored in SQLite
-    _, study = copy_searched(searched, tmp_path)  # read back
+                                                                               built_once):
+    # copy_searched: run(make_plan(tmp_path, trials=6), StandIn()), stored in SQLite
+    _, study = copy_searched(built_once, tmp_path)  # read back
     found = outcomes(study)
     assert [t.reference for t in found[:3]] == ["base", "o0", "ep"]
     assert sum(t.state == "complete" for t in found) == 6

@@ -4,7 +4,6 @@ errors naming the file, the parameter and the field. Pure: takes text, returns t
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -194,11 +193,8 @@ def _parse_deployment(path: str, raw: Any) -> Deployment:
     return Deployment(tensor_parallel_size=tp, max_model_len=mml, flags=flags)
 
 
-@functools.lru_cache(maxsize=32)
 def parse_space(text: str, where: str) -> SearchSpace:
-    """Validate a search space given as YAML text; ``where`` names it in errors (its file).
-    Memoised (its records are frozen): each read of a study's data parses its stored space
-    again for vLLM's defaults, 6 ms a time in pure-Python YAML."""
+    """Validate a search space given as YAML text; ``where`` names it in errors (its file)."""
     raw = _parse_yaml(where, text)
     if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), list):
         raise _fail(where, "top level", "expected a mapping with a 'parameters' list")

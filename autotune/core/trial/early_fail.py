@@ -30,7 +30,7 @@ class FailBar:
     quantile: float
     bar_ms: float
 
-    def past(self, results: Sequence[RequestResult]) -> int:
+    def count_past(self, results: Sequence[RequestResult]) -> int:
         """How many of ``results`` are past the bar: the successful requests whose latency, as
         the run's summary counts it (no TPOT for one token), is over ``bar_ms``. Only the
         latency asked for, in one pass: the client asks after every completion."""
@@ -62,7 +62,7 @@ class SettleRule:
         if failed:
             return f"{failed} failed request(s) after {len(results)} of {planned}"
         for bar in self.bars:
-            past = bar.past(results)
+            past = bar.count_past(results)
             if past >= bar.needed(planned):
                 return (f"{bar.limit}: {past} of {planned} requests past {bar.bar_ms:.4g} ms "
                         f"after {len(results)}")

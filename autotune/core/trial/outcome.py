@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,48 +57,39 @@ class ProfileResult:
         return [float(r[metric]) for r in self.runs if metric in r]
 
     def by_deployment(self, metric: str) -> list[list[float]]:
-        """The values of ``metric`` per deployment (deployments without it left out); grouped
-        once per metric (the study's noise regroups every trial on each read)."""
-        memo = self._by_deployment
-        if metric not in memo:
+        """The values of ``metric`` per deployment (deployments without it left out)."""
+        def grouped() -> tuple[tuple[float, ...], ...]:
             sizes = self.deployment_sizes or (len(self.runs),)
             starts = [sum(sizes[:i]) for i in range(len(sizes))]
             groups = [tuple(float(r[metric]) for r in self.runs[a:a + n] if metric in r)
                       for a, n in zip(starts, sizes, strict=True)]
-            memo[metric] = tuple(g for g in groups if g)
-        return [list(g) for g in memo[metric]]
-
-    @functools.cached_property
-    def _by_deployment(self) -> dict[str, tuple[tuple[float, ...], ...]]:
-        """``by_deployment``'s groups by metric (not a field, as ``_deployment_means``)."""
-        return {}
+            return tuple(g for g in groups if g)
+        return [list(g) for g in self._once("groups", metric, grouped)]
 
     def deployment_means(self, metric: str) -> list[float]:
-        memo = self._deployment_means
-        if metric not in memo:
-            memo[metric] = tuple(statistics.fmean(g) for g in self.by_deployment(metric))
-        return list(memo[metric])
-
-    @functools.cached_property
-    def _deployment_means(self) -> dict[str, tuple[float, ...]]:
-        """``deployment_means`` by metric, computed once: a recommendation compares the same
-        trials many times over (and the front reads every cost once per pair); the runs of a
-        record never change. Not a field: no comparison, copy or rendering sees it."""
-        return {}
+        return list(self._once("means", metric, lambda: tuple(
+            statistics.fmean(g) for g in self.by_deployment(metric))))
 
     def estimate(self, metric: str, noise: Noise) -> Estimate:
         """The mean over deployments (``stats.estimate``); ``noise`` is that of one
-        deployment's mean. Its mean is computed once per metric, as ``deployment_means``."""
-        memo = self._estimate_means
-        if metric not in memo:
+        deployment's mean."""
+        def mean_and_n() -> tuple[float, int]:
             found = estimate(self.deployment_means(metric), noise)
-            memo[metric] = (found.mean, found.n)
-        mean, n = memo[metric]
+            return found.mean, found.n
+        mean, n = self._once("estimate", metric, mean_and_n)
         return Estimate(mean, n, noise)
 
+    def _once(self, kind: str, metric: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` for (``kind``, ``metric``), computed once: a recommendation compares
+        the same trials many times over, and a record's runs never change."""
+        memo = self._memo
+        if (kind, metric) not in memo:
+            memo[kind, metric] = compute()
+        return memo[kind, metric]
+
     @functools.cached_property
-    def _estimate_means(self) -> dict[str, tuple[float, int]]:
-        """``estimate``'s mean and count by metric (not a field, as ``_deployment_means``)."""
+    def _memo(self) -> dict[tuple[str, str], Any]:
+        """``_once``'s values. Not a field: no comparison, copy or rendering sees it."""
         return {}
 
     def mean(self, metric: str) -> float:

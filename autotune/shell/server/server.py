@@ -7,6 +7,7 @@ its stamps and the teardown in full: docs/deployments.md, docs/startup.md#what-e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -232,8 +233,11 @@ class ServerProcess:
                         break
                 except httpx.HTTPError:
                     pass
-                if self._log.listening.is_set() or self._log.ended:  # ask again (or reap) soon
+                if self._log.listening.is_set():  # the server said it listens: ask again soon
                     time.sleep(0.05)
+                elif self._log.ended:  # its output ended: it is dying (or closed its stdout)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self._proc.wait(timeout=poll_s)
                 else:
                     self._log.wait_news(poll_s)
             self.on_phase("first completion")

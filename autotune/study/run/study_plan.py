@@ -299,8 +299,11 @@ def build_plan(request: StudyRequest, say: Any = lambda text: None, *,
         space = capped(space, graph_capture_cap(request.profiles, space))
     references = (read_references(locate_shipped(request.references_path), space)
                   if request.references_path else None)
-    if references is None and request.baseline_references:  # unused unless --baseline names
-        read_text(locate_shipped(request.baseline_references))  # one: a wrong path still errs
+    # --references names a file even where unused (not seeded, no reference named by --baseline).
+    if references is None and request.baseline_references and not Path(
+            locate_shipped(request.baseline_references)).is_file():
+        raise ConfigError(f"--references {request.baseline_references}: no such file (a reference "
+                          f"configs YAML, as {DEFAULT_REFERENCES})")
     slos, limits = split_slos(request.slos, request.profiles)
     profiles = tuple(p.with_limits(limits.get(p.name, ())) if p.capacity else p
                      for p in request.profiles)

@@ -100,7 +100,7 @@ def test_http_errors_and_empty_streams_are_failed_requests_not_exceptions():
 
 def test_requests_still_open_at_the_run_time_limit_are_failed():
     async def hang(request):
-        await asyncio.sleep(0.6)  # past the run's 0.3 s limit (the stand-in waits for it)
+        await asyncio.sleep(0.8)  # past the run's 0.3 s limit (the stand-in waits for it)
         return web.Response(body=GOOD)
 
     profile = WorkloadProfile(name="t", input_len=8, output_len=3, num_prompts=2,

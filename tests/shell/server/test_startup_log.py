@@ -45,15 +45,24 @@ def test_each_line_is_stamped_on_arrival_and_the_file_holds_the_output_verbatim(
     assert stamps[3] <= heard_s
 
 
-def test_the_readiness_wait_wakes_when_the_output_ends_not_at_its_timeout(tmp_path):
-    """A server that dies before it listens is noticed at once, not at the next poll."""
-    proc = subprocess.Popen([sys.executable, "-c", "print('dying')"], stdout=subprocess.PIPE)
-    pipe = LogPipe(proc.stdout, tmp_path / "server.log", time.monotonic())
+def test_the_readiness_wait_wakes_when_the_output_ends_not_at_its_next_poll(tmp_path):
+    """A server that dies before it listens is noticed when its output ends: a poll of 30 s
+    is not waited out."""
+    from autotune.errors import DeploymentError
+    from autotune.shell.server.install import Entrypoint
+    from autotune.shell.server.server import DeploymentSpec, ServerProcess
+
+    spec = DeploymentSpec("m", entrypoint=Entrypoint((sys.executable, "-c", "print('dying')"), True),
+                          log_path=tmp_path / "server.log", startup_timeout_s=60)
+    server = ServerProcess(spec)
+    server.start()
     t0 = time.monotonic()
-    pipe.wait_news(30)
-    assert pipe.ended and not pipe.listening.is_set() and time.monotonic() - t0 < 10
-    proc.wait(10)
-    pipe.close()
+    try:
+        with pytest.raises(DeploymentError, match="exited with 0"):
+            server.wait_ready(poll_s=30)
+    finally:
+        server.stop()
+    assert time.monotonic() - t0 < 10
 
 
 def test_a_server_that_dies_at_start_is_diagnosed_from_its_whole_output(tmp_path):
